@@ -1,0 +1,98 @@
+"""Policy buffer, lag models and acting with per-environment behaviour policies."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vaco_jax.envs import make_env
+from vaco_jax.envs.episodes import reset_episodes
+from vaco_jax.networks import ActorCritic, Policy, init_stats
+from vaco_jax.policy_buffer import (effective_lags, init_buffer, make_behaviour, newest, push,
+                                    sample_lags)
+from vaco_jax.rollout import rollout
+
+NUM_ENVS = 8
+CAPACITY = 4
+
+
+def _policy(model, seed):
+    actor, _ = model.init(jax.random.PRNGKey(seed))
+    stats = init_stats(model.observation_size)
+    # Distinct normaliser statistics per snapshot: they must travel with the parameters.
+    stats = stats.replace(mean=stats.mean + 0.1 * seed, var=stats.var * (1.0 + seed))
+    return Policy(actor, stats)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    env = make_env("toy_reach")
+    model = ActorCritic(env.observation_size, env.action_size, (8,), (8,))
+    buffer = init_buffer(_policy(model, 0), CAPACITY)
+    for seed in range(1, 6):  # versions 1..5; slots now hold versions 2..5
+        buffer = push(buffer, _policy(model, seed))
+    return env, model, buffer
+
+
+def test_push_keeps_the_newest_capacity_versions(setup):
+    _, model, buffer = setup
+    assert int(buffer.latest_version) == 5
+    for lag in range(CAPACITY):
+        slot = (5 - lag) % CAPACITY
+        stored = jax.tree.map(lambda x: x[slot], buffer.policies)
+        expected = _policy(model, 5 - lag)
+        jax.tree.map(np.testing.assert_array_equal, stored, expected)
+    jax.tree.map(np.testing.assert_array_equal, newest(buffer), _policy(model, 5))
+
+
+def test_lags_are_capped_by_versions_pushed_so_far(setup):
+    _, model, _ = setup
+    young = push(init_buffer(_policy(model, 0), CAPACITY), _policy(model, 1))  # versions 0, 1
+    np.testing.assert_array_equal(effective_lags(young, jnp.array([0, 1, 2, 3])), [0, 1, 1, 1])
+
+
+def test_lag_models():
+    key = jax.random.PRNGKey(3)
+    per_actor = jnp.arange(NUM_ENVS) % 3
+    fixed = sample_lags(key, "fixed", jnp.float32(2), NUM_ENVS, CAPACITY, per_actor)
+    np.testing.assert_array_equal(fixed, np.full(NUM_ENVS, 2))
+    uniform = sample_lags(key, "uniform", jnp.float32(2), 4096, CAPACITY, per_actor)
+    assert set(np.unique(uniform)) == {0, 1, 2}
+    np.testing.assert_allclose(np.bincount(uniform) / 4096, [1 / 3] * 3, atol=0.03)
+    sync = sample_lags(key, "geometric", jnp.float32(1.0), NUM_ENVS, CAPACITY, per_actor)
+    np.testing.assert_array_equal(sync, np.zeros(NUM_ENVS))
+    p = 0.5
+    geometric = sample_lags(key, "geometric", jnp.float32(p), 8192, CAPACITY, per_actor)
+    weights = p * (1 - p) ** np.arange(CAPACITY)
+    np.testing.assert_allclose(np.bincount(geometric, minlength=CAPACITY) / 8192,
+                               weights / weights.sum(), atol=0.02)
+    np.testing.assert_array_equal(
+        sample_lags(key, "per_actor", jnp.float32(2), NUM_ENVS, CAPACITY, per_actor), per_actor)
+
+
+@pytest.mark.parametrize("acting", ["gather", "select"])
+def test_rollout_records_each_environments_own_behaviour_policy(setup, acting):
+    env, model, buffer = setup
+    lags = jnp.arange(NUM_ENVS) % CAPACITY
+    behaviour = make_behaviour(buffer, lags, acting)
+    episodes = reset_episodes(env, jax.random.split(jax.random.PRNGKey(1), NUM_ENVS))
+    _, data = jax.jit(lambda b, e, k: rollout(env, model, b, e, k, length=6, episode_length=40,
+                                              acting=acting))(behaviour, episodes,
+                                                              jax.random.PRNGKey(2))
+    versions = np.asarray(data.behaviour_version)
+    np.testing.assert_array_equal(versions, np.broadcast_to(5 - np.asarray(lags), versions.shape))
+    assert len(np.unique(versions[0])) == CAPACITY
+    for e in range(NUM_ENVS):
+        policy = _policy(model, int(versions[0, e]))
+        recomputed = model.log_prob(policy, data.obs[:, e], data.action[:, e])
+        np.testing.assert_allclose(data.behaviour_log_prob[:, e], recomputed, rtol=1e-5, atol=1e-5)
+
+
+def test_gather_and_select_strategies_agree(setup):
+    env, model, buffer = setup
+    lags = jnp.array([3, 0, 1, 2, 2, 1, 0, 3])
+    episodes = reset_episodes(env, jax.random.split(jax.random.PRNGKey(1), NUM_ENVS))
+    outputs = [rollout(env, model, make_behaviour(buffer, lags, acting), episodes,
+                       jax.random.PRNGKey(2), length=5, episode_length=40, acting=acting)[1]
+               for acting in ("gather", "select")]
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), *outputs)

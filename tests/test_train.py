@@ -1,0 +1,140 @@
+"""The training program on the pure-JAX toy task: vmap, lag 0, realignment, divergence."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine_configs import TOY
+from vaco_jax import estimators
+from vaco_jax.algorithms import ALGORITHMS
+from vaco_jax.config import HParams
+from vaco_jax.train import METRICS, Trainer, make_train
+
+
+def _assert_trees_equal(a, b):
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+@pytest.fixture(scope="module")
+def ppo_vmapped():
+    """Two runs that differ in seed and learning rate, trained in one vmapped program."""
+    train = make_train(TOY.replace(lag_model="uniform"))
+    keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
+    hparams = HParams.stack([HParams.create(lag=2.0, learning_rate=3e-4),
+                             HParams.create(lag=2.0, learning_rate=1e-3)])
+    return train, keys, hparams, jax.jit(jax.vmap(train))(keys, hparams)
+
+
+def test_metrics_are_per_update_scalars(ppo_vmapped):
+    _, _, _, (_, metrics) = ppo_vmapped
+    assert set(metrics) == set(METRICS)
+    for name, values in metrics.items():
+        assert values.shape == (2, TOY.num_updates), name
+    evals = np.asarray(metrics["eval_return"])
+    assert np.isfinite(evals[:, TOY.updates_per_period - 1::TOY.updates_per_period]).all()
+    assert np.isnan(evals[:, ::TOY.updates_per_period]).all()
+    np.testing.assert_array_equal(metrics["env_steps"][0],
+                                  TOY.steps_per_update * np.arange(1, TOY.num_updates + 1))
+    assert np.asarray(metrics["version_gap_max"]).max() == 2  # lag 2 reached once pushed
+
+
+def test_vmap_over_seeds_and_hparams_equals_single_runs(ppo_vmapped):
+    train, keys, hparams, (batched_state, batched_metrics) = ppo_vmapped
+    single = jax.jit(train)
+    for i in range(2):
+        state, metrics = single(keys[i], jax.tree.map(lambda x: x[i], hparams))
+        for name in METRICS:
+            np.testing.assert_allclose(batched_metrics[name][i], metrics[name], rtol=2e-5,
+                                       atol=1e-6, err_msg=name)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a[i], b, rtol=2e-5, atol=1e-6),
+                     batched_state.params, state.params)
+
+
+def test_lag_zero_is_synchronous_training_bit_for_bit():
+    hp = HParams.create(lag=0.0)
+    key = jax.random.PRNGKey(7)
+    synchronous = jax.jit(make_train(TOY.replace(lag_model="fixed", buffer_capacity=1)))(key, hp)
+    for model in ("fixed", "uniform"):
+        lagged = jax.jit(make_train(TOY.replace(lag_model=model, buffer_capacity=8)))(key, hp)
+        _assert_trees_equal(lagged[0].params, synchronous[0].params)
+        _assert_trees_equal(lagged[1], synchronous[1])
+
+
+def _collect_phase(algo: str, lag: float = 2.0):
+    trainer = Trainer(TOY.replace(algo=algo, lag_model="fixed"))
+    hp = HParams.create(lag=lag, learning_rate=3e-3)
+    state = trainer.init(jax.random.PRNGKey(0), hp)
+    state, _ = jax.jit(lambda s: jax.lax.scan(lambda s, _: trainer.update(s, hp), s, None,
+                                              length=3))(state)  # versions differ from now on
+    _, data = trainer.collect(state, jax.random.PRNGKey(1), hp)
+    return trainer, hp, state, data, trainer.phase_batch(state, data, hp)
+
+
+def test_vaco_realigns_once_per_phase_with_vtrace_from_the_phase_policy():
+    trainer, hp, state, data, batch = _collect_phase("vaco")
+    values = trainer.model.value(state.params["critic"], state.obs_stats, data.obs)
+    next_values = trainer.model.value(state.params["critic"], state.obs_stats, data.next_obs)
+    log_rhos = trainer.model.log_prob(state.policy, data.obs, data.action) - data.behaviour_log_prob
+    assert np.abs(np.asarray(log_rhos)).max() > 1e-3  # the data really is stale
+    expected = estimators.vtrace(data.reward, values, next_values, hp.gamma * (1 - data.terminated),
+                                 1 - data.done, log_rhos, lambda_=hp.vtrace_lambda)
+    np.testing.assert_allclose(batch.advantages, expected[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(batch.value_targets, expected[1], rtol=1e-5, atol=1e-5)
+    # Later gradient steps move the parameters; the minibatch still sees the phase advantages.
+    moved = jax.tree.map(lambda p: p + 0.5, state.params)
+    used = trainer.minibatch_advantages(moved, batch, state.obs_stats, hp)
+    _assert_trees_equal(used, (batch.advantages, batch.value_targets))
+
+
+def test_impala_recomputes_vtrace_from_the_current_parameters_every_minibatch():
+    trainer, hp, state, _, batch = _collect_phase("impala")
+    at_phase_start = trainer.minibatch_advantages(state.params, batch, state.obs_stats, hp)
+    moved = jax.tree.map(lambda p: p + 0.5, state.params)
+    after_steps = trainer.minibatch_advantages(moved, batch, state.obs_stats, hp)
+    assert not np.allclose(at_phase_start[0], after_steps[0])
+    assert not np.allclose(at_phase_start[1], after_steps[1])
+
+
+def test_ppo_uses_gae_on_the_behaviour_data():
+    trainer, hp, state, data, batch = _collect_phase("ppo")
+    values = trainer.model.value(state.params["critic"], state.obs_stats, data.obs)
+    next_values = trainer.model.value(state.params["critic"], state.obs_stats, data.next_obs)
+    expected = estimators.gae(data.reward, values, next_values, hp.gamma * (1 - data.terminated),
+                              1 - data.done, hp.gae_lambda)
+    np.testing.assert_allclose(batch.advantages, expected[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo):
+    config = TOY.replace(algo=algo, lag_model="fixed", tv_scope="batch" if algo == "vaco" else "minibatch")
+    hp = HParams.create(lag=2.0, tv_delta=0.0, learning_rate=3e-3)  # delta 0: filter always on
+    state, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), hp)
+    assert not bool(state.diverged)
+    for name in METRICS:
+        values = np.asarray(metrics[name])
+        if name not in ("eval_return", "episode_return"):
+            assert np.isfinite(values).all(), name
+    filtered = np.asarray(metrics["filter_fraction"])
+    if algo in ("vaco", "vaco_filter_only"):
+        assert filtered.max() > 0
+    else:
+        assert (filtered == 0).all()
+    if algo in ("ppo", "vaco_realign_only", "decoupled_ppo", "ppo_ess"):
+        assert np.asarray(metrics["clip_fraction"]).max() > 0
+    if algo == "ppo_kl":
+        assert not np.allclose(metrics["kl_coef"], hp.kl_coef)  # adapted towards the target
+
+
+def test_divergence_freezes_only_the_failing_run():
+    train = jax.jit(jax.vmap(make_train(TOY)))
+    hparams = HParams.stack([HParams.create(learning_rate=3e-4), HParams.create(learning_rate=1e30)])
+    state, metrics = train(jnp.stack([jax.random.PRNGKey(0)] * 2), hparams)
+    assert not bool(state.diverged[0]) and bool(state.diverged[1])
+    at = int(state.diverged_at[1])
+    assert 0 <= at < TOY.num_updates
+    diverged = np.asarray(metrics["diverged"])
+    np.testing.assert_array_equal(diverged[1], np.arange(TOY.num_updates) >= at)
+    assert np.isnan(np.asarray(metrics["policy_loss"])[1, at:]).all()
+    assert np.isfinite(np.asarray(metrics["policy_loss"])[0]).all()
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(state.params))  # frozen, finite

@@ -1,0 +1,132 @@
+"""The algorithm registry: each algorithm is a small composition of library pieces.
+
+An `Algorithm` names its advantage estimator, its policy surrogate (with any filter or
+stabiliser applied inside it) and its optimiser transforms. The engine supplies the surrogate
+with `PolicyTerms`, the per-sample quantities every surrogate may need. Adding an algorithm is
+one entry in `ALGORITHMS`.
+
+Advantage estimators:
+- `gae`: GAE on the behaviour data, ignoring lag (what naive asynchronous PPO does).
+- `vtrace_phase`: V-trace with the staleness ratio `pi_T / beta`, computed once per phase with
+  the phase-start policy `pi_T` and kept fixed for every epoch and minibatch (VACO's
+  realignment).
+- `vtrace_minibatch`: V-trace recomputed from the current parameters at every minibatch with the
+  behaviour ratio `pi_theta / beta` (IMPALA's on-the-fly correction); minibatches are then whole
+  environment trajectories so the recursion sees complete sequences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+from flax import struct
+
+from vaco_jax import losses
+from vaco_jax.config import HParams
+
+ADVANTAGE_ESTIMATORS = ("gae", "vtrace_phase", "vtrace_minibatch")
+
+
+@struct.dataclass
+class PolicyTerms:
+    """Per-sample inputs of a policy surrogate (flat or `[T, B]`, all the same shape)."""
+
+    log_prob: jax.Array  # under the current parameters (differentiable)
+    behaviour_log_prob: jax.Array  # under the policy that acted
+    phase_log_prob: jax.Array  # under pi_T, the learner at the start of the phase
+    advantages: jax.Array
+    tv_log_rho: jax.Array  # log-ratio to the TV filter's reference policy
+    tv: jax.Array | None  # a batch-level TV estimate overriding the minibatch one, if configured
+    kl_coef: jax.Array  # current KL penalty coefficient (adaptive for ppo_kl)
+
+
+PolicyLoss = Callable[[PolicyTerms, HParams], tuple[jax.Array, dict]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+    name: str
+    advantages: str
+    policy_loss: PolicyLoss
+    ess_scaling: bool = False
+    adaptive_kl: bool = False
+    description: str = ""
+
+    @property
+    def minibatch_over_envs(self) -> bool:
+        return self.advantages == "vtrace_minibatch"
+
+
+def _behaviour_ratio(t: PolicyTerms):
+    return t.log_prob - t.behaviour_log_prob
+
+
+def _phase_ratio(t: PolicyTerms):
+    return t.log_prob - t.phase_log_prob
+
+
+def _staleness(t: PolicyTerms):
+    return t.phase_log_prob - t.behaviour_log_prob
+
+
+def _ppo(t: PolicyTerms, hp: HParams):
+    return losses.ppo_clip_loss(_behaviour_ratio(t), t.advantages, hp.clip_eps)
+
+
+def _ppo_kl(t: PolicyTerms, hp: HParams):
+    return losses.ppo_kl_loss(_behaviour_ratio(t), t.advantages, t.kl_coef)
+
+
+def _spo(t: PolicyTerms, hp: HParams):
+    return losses.spo_loss(_behaviour_ratio(t), t.advantages, hp.clip_eps)
+
+
+def _decoupled_ppo(t: PolicyTerms, hp: HParams):
+    return losses.decoupled_ppo_loss(_phase_ratio(t), _staleness(t), t.advantages, hp.clip_eps,
+                                     staleness_cap=hp.is_cap)
+
+
+def _impala(t: PolicyTerms, hp: HParams):
+    # The V-trace policy-gradient advantages already carry the truncated ratio min(rho_bar_pg, r).
+    return losses.policy_gradient_loss(t.log_prob, t.advantages)
+
+
+def _tv_filtered(surrogate_log_ratio: Callable[[PolicyTerms], jax.Array]) -> PolicyLoss:
+    """VACO's surrogate `-rho A`, with the samples that would raise TV dropped above `delta`.
+
+    Dropped samples contribute zero (they stay in the normalising count), so filtering removes
+    gradient directions without rescaling the rest.
+    """
+    def loss(t: PolicyTerms, hp: HParams):
+        keep, filter_metrics = losses.tv_filter_mask(t.tv_log_rho, t.advantages, hp.tv_delta, tv=t.tv)
+        value, metrics = losses.importance_sampled_loss(surrogate_log_ratio(t), t.advantages,
+                                                        weights=keep)
+        return value, {**metrics, **filter_metrics}
+    return loss
+
+
+def _realigned_ppo(t: PolicyTerms, hp: HParams):
+    return losses.ppo_clip_loss(_phase_ratio(t), t.advantages, hp.clip_eps)
+
+
+ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
+    Algorithm("ppo", "gae", _ppo,
+              description="PPO-clip on the behaviour ratio pi_theta/beta (naive asynchronous PPO)"),
+    Algorithm("ppo_kl", "gae", _ppo_kl, adaptive_kl=True,
+              description="PPO with a KL(beta || pi_theta) penalty, adaptive coefficient"),
+    Algorithm("spo", "gae", _spo, description="Simple policy optimisation (quadratic ratio penalty)"),
+    Algorithm("decoupled_ppo", "gae", _decoupled_ppo,
+              description="Clip pi_theta/pi_T, weight by truncated staleness pi_T/beta (Hilton et al.)"),
+    Algorithm("impala", "vtrace_minibatch", _impala,
+              description="IMPALA policy gradient, V-trace recomputed every minibatch"),
+    Algorithm("vaco", "vtrace_phase", _tv_filtered(_phase_ratio),
+              description="VACO: V-trace realignment once per phase + TV filtering of gradients"),
+    Algorithm("vaco_filter_only", "gae", _tv_filtered(_behaviour_ratio),
+              description="VACO ablation: TV filter on GAE advantages, no realignment"),
+    Algorithm("vaco_realign_only", "vtrace_phase", _realigned_ppo,
+              description="VACO ablation: PPO-clip on realigned advantages, no filter"),
+    Algorithm("ppo_ess", "gae", _decoupled_ppo, ess_scaling=True,
+              description="Decoupled PPO with truncated IS (is_cap) and VCPO's ESS learning-rate scaling"),
+)}

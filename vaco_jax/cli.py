@@ -1,0 +1,141 @@
+"""Command line: `vaco-jax train | sweep | report`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from vaco_jax.config import LAG_MODELS, HParams, TrainConfig
+
+
+def parse_lag(text: str) -> tuple[str, float]:
+    """`MODEL:PARAM`, e.g. `fixed:0` (synchronous), `uniform:3`, `geometric:0.5`."""
+    model, sep, param = text.partition(":")
+    if not sep or model not in LAG_MODELS:
+        raise argparse.ArgumentTypeError(
+            f"--lag must be MODEL:PARAM with MODEL one of {', '.join(LAG_MODELS)} (e.g. fixed:0, "
+            f"uniform:3, geometric:0.5), got {text!r}")
+    try:
+        return model, float(param)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lag parameter must be a number, got {param!r}") from None
+
+
+def parse_hparam(text: str) -> tuple[str, float]:
+    name, sep, value = text.partition("=")
+    if not sep or name not in HParams.field_names():
+        raise argparse.ArgumentTypeError(
+            f"--hparam must be NAME=VALUE with NAME one of {', '.join(HParams.field_names())}, "
+            f"got {text!r}")
+    try:
+        return name, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--hparam {name} needs a number, got {value!r}") from None
+
+
+def _int_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _add_train_parser(subparsers) -> None:
+    defaults = TrainConfig()
+    p = subparsers.add_parser("train", help="train one algorithm on one task over vmapped seeds",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--env", default=defaults.env, help="task name")
+    p.add_argument("--backend", default=None, help="physics backend (default: the task's, mjx)")
+    p.add_argument("--algo", default=defaults.algo, help="algorithm from the registry")
+    p.add_argument("--lag", type=parse_lag, default=("fixed", 0.0),
+                   help="backward lag MODEL:PARAM; fixed:0 is synchronous")
+    p.add_argument("--seeds", type=int, default=2, help="number of vmapped seeds (0..N-1)")
+    p.add_argument("--seed-offset", type=int, default=0, help="first seed")
+    p.add_argument("--total-steps", type=int, default=defaults.total_steps,
+                   help="environment steps per run")
+    p.add_argument("--num-envs", type=int, default=defaults.num_envs)
+    p.add_argument("--rollout-length", type=int, default=defaults.rollout_length)
+    p.add_argument("--epochs", type=int, default=defaults.epochs)
+    p.add_argument("--minibatches", type=int, default=defaults.minibatches)
+    p.add_argument("--buffer-capacity", type=int, default=defaults.buffer_capacity,
+                   help="policy buffer size K")
+    p.add_argument("--episode-length", type=int, default=defaults.episode_length)
+    p.add_argument("--eval-every", type=int, default=defaults.eval_every,
+                   help="updates between evaluations")
+    p.add_argument("--num-eval-envs", type=int, default=defaults.num_eval_envs)
+    p.add_argument("--actor-hidden", type=_int_tuple, default=defaults.actor_hidden)
+    p.add_argument("--critic-hidden", type=_int_tuple, default=defaults.critic_hidden)
+    p.add_argument("--tv-reference", default=defaults.tv_reference)
+    p.add_argument("--tv-scope", default=defaults.tv_scope)
+    p.add_argument("--acting", default=defaults.acting,
+                   help="per-environment policy strategy: gather or select")
+    p.add_argument("--hparam", type=parse_hparam, action="append", default=[],
+                   metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
+    p.add_argument("--chunk-periods", type=int, default=None,
+                   help="evaluation periods per compiled chunk (checkpoint interval)")
+    p.add_argument("--out", default="runs/train", help="output folder")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue the interrupted run in DIR (its config.json is used)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _train(args) -> int:
+    from vaco_jax.driver import Driver, TrainingResult
+
+    if args.resume:
+        driver = Driver.from_run_dir(args.resume)
+        result = driver.run(args.resume, chunk_periods=args.chunk_periods, resume=True,
+                            progress=not args.no_progress)
+        out = args.resume
+    else:
+        lag_model, lag = args.lag
+        config = TrainConfig(
+            env=args.env, backend=args.backend, algo=args.algo, num_envs=args.num_envs,
+            rollout_length=args.rollout_length, total_steps=args.total_steps, epochs=args.epochs,
+            minibatches=args.minibatches, buffer_capacity=args.buffer_capacity,
+            lag_model=lag_model, episode_length=args.episode_length, eval_every=args.eval_every,
+            num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
+            critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
+            tv_scope=args.tv_scope, acting=args.acting)
+        hparams = HParams.create(lag=lag, **dict(args.hparam))
+        seeds = range(args.seed_offset, args.seed_offset + args.seeds)
+        driver = Driver(config, hparams, seeds)
+        result = driver.run(args.out, chunk_periods=args.chunk_periods, overwrite=args.overwrite,
+                            progress=not args.no_progress)
+        out = args.out
+    _print_summary(result, out)
+    return 0
+
+
+def _print_summary(result, out: str) -> None:
+    import numpy as np
+
+    final = result.table().groupby("seed")["eval_return"].agg(
+        lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
+    initial = result.metrics["eval_return"][:, 0]
+    print(f"\n{result.config.algo} on {result.config.env}: {result.updates_done} updates, "
+          f"{result.updates_done * result.config.steps_per_update:,} env steps per seed")
+    for (seed, value), start, diverged, at in zip(final.items(), initial, result.diverged,
+                                                  result.diverged_at):
+        note = f"  DIVERGED at update {at}" if diverged else ""
+        print(f"  seed {seed}: eval return {start:.2f} -> {value:.2f}{note}")
+    print(f"results: {out}/metrics.csv, {out}/metrics.parquet, {out}/config.json, "
+          f"{out}/status.json, checkpoint in {out}/checkpoint/")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vaco-jax", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_train_parser(subparsers)
+    args = parser.parse_args(argv)
+    try:
+        return {"train": _train}[args.command](args)
+    except (ValueError, FileExistsError, FileNotFoundError) as error:
+        print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

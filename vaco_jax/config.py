@@ -1,0 +1,210 @@
+"""Run configuration: structural fields (static) and numeric hyper-parameters (traced).
+
+`TrainConfig` fixes the shape of the compiled program: changing any of its fields compiles
+a new program. `HParams` holds the numeric hyper-parameters as pytree leaves, so one compiled
+program can be `jax.vmap`-ed over seeds and hyper-parameter values alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor")
+TV_REFERENCES = ("phase", "behaviour")
+TV_SCOPES = ("minibatch", "batch")
+ACTING_STRATEGIES = ("gather", "select")
+ADVANTAGE_NORMALIZATIONS = ("scale", "standardize", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Structural settings of one training program (static under `jit`)."""
+
+    env: str = "inverted_double_pendulum"
+    backend: str | None = None  # None: the task's default (MJX for Brax tasks)
+    algo: str = "ppo"
+    num_envs: int = 64
+    rollout_length: int = 32
+    total_steps: int = 100_000
+    epochs: int = 4
+    minibatches: int = 4
+    buffer_capacity: int = 16
+    lag_model: str = "fixed"
+    episode_length: int = 1000
+    actor_hidden: tuple[int, ...] = (64, 64)
+    critic_hidden: tuple[int, ...] = (64, 64)
+    normalize_observations: bool = True
+    # `scale` divides minibatch advantages by their std and keeps their signs. Subtracting the
+    # mean (`standardize`) biases surrogates whose ratio is not taken to the behaviour policy
+    # (VACO, decoupled PPO): E_beta[grad pi_theta/pi_T] != 0 once beta != pi_T.
+    advantage_normalization: str = "scale"
+    adaptive_kl: bool = True
+    eval_every: int = 10
+    num_eval_envs: int = 16
+    tv_reference: str = "phase"
+    tv_scope: str = "minibatch"
+    acting: str = "gather"
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.num_envs * self.rollout_length
+
+    @property
+    def updates_per_period(self) -> int:
+        """Updates between two evaluations (never more than the whole run)."""
+        return max(1, min(self.eval_every, self.total_steps // self.steps_per_update))
+
+    @property
+    def num_periods(self) -> int:
+        """Evaluation periods; `total_steps` is rounded up to whole periods."""
+        updates = max(1, math.ceil(self.total_steps / self.steps_per_update))
+        return math.ceil(updates / self.updates_per_period)
+
+    @property
+    def num_updates(self) -> int:
+        return self.num_periods * self.updates_per_period
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"unknown TrainConfig field(s) {unknown}; allowed: {sorted(known)}")
+        converted = {
+            name: tuple(value) if isinstance(value, list) else value for name, value in values.items()
+        }
+        return cls(**converted)
+
+
+@struct.dataclass
+class HParams:
+    """Numeric hyper-parameters; every field is a pytree leaf and may carry a leading vmap axis.
+
+    `lag` is the parameter of the configured lag model: the (maximum) number of versions a
+    behaviour policy lags behind the learner for `fixed`, `uniform` and `per_actor`, and the
+    success probability `p` of the truncated geometric distribution for `geometric`.
+    """
+
+    learning_rate: Any = 3e-4
+    clip_eps: Any = 0.2
+    tv_delta: Any = 0.2
+    lag: Any = 0.0
+    gamma: Any = 0.99
+    gae_lambda: Any = 0.95
+    vtrace_lambda: Any = 1.0
+    rho_bar: Any = 1.0
+    c_bar: Any = 1.0
+    rho_bar_pg: Any = 1.0
+    is_cap: Any = 8.0
+    ess_target: Any = 0.5
+    kl_coef: Any = 0.2
+    kl_target: Any = 0.01
+    entropy_coef: Any = 0.0
+    value_coef: Any = 0.5
+    max_grad_norm: Any = 0.5
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def create(cls, **values: Any) -> "HParams":
+        """Builds `HParams` with float32 leaves, rejecting unknown names."""
+        unknown = sorted(set(values) - set(cls.field_names()))
+        if unknown:
+            raise ValueError(f"unknown hyper-parameter(s) {unknown}; allowed: {list(cls.field_names())}")
+        merged = {**{n: getattr(cls(), n) for n in cls.field_names()}, **values}
+        return cls(**{n: jnp.asarray(v, jnp.float32) for n, v in merged.items()})
+
+    @classmethod
+    def stack(cls, runs: list["HParams"]) -> "HParams":
+        """Stacks per-run hyper-parameters along a new leading axis for `vmap`."""
+        return cls(**{n: jnp.stack([jnp.asarray(getattr(r, n), jnp.float32) for r in runs])
+                      for n in cls.field_names()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {n: np.asarray(getattr(self, n)).tolist() for n in self.field_names()}
+
+
+def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{field}={value!r} is not supported; allowed values: {', '.join(allowed)}")
+
+
+def _positive_int(field: str, value: Any) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{field} must be a positive integer, got {value!r}")
+
+
+def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
+    """Raises `ValueError` naming the field and its allowed values; runs before any compilation."""
+    from vaco_jax import algorithms, envs  # local: both registries import this module
+
+    _choice("env", config.env, envs.ENV_NAMES)
+    if config.backend is not None:
+        _choice("backend", config.backend, envs.backends_for(config.env))
+    _choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
+    _choice("lag_model", config.lag_model, LAG_MODELS)
+    _choice("tv_reference", config.tv_reference, TV_REFERENCES)
+    _choice("tv_scope", config.tv_scope, TV_SCOPES)
+    _choice("acting", config.acting, ACTING_STRATEGIES)
+    _choice("advantage_normalization", config.advantage_normalization, ADVANTAGE_NORMALIZATIONS)
+    for name in ("num_envs", "rollout_length", "total_steps", "epochs", "minibatches",
+                 "buffer_capacity", "episode_length", "eval_every", "num_eval_envs"):
+        _positive_int(name, getattr(config, name))
+    for name in ("actor_hidden", "critic_hidden"):
+        sizes = getattr(config, name)
+        if not isinstance(sizes, tuple) or not sizes or any(
+                not isinstance(s, int) or s <= 0 for s in sizes):
+            raise ValueError(f"{name} must be a non-empty tuple of positive integers, got {sizes!r}")
+    if algorithms.ALGORITHMS[config.algo].minibatch_over_envs:
+        if config.num_envs % config.minibatches:
+            raise ValueError(
+                f"num_envs={config.num_envs} must be divisible by minibatches={config.minibatches} "
+                f"for algo={config.algo!r}, whose minibatches are whole environment trajectories")
+    elif config.steps_per_update % config.minibatches:
+        raise ValueError(
+            f"num_envs * rollout_length = {config.steps_per_update} must be divisible by "
+            f"minibatches={config.minibatches}")
+    if hparams is not None:
+        validate_hparams(config, hparams)
+
+
+def validate_hparams(config: TrainConfig, hparams: HParams) -> None:
+    values = {n: np.asarray(getattr(hparams, n), np.float64) for n in HParams.field_names()}
+    for name, array in values.items():
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"hyper-parameter {name} must be finite, got {array.tolist()}")
+    for name in ("learning_rate", "clip_eps", "rho_bar", "c_bar", "rho_bar_pg", "is_cap",
+                 "ess_target", "max_grad_norm"):
+        if np.any(values[name] <= 0):
+            raise ValueError(f"hyper-parameter {name} must be > 0, got {values[name].tolist()}")
+    for name in ("tv_delta", "kl_coef", "kl_target", "entropy_coef", "value_coef"):
+        if np.any(values[name] < 0):
+            raise ValueError(f"hyper-parameter {name} must be >= 0, got {values[name].tolist()}")
+    for name in ("gamma", "gae_lambda", "vtrace_lambda"):
+        if np.any((values[name] < 0) | (values[name] > 1)):
+            raise ValueError(f"hyper-parameter {name} must lie in [0, 1], got {values[name].tolist()}")
+    lag = values["lag"]
+    if config.lag_model == "geometric":
+        if np.any((lag <= 0) | (lag > 1)):
+            raise ValueError(f"lag for lag_model='geometric' is the probability p and must lie in "
+                             f"(0, 1], got {lag.tolist()}")
+    else:
+        max_lag = config.buffer_capacity - 1
+        if np.any((lag < 0) | (lag > max_lag) | (lag != np.round(lag))):
+            raise ValueError(
+                f"lag for lag_model={config.lag_model!r} must be an integer in [0, {max_lag}] "
+                f"(buffer_capacity - 1, buffer_capacity={config.buffer_capacity}), got {lag.tolist()}")

@@ -1,0 +1,241 @@
+"""The chunked driver: runs vmapped seeds chunk by chunk with progress, checkpoints and outputs.
+
+A chunk is a whole number of evaluation periods executed by one compiled call of
+`Trainer.run` vmapped over runs (seeds and hyper-parameter values). Between chunks the driver
+updates the progress bar, reports runs that diverged, writes the metrics so far and saves an
+Orbax checkpoint of the complete state, so `resume=True` continues exactly where it stopped.
+
+Files written to the output folder:
+- `config.json`: the resolved `TrainConfig`, each run's seed and hyper-parameters;
+- `metrics.csv` and `metrics.parquet`: one row per run per update, plus an update-0 row holding
+  the initial policy's evaluation;
+- `status.json`: progress and, per run, whether and when it diverged;
+- `checkpoint/`: the newest checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from vaco_jax import io
+from vaco_jax.checkpoint import Checkpoints
+from vaco_jax.config import HParams, TrainConfig, validate
+from vaco_jax.train import METRICS, Trainer, TrainState
+
+
+@dataclasses.dataclass
+class TrainingResult:
+    config: TrainConfig
+    seeds: list[int]
+    hparams: HParams  # leaves [R]
+    metrics: dict[str, np.ndarray]  # [R, num_updates + 1]; row 0 is the initial evaluation
+    diverged: np.ndarray  # [R] bool
+    diverged_at: np.ndarray  # [R] int, -1 where the run stayed finite
+    updates_done: int
+    state: TrainState | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.updates_done == self.config.num_updates
+
+    def table(self) -> pd.DataFrame:
+        """One row per run per update (update 0 = initial evaluation)."""
+        num_runs, num_rows = self.metrics["eval_return"].shape
+        rows = self.updates_done + 1
+        frame = {"run": np.repeat(np.arange(num_runs), rows),
+                 "seed": np.repeat(np.asarray(self.seeds), rows),
+                 "update": np.tile(np.arange(rows), num_runs)}
+        for name in METRICS:
+            frame[name] = self.metrics[name][:, :rows].reshape(-1)
+        return pd.DataFrame(frame)
+
+
+def _chunk_periods(num_periods: int, requested: int | None) -> int:
+    """The largest divisor of `num_periods` not above the requested chunk length, so every
+    chunk has the same length and the program compiles once."""
+    target = requested if requested is not None else max(1, num_periods // 10)
+    target = max(1, min(target, num_periods))
+    return max(d for d in range(1, target + 1) if num_periods % d == 0)
+
+
+class Driver:
+    """Runs one `TrainConfig` for several runs (`seeds[i]` with `hparams[i]`) in one program."""
+
+    def __init__(self, config: TrainConfig, hparams: HParams, seeds: Sequence[int]):
+        seeds = [int(s) for s in seeds]
+        hparams = _broadcast_hparams(hparams, len(seeds))
+        validate(config, hparams)
+        self.config, self.hparams, self.seeds = config, hparams, seeds
+        self.trainer = Trainer(config)
+        self._init = jax.jit(jax.vmap(self.trainer.init))
+        self._evaluate = jax.jit(jax.vmap(self.trainer.evaluate))
+        self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2)
+
+    @classmethod
+    def from_run_dir(cls, out_dir: str | os.PathLike) -> "Driver":
+        """Rebuilds the driver of the run saved in `out_dir` (from its `config.json`)."""
+        path = Path(out_dir) / "config.json"
+        if not path.exists():
+            raise FileNotFoundError(f"cannot resume: {str(path)!r} does not exist")
+        saved = json.loads(path.read_text())
+        hparams = HParams(**{k: jnp.asarray(v, jnp.float32) for k, v in saved["hparams"].items()})
+        return cls(TrainConfig.from_dict(saved["config"]), hparams, saved["seeds"])
+
+    @property
+    def num_runs(self) -> int:
+        return len(self.seeds)
+
+    def _keys(self, salt: int) -> jax.Array:
+        return jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(s), salt))(
+            jnp.asarray(self.seeds, jnp.uint32))
+
+    def initial(self) -> tuple[TrainState, dict[str, np.ndarray]]:
+        state = self._init(self._keys(0), self.hparams)
+        metrics = {name: np.full((self.num_runs, self.config.num_updates + 1), np.nan, np.float32)
+                   for name in METRICS}
+        metrics["eval_return"][:, 0] = np.asarray(self._evaluate(state, self._keys(1)))
+        metrics["env_steps"][:, 0] = 0.0
+        metrics["diverged"][:, 0] = 0.0
+        return state, metrics
+
+    def run(self, out_dir: str | os.PathLike | None = None, *, chunk_periods: int | None = None,
+            max_chunks: int | None = None, resume: bool = False, overwrite: bool = False,
+            progress: bool = True) -> TrainingResult:
+        """Trains every run to `config.num_updates` (or `max_chunks` chunks), writing results
+        and checkpoints into `out_dir` when given."""
+        cfg = self.config
+        out = Path(out_dir) if out_dir is not None else None
+        checkpoints = None
+        if out is not None:
+            if resume:
+                self._check_resumable(out)
+            else:
+                io.prepare_output_dir(out, overwrite=overwrite)
+                io.write_json(out / "config.json", self.describe())
+            checkpoints = Checkpoints(out / "checkpoint")
+        state, metrics = self.initial()
+        periods_done = 0
+        if resume and checkpoints is not None and checkpoints.latest_step() is not None:
+            periods_done = checkpoints.latest_step()
+            restored = checkpoints.restore(periods_done, {"state": state, "metrics": metrics})
+            state, metrics = restored["state"], {k: np.asarray(v) for k, v in restored["metrics"].items()}
+
+        per_chunk = _chunk_periods(cfg.num_periods, chunk_periods)
+        updates_per_chunk = per_chunk * cfg.updates_per_period
+        total_steps = cfg.num_updates * cfg.steps_per_update * self.num_runs
+        bar = tqdm(total=total_steps, initial=periods_done * cfg.updates_per_period
+                   * cfg.steps_per_update * self.num_runs, unit="step", unit_scale=True,
+                   disable=not progress, dynamic_ncols=True, desc=f"{cfg.algo} on {cfg.env}")
+        reported = set()
+        chunks = 0
+        try:
+            while periods_done < cfg.num_periods and (max_chunks is None or chunks < max_chunks):
+                start = time.perf_counter()
+                state, chunk_metrics = self._run(state, self.hparams, per_chunk)
+                first = periods_done * cfg.updates_per_period + 1
+                for name, values in chunk_metrics.items():
+                    metrics[name][:, first:first + updates_per_chunk] = np.asarray(values)
+                periods_done += per_chunk
+                chunks += 1
+                result = self._result(metrics, state, periods_done)
+                self._report_divergence(result, reported, bar)
+                steps = updates_per_chunk * cfg.steps_per_update * self.num_runs
+                bar.update(steps)
+                bar.set_postfix(steps_per_s=f"{steps / (time.perf_counter() - start):,.0f}",
+                                eval_return=f"{np.nanmean(_latest(metrics['eval_return'])):.2f}")
+                if out is not None:
+                    self._write(out, result)
+                    checkpoints.save(periods_done, {"state": state, "metrics": metrics})
+                if result.diverged.all():
+                    bar.write("every run diverged; stopping")
+                    break
+        finally:
+            bar.close()
+            if checkpoints is not None:
+                checkpoints.close()
+        result = self._result(metrics, state, periods_done)
+        if out is not None:
+            self._write(out, result)
+        return result
+
+    # ---------------------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        cfg = self.config
+        return {"config": cfg.to_dict(), "seeds": self.seeds, "hparams": self.hparams.to_dict(),
+                "num_updates": cfg.num_updates, "steps_per_update": cfg.steps_per_update,
+                "updates_per_period": cfg.updates_per_period}
+
+    def _check_resumable(self, out: Path) -> None:
+        path = out / "config.json"
+        if not path.exists():
+            raise FileNotFoundError(f"cannot resume: {str(path)!r} does not exist")
+        saved = json.loads(path.read_text())
+        current = json.loads(json.dumps(self.describe()))
+        if saved != current:
+            raise ValueError(f"cannot resume {str(out)!r}: its config.json describes a different run")
+
+    def _result(self, metrics, state, periods_done) -> TrainingResult:
+        diverged_at = np.asarray(state.diverged_at)
+        return TrainingResult(config=self.config, seeds=self.seeds, hparams=self.hparams,
+                              metrics=metrics, diverged=np.asarray(state.diverged),
+                              diverged_at=diverged_at,
+                              updates_done=periods_done * self.config.updates_per_period,
+                              state=state)
+
+    def _report_divergence(self, result: TrainingResult, reported: set, bar) -> None:
+        for run in np.flatnonzero(result.diverged):
+            if run not in reported:
+                reported.add(run)
+                bar.write(f"run {run} (seed {self.seeds[run]}) diverged: non-finite loss or "
+                          f"parameters at update {result.diverged_at[run]}; it is stopped, the "
+                          f"other runs continue")
+
+    def _write(self, out: Path, result: TrainingResult) -> None:
+        table = result.table()
+        io.write_table(out / "metrics.csv", table)
+        io.write_table(out / "metrics.parquet", table)
+        io.write_json(out / "status.json", {
+            "updates_done": result.updates_done, "num_updates": self.config.num_updates,
+            "complete": result.complete,
+            "runs": [{"run": i, "seed": s, "diverged": bool(result.diverged[i]),
+                      "diverged_at": int(result.diverged_at[i]),
+                      "final_eval_return": float(_latest(result.metrics["eval_return"])[i])}
+                     for i, s in enumerate(self.seeds)]})
+
+
+def _latest(values: np.ndarray) -> np.ndarray:
+    """Per run, the last finite entry (NaN where there is none)."""
+    finite = np.isfinite(values)
+    index = np.where(finite.any(axis=1), values.shape[1] - 1 - np.argmax(finite[:, ::-1], axis=1), 0)
+    latest = values[np.arange(values.shape[0]), index]
+    return np.where(finite.any(axis=1), latest, np.nan)
+
+
+def _broadcast_hparams(hparams: HParams, num_runs: int) -> HParams:
+    def expand(x):
+        x = jnp.asarray(x, jnp.float32)
+        if x.ndim == 0:
+            return jnp.broadcast_to(x, (num_runs,))
+        if x.shape != (num_runs,):
+            raise ValueError(f"hyper-parameter leaves must be scalars or have shape ({num_runs},) "
+                             f"(one value per seed), got shape {x.shape}")
+        return x
+    return jax.tree.map(expand, hparams)
+
+
+def train(config: TrainConfig, hparams: HParams | None = None, seeds: Sequence[int] = (0,),
+          out_dir: str | os.PathLike | None = None, **run_options) -> TrainingResult:
+    """Convenience entry point: `Driver(config, hparams, seeds).run(out_dir, **run_options)`."""
+    return Driver(config, hparams if hparams is not None else HParams.create(), seeds).run(
+        out_dir, **run_options)

@@ -1,0 +1,37 @@
+"""The adapter interface between the training engine and a JAX environment.
+
+An adapter wraps ONE environment instance (the engine vectorises with `jax.vmap`) and exposes:
+
+- `observation_size: int` and `action_size: int`;
+- `reset(key) -> EnvState` and `step(state, action) -> EnvState`, both pure and jittable, with
+  actions in `[-1, 1]^action_size`.
+
+`EnvState.terminated` marks a true termination (the task ended; its value is not bootstrapped).
+Time limits, auto-reset and episode statistics belong to the engine (`vaco_jax.envs.episodes`),
+so an adapter never truncates. Any JAX environment (MuJoCo Playground, gymnax, ...) is added by
+writing such an adapter and registering it in `vaco_jax.envs`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import jax
+from flax import struct
+
+
+@struct.dataclass
+class EnvState:
+    physics: Any  # the wrapped environment's own state pytree
+    obs: jax.Array  # [observation_size] float32
+    reward: jax.Array  # [] float32
+    terminated: jax.Array  # [] float32, 1.0 where the episode ended by termination
+
+
+class Environment(Protocol):
+    observation_size: int
+    action_size: int
+
+    def reset(self, key: jax.Array) -> EnvState: ...
+
+    def step(self, state: EnvState, action: jax.Array) -> EnvState: ...

@@ -1,0 +1,117 @@
+"""The ring buffer of past policies, lag models, and acting with per-environment policies.
+
+The buffer holds the last `K` policies (actor parameters with their normaliser statistics) as
+one pytree whose leaves carry a leading `[K]` axis. Every finished optimisation phase pushes the
+learner's policy, so the policy of version `v` lives in slot `v % K`. At the start of every
+rollout each environment draws the lag of its behaviour policy, in versions behind the newest.
+Lags are capped by what has been pushed so far, so the first updates of a run use the oldest
+policy available.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from vaco_jax.networks import ActorCritic, Policy
+
+
+@struct.dataclass
+class PolicyBuffer:
+    policies: Policy  # leaves [K, ...]
+    latest_version: jax.Array  # [] int32, version of the newest policy (pushes so far)
+
+    @property
+    def capacity(self) -> int:
+        return jax.tree.leaves(self.policies)[0].shape[0]
+
+
+def init_buffer(policy: Policy, capacity: int) -> PolicyBuffer:
+    policies = jax.tree.map(lambda x: jnp.broadcast_to(x, (capacity,) + x.shape), policy)
+    return PolicyBuffer(policies=policies, latest_version=jnp.zeros((), jnp.int32))
+
+
+def push(buffer: PolicyBuffer, policy: Policy) -> PolicyBuffer:
+    version = buffer.latest_version + 1
+    slot = version % buffer.capacity
+    policies = jax.tree.map(lambda stack, x: stack.at[slot].set(x), buffer.policies, policy)
+    return PolicyBuffer(policies=policies, latest_version=version)
+
+
+def newest(buffer: PolicyBuffer) -> Policy:
+    slot = buffer.latest_version % buffer.capacity
+    return jax.tree.map(lambda stack: stack[slot], buffer.policies)
+
+
+def sample_lags(key: jax.Array, lag_model: str, lag: jax.Array, num_envs: int, capacity: int,
+                per_actor_lags: jax.Array) -> jax.Array:
+    """Draws each environment's lag (int32 `[E]`) for one rollout under `lag_model`.
+
+    `fixed`: every environment lags `lag` versions. `uniform`: lags uniform over `{0..lag}`.
+    `geometric`: `P(j) ∝ p (1-p)^j` for `j < K`, with `p = lag`. `per_actor`: the constant lags
+    drawn once per environment at initialisation (`per_actor_lags`).
+    """
+    if lag_model == "fixed":
+        return jnp.full((num_envs,), jnp.round(lag), jnp.int32)
+    if lag_model == "uniform":
+        return jax.random.randint(key, (num_envs,), 0, jnp.round(lag).astype(jnp.int32) + 1)
+    if lag_model == "geometric":
+        steps = jnp.arange(capacity)
+        # The j == 0 term is written out so that p = 1 (log(0) = -inf) gives lag 0 exactly.
+        logits = jnp.where(steps == 0, 0.0, steps * jnp.log1p(-lag))
+        return jax.random.categorical(key, logits, shape=(num_envs,)).astype(jnp.int32)
+    if lag_model == "per_actor":
+        return per_actor_lags
+    raise ValueError(f"lag_model={lag_model!r} is not supported")
+
+
+def init_per_actor_lags(key: jax.Array, lag: jax.Array, num_envs: int) -> jax.Array:
+    return jax.random.randint(key, (num_envs,), 0, jnp.round(lag).astype(jnp.int32) + 1)
+
+
+def effective_lags(buffer: PolicyBuffer, lags: jax.Array) -> jax.Array:
+    """Lags capped by the versions pushed so far and by the capacity."""
+    return jnp.minimum(lags, jnp.minimum(buffer.latest_version, buffer.capacity - 1))
+
+
+@struct.dataclass
+class Behaviour:
+    """The behaviour policies of one rollout: the buffer and each environment's slot."""
+
+    buffer: PolicyBuffer
+    slots: jax.Array  # [E] int32
+    versions: jax.Array  # [E] int32
+    gathered: Policy | None  # leaves [E, ...] for the `gather` strategy
+
+
+def make_behaviour(buffer: PolicyBuffer, lags: jax.Array, acting: str) -> Behaviour:
+    versions = buffer.latest_version - lags
+    slots = versions % buffer.capacity
+    gathered = None
+    if acting == "gather":
+        gathered = jax.tree.map(lambda stack: stack[slots], buffer.policies)
+    return Behaviour(buffer=buffer, slots=slots, versions=versions, gathered=gathered)
+
+
+def behaviour_distribution(model: ActorCritic, behaviour: Behaviour, obs: jax.Array,
+                           acting: str) -> tuple[jax.Array, jax.Array]:
+    """Action distribution of each environment's own behaviour policy for `obs` `[E, obs]`.
+
+    When every environment acts with the newest policy the shared-policy branch runs, which is
+    exactly the synchronous computation, so lag 0 reproduces synchronous training bit for bit.
+    """
+    def shared(_):
+        return model.distribution(newest(behaviour.buffer), obs)
+
+    def per_environment(_):
+        if acting == "gather":
+            return jax.vmap(model.distribution)(behaviour.gathered, obs)
+        # `select`: every snapshot acts on every environment, each keeps its own policy's output.
+        means, log_stds = jax.vmap(model.distribution, in_axes=(0, None))(
+            behaviour.buffer.policies, obs)
+        pick = lambda x: jnp.take_along_axis(x, behaviour.slots[None, :, None], axis=0)[0]
+        return pick(means), pick(log_stds)
+
+    all_newest = jnp.all(behaviour.versions == behaviour.buffer.latest_version)
+    return jax.lax.cond(all_newest, shared, per_environment, None)

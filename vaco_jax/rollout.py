@@ -1,0 +1,77 @@
+"""Rollouts: every environment steps with its own behaviour policy inside one `lax.scan`."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from vaco_jax.envs import Environment
+from vaco_jax.envs.episodes import EpisodeState, reset_episodes, step_episodes
+from vaco_jax.networks import ActorCritic, gaussian_log_prob
+from vaco_jax.policy_buffer import Behaviour, behaviour_distribution
+
+
+@struct.dataclass
+class Transitions:
+    """One rollout, time-major: leaves `[T, E, ...]`."""
+
+    obs: jax.Array
+    action: jax.Array  # unclipped sample; the environment received it clipped to [-1, 1]
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    next_obs: jax.Array  # true next observation, the final one where the episode ended
+    behaviour_log_prob: jax.Array
+    behaviour_version: jax.Array  # int32
+    completed_return: jax.Array  # finished episode's return where it ended, else 0
+
+    @property
+    def done(self) -> jax.Array:
+        return jnp.maximum(self.terminated, self.truncated)
+
+
+def rollout(env: Environment, model: ActorCritic, behaviour: Behaviour, episodes: EpisodeState,
+            key: jax.Array, *, length: int, episode_length: int,
+            acting: str) -> tuple[EpisodeState, Transitions]:
+    reset_key, step_key = jax.random.split(key)
+    num_envs = episodes.step_count.shape[0]
+    reset_states = reset_episodes(env, jax.random.split(reset_key, num_envs)).env
+
+    def step(state: EpisodeState, noise_key: jax.Array):
+        obs = state.env.obs
+        mean, log_std = behaviour_distribution(model, behaviour, obs, acting)
+        action = mean + jnp.exp(log_std) * jax.random.normal(noise_key, mean.shape)
+        log_prob = gaussian_log_prob(mean, log_std, action)
+        state, outcome = step_episodes(env, state, jnp.clip(action, -1.0, 1.0), reset_states,
+                                       episode_length)
+        record = Transitions(obs=obs, action=action, reward=outcome.reward,
+                             terminated=outcome.terminated, truncated=outcome.truncated,
+                             next_obs=outcome.next_obs, behaviour_log_prob=log_prob,
+                             behaviour_version=behaviour.versions,
+                             completed_return=outcome.completed_return)
+        return state, record
+
+    return jax.lax.scan(step, episodes, jax.random.split(step_key, length))
+
+
+def evaluate(env: Environment, model: ActorCritic, policy, key: jax.Array, *, num_envs: int,
+             episode_length: int) -> jax.Array:
+    """Mean undiscounted return of one deterministic episode (mean action) per environment."""
+    states = reset_episodes(env, jax.random.split(key, num_envs)).env
+
+    def cond(carry):
+        _, _, finished, t = carry
+        return (t < episode_length) & ~jnp.all(finished)
+
+    def body(carry):
+        states, returns, finished, t = carry
+        mean, _ = model.distribution(policy, states.obs)
+        states = jax.vmap(env.step)(states, jnp.clip(mean, -1.0, 1.0))
+        returns = returns + jnp.where(finished, 0.0, states.reward)
+        finished = finished | (states.terminated > 0)
+        return states, returns, finished, t + 1
+
+    init = (states, jnp.zeros(num_envs), jnp.zeros(num_envs, bool), jnp.zeros((), jnp.int32))
+    _, returns, _, _ = jax.lax.while_loop(cond, body, init)
+    return returns.mean()

@@ -1,0 +1,341 @@
+"""The training program: rollouts from stale policies, optimisation phases, evaluation.
+
+`make_train(config)` returns `train(key, hparams) -> (state, metrics)`, one pure function whose
+loops are all `lax.scan`s, safe under `jax.jit(jax.vmap(train))` over seeds and any leaf of
+`HParams`. `Trainer` exposes the same program in pieces (`init`, `run`, `evaluate`) for the
+chunked driver, which checkpoints between chunks.
+
+One update = one rollout of `rollout_length` steps in each of `num_envs` environments, each
+acting with its own behaviour policy from the policy buffer, followed by one optimisation phase
+(`epochs x minibatches` gradient steps), after which the learner's policy is pushed into the
+buffer. Every `updates_per_period` updates the learner is evaluated deterministically.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from vaco_jax import estimators, losses
+from vaco_jax.algorithms import ALGORITHMS, PolicyTerms
+from vaco_jax.config import HParams, TrainConfig, validate
+from vaco_jax.envs import make_env
+from vaco_jax.envs.episodes import EpisodeState, reset_episodes
+from vaco_jax.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
+                               gaussian_log_prob, init_stats, update_stats)
+from vaco_jax.policy_buffer import (PolicyBuffer, effective_lags, init_buffer,
+                                    init_per_actor_lags, make_behaviour, push, sample_lags)
+from vaco_jax.rollout import Transitions, evaluate, rollout
+
+METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "version_gap_max",
+           "tv_backward", "tv_forward", "approx_kl", "behaviour_kl", "ess_ratio", "clip_fraction",
+           "filter_fraction", "policy_loss", "value_loss", "entropy", "grad_norm", "kl_coef",
+           "diverged")
+
+
+@struct.dataclass
+class TrainState:
+    params: dict  # {"actor": ..., "critic": ...}
+    opt_state: Any
+    obs_stats: RunningStats
+    buffer: PolicyBuffer
+    episodes: EpisodeState
+    per_actor_lags: jax.Array  # [E] int32, used by the `per_actor` lag model
+    kl_coef: jax.Array
+    key: jax.Array
+    update: jax.Array  # int32, updates done
+    env_steps: jax.Array  # int32
+    diverged: jax.Array  # bool
+    diverged_at: jax.Array  # int32 update index of the first non-finite update, -1 if none
+
+    @property
+    def policy(self) -> Policy:
+        return Policy(self.params["actor"], self.obs_stats)
+
+
+@struct.dataclass
+class PhaseBatch:
+    """The data of one optimisation phase, `[T, E, ...]`."""
+
+    obs: jax.Array
+    action: jax.Array
+    reward: jax.Array
+    discounts: jax.Array
+    continuations: jax.Array
+    next_obs: jax.Array
+    behaviour_log_prob: jax.Array
+    phase_log_prob: jax.Array
+    advantages: jax.Array
+    value_targets: jax.Array
+
+
+def normalize_advantages(advantages: jax.Array, mode: str) -> jax.Array:
+    if mode == "scale":
+        return advantages / (advantages.std() + 1e-8)
+    if mode == "standardize":
+        return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    return advantages
+
+
+class Trainer:
+    """The compiled-program pieces of one `TrainConfig` (validated before anything is traced)."""
+
+    def __init__(self, config: TrainConfig):
+        validate(config)
+        self.config = config
+        self.algorithm = ALGORITHMS[config.algo]
+        self.env = make_env(config.env, config.backend)
+        self.model = ActorCritic(self.env.observation_size, self.env.action_size,
+                                 config.actor_hidden, config.critic_hidden,
+                                 config.normalize_observations)
+
+    # ----------------------------------------------------------------------------- set-up
+    def optimizer(self, hp: HParams) -> optax.GradientTransformationExtraArgs:
+        transforms = [optax.clip_by_global_norm(hp.max_grad_norm),
+                      optax.adam(hp.learning_rate, eps=1e-5)]
+        if self.algorithm.ess_scaling:
+            transforms.append(losses.scale_by_ess())
+        return optax.chain(*transforms)
+
+    def init(self, key: jax.Array, hp: HParams) -> TrainState:
+        cfg = self.config
+        key, model_key, env_key, lag_key = jax.random.split(key, 4)
+        actor_params, critic_params = self.model.init(model_key)
+        params = {"actor": actor_params, "critic": critic_params}
+        stats = init_stats(self.env.observation_size)
+        per_actor = (init_per_actor_lags(lag_key, hp.lag, cfg.num_envs)
+                     if cfg.lag_model == "per_actor" else jnp.zeros(cfg.num_envs, jnp.int32))
+        return TrainState(
+            params=params,
+            opt_state=self.optimizer(hp).init(params),
+            obs_stats=stats,
+            buffer=init_buffer(Policy(actor_params, stats), cfg.buffer_capacity),
+            episodes=reset_episodes(self.env, jax.random.split(env_key, cfg.num_envs)),
+            per_actor_lags=per_actor,
+            kl_coef=jnp.asarray(hp.kl_coef, jnp.float32),
+            key=key,
+            update=jnp.zeros((), jnp.int32),
+            env_steps=jnp.zeros((), jnp.int32),
+            diverged=jnp.zeros((), bool),
+            diverged_at=jnp.full((), -1, jnp.int32),
+        )
+
+    # ----------------------------------------------------------------------------- phase
+    def _value(self, params: dict, stats: RunningStats, obs: jax.Array) -> jax.Array:
+        return self.model.value(params["critic"], stats, obs)
+
+    def _vtrace(self, batch, values, next_values, log_rhos, hp: HParams):
+        return estimators.vtrace(batch.reward, values, next_values, batch.discounts,
+                                 batch.continuations, log_rhos, lambda_=hp.vtrace_lambda,
+                                 rho_bar=hp.rho_bar, c_bar=hp.c_bar, rho_bar_pg=hp.rho_bar_pg)
+
+    def phase_batch(self, state: TrainState, data: Transitions, hp: HParams) -> PhaseBatch:
+        phase_log_prob = self.model.log_prob(state.policy, data.obs, data.action)
+        values = self._value(state.params, state.obs_stats, data.obs)
+        next_values = self._value(state.params, state.obs_stats, data.next_obs)
+        batch = PhaseBatch(obs=data.obs, action=data.action, reward=data.reward,
+                           discounts=hp.gamma * (1.0 - data.terminated),
+                           continuations=1.0 - data.done, next_obs=data.next_obs,
+                           behaviour_log_prob=data.behaviour_log_prob,
+                           phase_log_prob=phase_log_prob,
+                           advantages=jnp.zeros_like(values), value_targets=jnp.zeros_like(values))
+        kind = self.algorithm.advantages
+        if kind == "gae":
+            adv, targets = estimators.gae(batch.reward, values, next_values, batch.discounts,
+                                          batch.continuations, hp.gae_lambda)
+        elif kind == "vtrace_phase":
+            adv, targets = self._vtrace(batch, values, next_values,
+                                        phase_log_prob - data.behaviour_log_prob, hp)
+        else:  # vtrace_minibatch: recomputed in the loss from the current parameters
+            return batch
+        return batch.replace(advantages=adv, value_targets=targets)
+
+    def _tv_log_rho(self, log_prob, mb: PhaseBatch) -> jax.Array:
+        reference = (mb.phase_log_prob if self.config.tv_reference == "phase"
+                     else mb.behaviour_log_prob)
+        return log_prob - reference
+
+    def minibatch_advantages(self, params: dict, mb: PhaseBatch, stats: RunningStats,
+                             hp: HParams) -> tuple[jax.Array, jax.Array]:
+        """Advantages and value targets a minibatch step uses (before normalisation): fixed at
+        phase start, except for `vtrace_minibatch`, which recomputes them from `params`."""
+        if self.algorithm.advantages != "vtrace_minibatch":
+            return mb.advantages, mb.value_targets
+        log_prob = self.model.log_prob(Policy(params["actor"], stats), mb.obs, mb.action)
+        return self._vtrace(mb, self._value(params, stats, mb.obs),
+                            self._value(params, stats, mb.next_obs),
+                            log_prob - mb.behaviour_log_prob, hp)
+
+    def _loss(self, params: dict, mb: PhaseBatch, stats: RunningStats, kl_coef: jax.Array,
+              tv: jax.Array | None, hp: HParams):
+        policy = Policy(params["actor"], stats)
+        mean, log_std = self.model.distribution(policy, mb.obs)
+        log_prob = gaussian_log_prob(mean, log_std, mb.action)
+        values = self._value(params, stats, mb.obs)
+        advantages, targets = self.minibatch_advantages(jax.lax.stop_gradient(params), mb, stats, hp)
+        advantages = normalize_advantages(advantages, self.config.advantage_normalization)
+        terms = PolicyTerms(log_prob=log_prob, behaviour_log_prob=mb.behaviour_log_prob,
+                            phase_log_prob=mb.phase_log_prob, advantages=advantages,
+                            tv_log_rho=self._tv_log_rho(log_prob, mb), tv=tv, kl_coef=kl_coef)
+        policy_loss, policy_metrics = self.algorithm.policy_loss(terms, hp)
+        value_loss, _ = losses.value_loss(values, targets)
+        entropy_loss, _ = losses.entropy_loss(gaussian_entropy(log_std))
+        total = policy_loss + hp.value_coef * value_loss + hp.entropy_coef * entropy_loss
+        behaviour_ratio = jax.lax.stop_gradient(log_prob - mb.behaviour_log_prob)
+        phase_ratio = jax.lax.stop_gradient(log_prob - mb.phase_log_prob)
+        metrics = {
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": -entropy_loss,
+            "clip_fraction": policy_metrics.get("clip_fraction", jnp.zeros(())),
+            "filter_fraction": policy_metrics.get("filter_fraction", jnp.zeros(())),
+            "tv_forward": losses.tv_estimate(phase_ratio),
+            "approx_kl": jnp.mean(jnp.expm1(phase_ratio) - phase_ratio),
+            "behaviour_kl": jnp.mean(jnp.expm1(behaviour_ratio) - behaviour_ratio),
+            "ess_ratio": losses.ess_ratio(mb.phase_log_prob - mb.behaviour_log_prob),
+        }
+        return total, metrics
+
+    def _minibatches(self, batch: PhaseBatch, key: jax.Array) -> PhaseBatch:
+        """Shuffles the phase batch into `[M, ...]` minibatches."""
+        cfg = self.config
+        m = cfg.minibatches
+        if self.algorithm.minibatch_over_envs:
+            order = jax.random.permutation(key, cfg.num_envs)
+
+            def split_envs(x):
+                x = x[:, order].reshape((x.shape[0], m, -1) + x.shape[2:])
+                return jnp.swapaxes(x, 0, 1)
+            return jax.tree.map(split_envs, batch)
+        order = jax.random.permutation(key, cfg.steps_per_update)
+
+        def split_samples(x):
+            flat = x.reshape((cfg.steps_per_update,) + x.shape[2:])[order]
+            return flat.reshape((m, -1) + x.shape[2:])
+        return jax.tree.map(split_samples, batch)
+
+    def _batch_tv(self, params: dict, batch: PhaseBatch, stats: RunningStats) -> jax.Array:
+        log_prob = self.model.log_prob(Policy(params["actor"], stats), batch.obs, batch.action)
+        return losses.tv_estimate(self._tv_log_rho(log_prob, batch))
+
+    def _optimise(self, state: TrainState, batch: PhaseBatch, key: jax.Array, hp: HParams):
+        tx = self.optimizer(hp)
+        grad_fn = jax.value_and_grad(self._loss, has_aux=True)
+
+        def minibatch_step(carry, mb):
+            params, opt_state, tv = carry
+            (_, metrics), grads = grad_fn(params, mb, state.obs_stats, state.kl_coef, tv, hp)
+            extra = ({"ess": metrics["ess_ratio"], "ess_target": hp.ess_target}
+                     if self.algorithm.ess_scaling else {})
+            updates, opt_state = tx.update(grads, opt_state, params, **extra)
+            metrics["grad_norm"] = optax.global_norm(grads)
+            return (optax.apply_updates(params, updates), opt_state, tv), metrics
+
+        def epoch(carry, epoch_key):
+            params, opt_state = carry
+            tv = (self._batch_tv(params, batch, state.obs_stats)
+                  if self.config.tv_scope == "batch" else None)
+            (params, opt_state, _), metrics = jax.lax.scan(
+                minibatch_step, (params, opt_state, tv), self._minibatches(batch, epoch_key))
+            return (params, opt_state), metrics
+
+        (params, opt_state), metrics = jax.lax.scan(
+            epoch, (state.params, state.opt_state), jax.random.split(key, self.config.epochs))
+        return params, opt_state, jax.tree.map(jnp.mean, metrics)
+
+    # ----------------------------------------------------------------------------- update
+    def collect(self, state: TrainState, key: jax.Array,
+                hp: HParams) -> tuple[EpisodeState, Transitions]:
+        """One rollout, each environment acting with the behaviour policy its lag selects."""
+        cfg = self.config
+        lag_key, rollout_key = jax.random.split(key)
+        lags = sample_lags(lag_key, cfg.lag_model, hp.lag, cfg.num_envs, cfg.buffer_capacity,
+                           state.per_actor_lags)
+        behaviour = make_behaviour(state.buffer, effective_lags(state.buffer, lags), cfg.acting)
+        return rollout(self.env, self.model, behaviour, state.episodes, rollout_key,
+                       length=cfg.rollout_length, episode_length=cfg.episode_length,
+                       acting=cfg.acting)
+
+    def update(self, state: TrainState, hp: HParams) -> tuple[TrainState, dict]:
+        """One rollout and one optimisation phase; a non-finite result freezes the run."""
+        cfg = self.config
+        key, collect_key, optimise_key = jax.random.split(state.key, 3)
+        episodes, data = self.collect(state, collect_key, hp)
+        batch = self.phase_batch(state, data, hp)
+        params, opt_state, metrics = self._optimise(state, batch, optimise_key, hp)
+
+        obs_stats = update_stats(state.obs_stats, data.obs) if cfg.normalize_observations \
+            else state.obs_stats
+        kl_coef = state.kl_coef
+        if self.algorithm.adaptive_kl and cfg.adaptive_kl:
+            kl_coef = losses.adaptive_kl_coef(kl_coef, metrics["behaviour_kl"], hp.kl_target)
+        new_state = state.replace(
+            params=params, opt_state=opt_state, obs_stats=obs_stats,
+            buffer=push(state.buffer, Policy(params["actor"], obs_stats)),
+            episodes=episodes, kl_coef=kl_coef, key=key, update=state.update + 1,
+            env_steps=state.env_steps + cfg.steps_per_update)
+
+        finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]
+                                   + [jnp.isfinite(metrics["policy_loss"]),
+                                      jnp.isfinite(metrics["value_loss"])]))
+        failed = state.diverged | ~finite
+        frozen = state.replace(diverged=failed,
+                               diverged_at=jnp.where(state.diverged, state.diverged_at, state.update))
+        out = jax.tree.map(lambda old, new: jnp.where(failed, old, new), frozen, new_state)
+
+        staleness = batch.phase_log_prob - batch.behaviour_log_prob
+        version_gap = (state.buffer.latest_version - data.behaviour_version).astype(jnp.float32)
+        finished = data.done.sum()
+        metrics.update(
+            env_steps=out.env_steps.astype(jnp.float32),
+            episode_return=jnp.where(finished > 0,
+                                     data.completed_return.sum() / jnp.maximum(finished, 1.0),
+                                     jnp.nan),
+            version_gap_mean=version_gap.mean(),
+            version_gap_max=version_gap.max(),
+            tv_backward=losses.tv_estimate(staleness),
+            kl_coef=kl_coef,
+        )
+        metrics = jax.tree.map(lambda m: jnp.where(failed, jnp.nan, m), metrics)
+        metrics["diverged"] = failed.astype(jnp.float32)
+        return out, metrics
+
+    # ----------------------------------------------------------------------------- evaluation
+    def evaluate(self, state: TrainState, key: jax.Array) -> jax.Array:
+        """Mean deterministic return of the learner's current policy on separate environments."""
+        returns = evaluate(self.env, self.model, state.policy, key,
+                           num_envs=self.config.num_eval_envs,
+                           episode_length=self.config.episode_length)
+        return jnp.where(state.diverged, jnp.nan, returns)
+
+    def run(self, state: TrainState, hp: HParams, num_periods: int) -> tuple[TrainState, dict]:
+        """`num_periods` x (`updates_per_period` updates, then one evaluation).
+
+        Metrics are per-update scalars `[num_periods * updates_per_period]`; `eval_return` is NaN
+        except at the last update of each period.
+        """
+        per_period = self.config.updates_per_period
+
+        def period(state: TrainState, _):
+            state, metrics = jax.lax.scan(lambda s, _: self.update(s, hp), state, None,
+                                          length=per_period)
+            key, eval_key = jax.random.split(state.key)
+            state = state.replace(key=key)
+            eval_return = self.evaluate(state, eval_key)
+            metrics["eval_return"] = jnp.full(per_period, jnp.nan).at[-1].set(eval_return)
+            return state, metrics
+
+        state, metrics = jax.lax.scan(period, state, None, length=num_periods)
+        return state, jax.tree.map(lambda m: m.reshape((-1,) + m.shape[2:]), metrics)
+
+    def train(self, key: jax.Array, hp: HParams) -> tuple[TrainState, dict]:
+        return self.run(self.init(key, hp), hp, self.config.num_periods)
+
+
+def make_train(config: TrainConfig):
+    """Returns `train(key, hparams) -> (state, metrics)` for `config` (validated now)."""
+    return Trainer(config).train
