@@ -1,0 +1,328 @@
+"""Tests of the sweep report on a small synthetic runs table."""
+
+import itertools
+import json
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+
+from vaco_jax import stats
+from vaco_jax.report import variant_names, write_report
+
+# Per task: initial return, and the return a perfect run gains over training.
+TASKS = {"hopper": (10.0, 100.0), "walker": (-5.0, 50.0)}
+# Per variant: algorithm, hp_tv_delta, and how much of the perfect gain it reaches.
+VARIANTS = {
+    "ppo": ("ppo", np.nan, 0.5),
+    "impala": ("impala", np.nan, 0.6),
+    "vaco[tv_delta=0.1]": ("vaco", 0.1, 0.9),
+    "vaco[tv_delta=0.2]": ("vaco", 0.2, 0.7),
+}
+LAGS = (0.0, 4.0)
+SEEDS = (0, 1, 2)
+UPDATES = np.array([0, 10, 20, 30, 40])
+ENV_STEPS = np.array([0, 250, 500, 750, 1000])
+DIVERGED = ("hopper", "ppo", 4.0, 1)
+DIVERGED_AT = 25
+METRICS = (
+    "episode_return", "tv_backward", "tv_forward", "approx_kl", "ess_ratio", "version_gap_mean",
+    "version_gap_max", "policy_loss", "value_loss", "entropy", "grad_norm",
+)
+FINAL_FRACTION = 0.4  # the last 2 of 5 evaluation points
+REPS = 200
+FIGURES = (
+    "fig_aggregates",
+    "fig_learning_curves",
+    "fig_auc",
+    "fig_filter_clip",
+    "fig_probability_of_improvement",
+)
+RUNS = list(itertools.product(TASKS, VARIANTS, LAGS, SEEDS))
+
+
+def run_id(task, variant, lag, seed):
+    return f"{task}/{variant}/lag{lag:g}/s{seed}"
+
+
+def eval_returns(task, variant, lag, seed):
+    """The run's eval returns: a noisy ramp whose slope falls with lag except for vaco."""
+    start, gain = TASKS[task]
+    algo, _, quality = VARIANTS[variant]
+    key = [list(TASKS).index(task), list(VARIANTS).index(variant), int(lag), seed]
+    rng = np.random.default_rng(key)
+    slope = quality * (1.0 - 0.1 * lag * (algo != "vaco"))
+    noise = rng.normal(0.0, 0.15 * gain, len(ENV_STEPS))
+    returns = start + gain * slope * ENV_STEPS / ENV_STEPS[-1] + noise
+    returns[0] = start + rng.normal(0.0, 1.0)
+    if (task, variant, lag, seed) == DIVERGED:
+        returns[UPDATES > DIVERGED_AT] = np.nan
+    return returns
+
+
+def run_rows(task, variant, lag, seed, rng):
+    algo, tv_delta, _ = VARIANTS[variant]
+    diverged = (task, variant, lag, seed) == DIVERGED
+    coordinates = {
+        "task": task, "algo": algo, "lag_model": "uniform", "lag": lag, "epochs": 4,
+        "minibatches": 8, "seed": seed, "run_id": run_id(task, variant, lag, seed),
+        "hp_tv_delta": tv_delta, "hp_learning_rate": 3e-4,
+        "diverged": diverged, "diverged_at": DIVERGED_AT if diverged else -1,
+    }
+    returns = eval_returns(task, variant, lag, seed)
+    return [
+        {
+            **coordinates,
+            "update": int(update),
+            "env_steps": int(steps),
+            "eval_return": value,
+            **{metric: rng.uniform() for metric in METRICS},
+            "filter_fraction": rng.uniform(0.0, 0.1) * (1 + lag) if algo == "vaco" else np.nan,
+            "clip_fraction": rng.uniform(0.0, 0.1) * (1 + lag) if algo == "ppo" else np.nan,
+        }
+        for update, steps, value in zip(UPDATES, ENV_STEPS, returns)
+    ]
+
+
+def make_runs():
+    rng = np.random.default_rng(0)
+    return pd.DataFrame([row for run in RUNS for row in run_rows(*run, rng)])
+
+
+def filled(returns):
+    return pd.Series(returns).ffill().to_numpy()
+
+
+def hand_normalisation():
+    """Per task (initial, reference) computed straight from the generated returns."""
+    result = {}
+    for task in TASKS:
+        runs = [filled(eval_returns(*run)) for run in RUNS if run[0] == task]
+        result[task] = (np.mean([r[0] for r in runs]), max(r[-2:].mean() for r in runs))
+    return result
+
+
+def hand_matrices(variant, lag):
+    """Final-score and AUC matrices [seeds, tasks] of one cell."""
+    norm = hand_normalisation()
+    def curve(task, seed):
+        initial, reference = norm[task]
+        return (filled(eval_returns(task, variant, lag, seed)) - initial) / (reference - initial)
+
+    curves = np.array([[curve(t, s) for t in TASKS] for s in SEEDS])
+    return curves[..., -2:].mean(axis=-1), stats.area_under_curve(curves, ENV_STEPS)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return make_runs()
+
+
+@pytest.fixture(scope="module")
+def report(runs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    summary = write_report(
+        runs, out, final_fraction=FINAL_FRACTION, reps=REPS, seed=0, title="Synthetic sweep"
+    )
+    return out, summary
+
+
+def cell(summary, variant, lag):
+    (found,) = [c for c in summary["cells"] if c["variant"] == variant and c["lag"] == lag]
+    return found
+
+
+# ---------------------------------------------------------------- files
+
+
+def test_writes_every_file(report):
+    out, _ = report
+    assert {"runs.parquet", "summary.json", "report.md"} <= {p.name for p in out.iterdir()}
+    for stem in FIGURES:
+        png = out / f"{stem}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png.stat().st_size > 20_000
+        height, width, _ = matplotlib.image.imread(png).shape
+        assert height >= 400 and width >= 600
+        assert (out / f"{stem}.pdf").read_bytes()[:5] == b"%PDF-"
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_runs_parquet_is_the_table_as_given(report, runs):
+    out, _ = report
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "runs.parquet"), runs)
+
+
+def test_summary_json_is_the_returned_summary(report):
+    out, summary = report
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def test_normalisation_uses_initial_policy_and_best_final_score(report):
+    _, summary = report
+    for task, (initial, reference) in hand_normalisation().items():
+        used = summary["normalisation"][task]
+        assert used["initial"] == pytest.approx(initial)
+        assert used["reference"] == pytest.approx(reference)
+        assert used["source"] == "best final score"
+
+
+def test_cell_aggregates_match_hand_computation(report):
+    # ppo at lag 4 holds the diverged run, scored by its last finite evaluation.
+    _, summary = report
+    scores, auc = hand_matrices("ppo", 4.0)
+    found = cell(summary, "ppo", 4.0)
+    assert (found["num_runs"], found["runs_per_task"], found["num_diverged"]) == (6, 3, 1)
+    aggregates = {
+        "median": stats.aggregate_median,
+        "iqm": stats.aggregate_iqm,
+        "mean": stats.aggregate_mean,
+        "optimality_gap": stats.aggregate_optimality_gap,
+    }
+    for key, aggregate in aggregates.items():
+        expected = stats.stratified_bootstrap_ci(scores, aggregate, reps=REPS, seed=0)
+        assert [found[key][k] for k in ("point", "low", "high")] == pytest.approx(expected), key
+    expected_auc = stats.stratified_bootstrap_ci(auc, stats.aggregate_iqm, reps=REPS, seed=0)
+    assert [found["auc_iqm"][k] for k in ("point", "low", "high")] == pytest.approx(expected_auc)
+
+
+def test_probability_of_improvement_matches_hand_computation(report):
+    _, summary = report
+    focus, _ = hand_matrices("vaco[tv_delta=0.2]", 4.0)
+    baseline, _ = hand_matrices("ppo", 4.0)
+    expected = stats.stratified_bootstrap_ci_pair(
+        focus, baseline, stats.probability_of_improvement, reps=REPS, seed=0
+    )
+    (found,) = [
+        r
+        for r in summary["probability_of_improvement"]
+        if (r["variant"], r["baseline"], r["lag"]) == ("vaco[tv_delta=0.2]", "ppo", 4.0)
+    ]
+    assert [found["probability"][k] for k in ("point", "low", "high")] == pytest.approx(expected)
+
+
+def test_probability_of_improvement_covers_each_vaco_variant_against_each_baseline(report):
+    _, summary = report
+    pairs = {(r["lag"], r["variant"], r["baseline"]) for r in summary["probability_of_improvement"]}
+    focus = ("vaco[tv_delta=0.1]", "vaco[tv_delta=0.2]")
+    assert pairs == {(lag, f, b) for lag in LAGS for f in focus for b in ("impala", "ppo")}
+
+
+def test_diverged_run_is_listed_with_its_last_finite_return(report):
+    _, summary = report
+    task, variant, lag, seed = DIVERGED
+    assert summary["diverged_runs"] == [
+        {
+            "run_id": run_id(*DIVERGED),
+            "task": task,
+            "variant": variant,
+            "lag": lag,
+            "seed": seed,
+            "diverged_at": DIVERGED_AT,
+            "last_finite_return": pytest.approx(eval_returns(*DIVERGED)[2]),
+        }
+    ]
+
+
+# ---------------------------------------------------------------- report.md
+
+
+def test_report_md_has_title_table_rows_and_figure_links(report):
+    out, summary = report
+    text = (out / "report.md").read_text()
+    assert text.startswith("# Synthetic sweep\n")
+    for c in summary["cells"]:
+        iqm = f"{c['iqm']['point']:.3f} [{c['iqm']['low']:.3f}, {c['iqm']['high']:.3f}]"
+        assert f"| {c['variant']} | {c['lag']:g} | 3 | {iqm} | {c['median']['point']:.3f} |" in text
+    assert len(summary["cells"]) == len(VARIANTS) * len(LAGS)
+    for stem in FIGURES:
+        assert f"]({stem}.png)" in text and f"]({stem}.pdf)" in text
+    assert run_id(*DIVERGED) in text
+    assert "| 4 | vaco[tv_delta=0.1] | ppo |" in text
+
+
+def test_absent_data_skips_figures_and_says_so(runs, tmp_path):
+    no_fractions = runs.drop(columns=["filter_fraction", "clip_fraction"])
+    summary = write_report(
+        no_fractions, tmp_path, focus_algo="spo", final_fraction=FINAL_FRACTION, reps=20
+    )
+    names = {p.name for p in tmp_path.iterdir()}
+    for stem in ("fig_filter_clip", "fig_probability_of_improvement"):
+        assert f"{stem}.png" not in names
+        assert "skipped" in summary["figures"][stem]
+    assert {"fig_aggregates.png", "fig_learning_curves.png", "fig_auc.png"} <= names
+    assert summary["probability_of_improvement"] == []
+    text = (tmp_path / "report.md").read_text()
+    assert text.count("Skipped:") == 2
+    assert "fig_probability_of_improvement" not in text
+    assert "Not computed: 'spo'" in text
+
+
+def test_given_references_unequal_counts_and_rewrites(runs, tmp_path):
+    (tmp_path / "report.md").write_text("stale")
+    fewer = runs[
+        (runs["run_id"] != run_id("walker", "impala", 0.0, 2))
+        & ~runs["run_id"].str.startswith("walker/impala/lag4/")
+    ]
+    summary = write_report(
+        fewer, tmp_path, reference_returns={"hopper": 200.0}, final_fraction=FINAL_FRACTION, reps=20
+    )
+    assert summary["normalisation"]["hopper"]["reference"] == 200.0
+    assert summary["normalisation"]["hopper"]["source"] == "given"
+    assert summary["normalisation"]["walker"]["source"] == "best final score"
+    assert cell(summary, "impala", 0.0)["runs_per_task"] == 2
+    assert summary["incomplete_cells"] == [
+        {"variant": "impala", "lag": 4.0, "missing_tasks": ["walker"]}
+    ]
+    assert not [c for c in summary["cells"] if (c["variant"], c["lag"]) == ("impala", 4.0)]
+    text = (tmp_path / "report.md").read_text()
+    assert text != "stale" and "impala at lag 4 has no run on walker" in text
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+# ---------------------------------------------------------------- variants and bad input
+
+
+def test_variant_names_of_the_synthetic_table(runs):
+    names = variant_names(runs)
+    assert names.index.equals(runs.index)
+    assert set(names) == set(VARIANTS)
+    assert (names[runs["algo"] == "ppo"] == "ppo").all()
+
+
+def test_variant_names_list_every_varying_coordinate_but_lag_and_seed():
+    base = {"task": "hopper", "lag_model": "uniform", "lag": 1.0, "seed": 0, "hp_lr": 3e-4}
+    rows = [
+        {**base, "algo": "ppo", "run_id": "a", "epochs": 8, "minibatches": 4},
+        {**base, "algo": "ppo", "run_id": "b", "epochs": 2, "minibatches": 32, "lag": 2.0},
+        {**base, "algo": "spo", "run_id": "c", "epochs": 8, "minibatches": 4, "lag_model": "fixed"},
+        {**base, "algo": "spo", "run_id": "d", "epochs": 8, "minibatches": 4},
+    ]
+    assert variant_names(pd.DataFrame(rows)).tolist() == [
+        "ppo[epochs=8,minibatches=4]",
+        "ppo[epochs=2,minibatches=32]",
+        "spo[lag_model=fixed]",
+        "spo[lag_model=uniform]",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "options", "message"),
+    [
+        (lambda r: r.drop(columns=["eval_return"]), {}, r"missing columns \['eval_return'\]"),
+        (lambda r: r, {"final_fraction": 0.0}, "final_fraction"),
+        (lambda r: r, {"reference_returns": {"ant": 1.0}}, r"names tasks \['ant'\]"),
+        (lambda r: r[r["env_steps"] > 0], {}, "env_steps 0"),
+        (lambda r: r.assign(seed=np.arange(len(r))), {}, r"\['seed'\] must be constant"),
+        (lambda r: r.assign(eval_return=np.nan), {}, "eval_return must be finite"),
+        (lambda r: r.iloc[0:0], {}, "non-empty"),
+    ],
+)
+def test_rejects_bad_input(runs, tmp_path, change, options, message):
+    with pytest.raises(ValueError, match=message):
+        write_report(change(runs), tmp_path / "out", **options)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,62 @@
+"""Losses of vaco_jax: policy surrogates, stabilisers, value and entropy terms, aggregation and
+the ESS step-size transformation. Pure functions, element-wise over any shape, so the same code
+serves `[T, B]` control batches and `[B, L]` token batches."""
+
+from vaco_jax.losses.aggregation import AGGREGATIONS, aggregate
+from vaco_jax.losses.filters import (
+    MAX_LOG_RATIO,
+    bapo_clip_bounds,
+    clamp_log_ratio,
+    clamped_ratio,
+    freshness_mask,
+    gspo_sequence_log_ratio,
+    m2po_mask,
+    masked_is_mask,
+    topr_weights,
+    truncated_is_weights,
+    tv_estimate,
+    tv_filter_mask,
+)
+from vaco_jax.losses.optim import ess_ratio, scale_by_ess
+from vaco_jax.losses.surrogates import (
+    adaptive_kl_coef,
+    cispo_loss,
+    decoupled_ppo_loss,
+    gspo_loss,
+    importance_sampled_loss,
+    policy_gradient_loss,
+    ppo_clip_loss,
+    ppo_kl_loss,
+    spo_loss,
+)
+from vaco_jax.losses.value import entropy_loss, value_loss
+
+__all__ = [
+    "AGGREGATIONS",
+    "MAX_LOG_RATIO",
+    "adaptive_kl_coef",
+    "aggregate",
+    "bapo_clip_bounds",
+    "cispo_loss",
+    "clamp_log_ratio",
+    "clamped_ratio",
+    "decoupled_ppo_loss",
+    "entropy_loss",
+    "ess_ratio",
+    "freshness_mask",
+    "gspo_loss",
+    "gspo_sequence_log_ratio",
+    "importance_sampled_loss",
+    "m2po_mask",
+    "masked_is_mask",
+    "policy_gradient_loss",
+    "ppo_clip_loss",
+    "ppo_kl_loss",
+    "scale_by_ess",
+    "spo_loss",
+    "topr_weights",
+    "truncated_is_weights",
+    "tv_estimate",
+    "tv_filter_mask",
+    "value_loss",
+]

@@ -1,0 +1,74 @@
+"""VCPO's effective-sample-size learning-rate scaling as an optax transformation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from vaco_jax.losses.aggregation import Array, ArrayLike, validate_and_mask
+
+
+def ess_ratio(log_w: ArrayLike, mask: ArrayLike | None = None) -> Array:
+    """Normalised effective sample size `(sum w)^2 / (n * sum w^2)` over the `n` valid elements.
+
+    `w = exp(log_w)` (for trajectories, `log_w` is the sum of per-step log-ratios). The ratio is
+    invariant to a common factor of the weights, so `max(log_w)` is subtracted before `exp` and
+    no log-weight can overflow. In `[1/n, 1]`: 1 for equal weights, `1/n` when one weight
+    dominates; 1 when nothing is valid (no evidence of degeneracy, so no step-size cut).
+    """
+    valid, log_w = validate_and_mask(mask, log_w=log_w)
+    shifted = log_w - jnp.max(jnp.where(valid, log_w, -jnp.inf))
+    # The inner `where` keeps `exp` finite when nothing is valid and the max is -inf.
+    w = jnp.where(valid, jnp.exp(jnp.where(valid, shifted, 0.0)), 0.0)
+    count = valid.sum()
+    # The largest valid weight is exp(0) = 1, so sum w^2 >= 1 whenever anything is valid and the
+    # floor only guards the empty case.
+    ess = jnp.square(w.sum()) / (jnp.maximum(count, 1) * jnp.maximum(jnp.square(w).sum(), 1.0))
+    return jnp.where(count > 0, ess, 1.0)
+
+
+def scale_by_ess(ess_target: ArrayLike = 1.0) -> optax.GradientTransformationExtraArgs:
+    """Scales updates by `sqrt(min(1, ess / ess_target))`, VCPO's ESS learning-rate rule.
+
+    Put it last in a chain, after the optimiser, so it scales the step itself:
+    `optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr), scale_by_ess(0.5))`, then
+    `tx.update(grads, state, params, ess=ess_ratio(log_w))`. `optax.chain` forwards the extra
+    arguments to every member that accepts them.
+
+    Args:
+      ess_target: the ESS ratio `ess_0` below which the step shrinks. A traced value (e.g. a
+        vmapped hyper-parameter) may instead be passed at update time as `ess_target=`, which
+        overrides this one.
+
+    Returns:
+      A stateless `GradientTransformationExtraArgs` whose `update` requires the keyword `ess`.
+    """
+    default_target = ess_target
+
+    def init_fn(params: Any) -> optax.EmptyState:
+        del params
+        return optax.EmptyState()
+
+    def update_fn(
+        updates: optax.Updates,
+        state: optax.EmptyState,
+        params: optax.Params | None = None,
+        *,
+        ess: ArrayLike | None = None,
+        ess_target: ArrayLike | None = None,
+        **extra_args: Any,
+    ) -> tuple[optax.Updates, optax.EmptyState]:
+        del params, extra_args
+        if ess is None:
+            raise ValueError(
+                "scale_by_ess needs the ESS ratio at update time: "
+                "tx.update(grads, state, params, ess=ess_ratio(log_w))"
+            )
+        target = default_target if ess_target is None else ess_target
+        scale = jnp.sqrt(jnp.minimum(1.0, ess / target))
+        return jax.tree.map(lambda u: (u * scale).astype(u.dtype), updates), state
+
+    return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -1,0 +1,936 @@
+"""Turns a sweep's runs table into summary statistics, figures and a Markdown report.
+
+The runs table is long format, one row per run per evaluation point (see
+``REQUIRED_COLUMNS``; hyper-parameter columns are prefixed ``hp_``). Scoring:
+
+- A *variant* is an algorithm plus every run coordinate that varies within
+  that algorithm apart from lag and seed (``lag_model``, ``epochs``,
+  ``minibatches``, ``hp_*``), e.g. ``vaco[tv_delta=0.1]``.
+- Evaluation returns are normalised per task: 0 is the mean return of the
+  initial policies (evaluations at ``env_steps == 0``) of all runs of the
+  task, 1 the task's reference return: the given one, else the best final
+  (un-normalised) score of any run of the task.
+- A missing (NaN) evaluation, such as every evaluation after a run diverged,
+  takes the value of the run's last finite evaluation.
+- A run's final score is its mean normalised return over the last
+  ``final_fraction`` of its evaluation points (at least one); its AUC is the
+  area under its normalised learning curve with training progress in [0, 1].
+- For each (variant, lag) the scores form a ``[runs per task, num_tasks]``
+  matrix: runs are paired across tasks by seed order, and tasks with more runs
+  than the smallest count keep their lowest seeds. Every confidence interval
+  is a 95% stratified percentile bootstrap drawn with the same ``seed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from vaco_jax import stats
+
+HP_PREFIX = "hp_"
+RUN_COORDINATES = ("task", "algo", "lag_model", "lag", "epochs", "minibatches", "seed")
+VARIANT_COORDINATES = ("lag_model", "epochs", "minibatches")
+"""Run coordinates that name a variant when they vary within an algorithm (with ``hp_*``)."""
+REQUIRED_COLUMNS = (
+    *RUN_COORDINATES,
+    "run_id",
+    "update",
+    "env_steps",
+    "eval_return",
+    "diverged",
+    "diverged_at",
+)
+PER_RUN_COLUMNS = ("diverged", "diverged_at")
+CONFIDENCE = 0.95
+AGGREGATES: dict[str, tuple[str, stats.Aggregate]] = {
+    "median": ("Median", stats.aggregate_median),
+    "iqm": ("IQM", stats.aggregate_iqm),
+    "mean": ("Mean", stats.aggregate_mean),
+    "optimality_gap": ("Optimality gap", stats.aggregate_optimality_gap),
+}
+FRACTION_METRICS = {"filter_fraction": "Filter fraction", "clip_fraction": "Clip fraction"}
+CURVE_POINTS = 50
+"""Most evaluation points per learning curve in the curve figure (each costs one bootstrap)."""
+DEFAULT_TITLE = "Policy-lag benchmark report"
+
+
+# ---------------------------------------------------------------- variants
+
+
+def _hp_columns(runs: pd.DataFrame) -> list[str]:
+    return sorted(c for c in runs.columns if c.startswith(HP_PREFIX))
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, (float, np.floating)):
+        return f"{value:g}"
+    return str(value)
+
+
+def _assignments(columns: Sequence[str], values: Sequence[Any]) -> str:
+    """``"name=value,..."`` with the ``hp_`` prefix dropped from names."""
+    return ",".join(f"{c.removeprefix(HP_PREFIX)}={_format_value(v)}" for c, v in zip(columns, values))
+
+
+def variant_names(runs: pd.DataFrame) -> pd.Series:
+    """Readable variant name for every row of a runs table, indexed like ``runs``.
+
+    The name is the algorithm, followed in brackets by each coordinate (from
+    ``lag_model``, ``epochs``, ``minibatches`` and ``hp_*``, prefix dropped)
+    that takes more than one value among that algorithm's runs:
+    ``ppo``, ``vaco[tv_delta=0.1]``, ``ppo[epochs=8,minibatches=4]``.
+    """
+    coordinates = [*VARIANT_COORDINATES, *_hp_columns(runs)]
+    first_rows = runs.drop_duplicates("run_id").set_index("run_id")
+    names = first_rows["algo"].astype(str)
+    for algo, rows in first_rows.groupby("algo", sort=False):
+        varying = [c for c in coordinates if rows[c].nunique(dropna=False) > 1]
+        if varying:
+            names.loc[rows.index] = [
+                f"{algo}[{_assignments(varying, values)}]"
+                for values in rows[varying].itertuples(index=False)
+            ]
+    return pd.Series(runs["run_id"].map(names).to_numpy(), index=runs.index, name="variant")
+
+
+# ---------------------------------------------------------------- checking input
+
+
+def _check_runs(runs: pd.DataFrame) -> None:
+    if not isinstance(runs, pd.DataFrame) or runs.empty:
+        raise ValueError("runs must be a non-empty pandas DataFrame")
+    missing = [c for c in REQUIRED_COLUMNS if c not in runs.columns]
+    if missing:
+        raise ValueError(f"runs is missing columns {missing}; required: {list(REQUIRED_COLUMNS)}")
+    constant = [*RUN_COORDINATES, *PER_RUN_COLUMNS, *_hp_columns(runs)]
+    per_run = runs.groupby("run_id")[constant].nunique(dropna=False)
+    varying = [c for c in constant if (per_run[c] > 1).any()]
+    if varying:
+        raise ValueError(f"runs columns {varying} must be constant within each run_id")
+    first_steps = runs.groupby("run_id")["env_steps"].min()
+    late = first_steps.index[first_steps != 0].tolist()
+    if late:
+        raise ValueError(f"every run must start with an evaluation at env_steps 0; runs: {late}")
+    counts = runs.groupby("run_id")["env_steps"].nunique()
+    short = counts.index[counts < 2].tolist()
+    if short:
+        raise ValueError(f"every run needs 2 or more distinct env_steps evaluations; runs: {short}")
+
+
+def _check_options(
+    tasks: Sequence[str], reference_returns: Mapping[str, float] | None, final_fraction: float
+) -> None:
+    if not 0.0 < final_fraction <= 1.0:
+        raise ValueError(f"final_fraction must lie in (0, 1], got {final_fraction!r}")
+    unknown = sorted(set(reference_returns or {}) - set(tasks))
+    if unknown:
+        raise ValueError(
+            f"reference_returns names tasks {unknown} not in runs; allowed: {list(tasks)}"
+        )
+
+
+# ---------------------------------------------------------------- per-run scores
+
+
+def _prepared(runs: pd.DataFrame) -> pd.DataFrame:
+    """Sorted copy with ``variant`` and ``filled_return`` (NaN evaluations carried forward)."""
+    table = runs.sort_values(["run_id", "env_steps"], kind="stable").reset_index(drop=True)
+    table["variant"] = variant_names(table)
+    table["diverged"] = table["diverged"].astype(bool)
+    table["filled_return"] = table.groupby("run_id")["eval_return"].ffill()
+    unscored = table.loc[table["filled_return"].isna(), "run_id"].unique().tolist()
+    if unscored:
+        raise ValueError(
+            f"eval_return must be finite at each run's first evaluation point; runs: {unscored}"
+        )
+    return table
+
+
+def _final_returns(table: pd.DataFrame, final_fraction: float) -> pd.Series:
+    """Mean un-normalised return over each run's last ``final_fraction`` of evaluations."""
+    runs = table.groupby("run_id")
+    # The epsilon keeps e.g. 0.3 * 10 = 3.0000000000000004 from losing a point to rounding.
+    window = np.maximum(1, np.floor(final_fraction * runs["env_steps"].transform("size") + 1e-9))
+    in_window = runs.cumcount(ascending=False) < window
+    return table[in_window].groupby("run_id")["filled_return"].mean()
+
+
+def _normalisation(
+    table: pd.DataFrame, final_returns: pd.Series, reference_returns: Mapping[str, float] | None
+) -> pd.DataFrame:
+    """Per task: ``initial`` (mean return at env_steps 0), ``reference`` and its ``source``."""
+    initial = table[table["env_steps"] == 0].groupby("task")["filled_return"].mean()
+    run_task = table.drop_duplicates("run_id").set_index("run_id")["task"]
+    best_final = final_returns.groupby(run_task).max()
+    given = pd.Series(dict(reference_returns or {}), dtype=float)
+    references = pd.DataFrame(
+        {"initial": initial, "reference": best_final, "source": "best final score"}
+    )
+    references.loc[given.index, "reference"] = given
+    references.loc[given.index, "source"] = "given"
+    flat = references.index[references["reference"] == references["initial"]].tolist()
+    if flat:
+        raise ValueError(
+            f"tasks {flat} have a reference return equal to their initial return, so scores "
+            "cannot be normalised; pass reference_returns for them"
+        )
+    return references
+
+
+def _with_scores(table: pd.DataFrame, references: pd.DataFrame) -> pd.DataFrame:
+    task = references.loc[table["task"]]
+    scores = stats.normalize_scores(
+        table["filled_return"].to_numpy(), task["initial"].to_numpy(), task["reference"].to_numpy()
+    )
+    return table.assign(score=scores)
+
+
+def _run_table(
+    table: pd.DataFrame, final_returns: pd.Series, references: pd.DataFrame
+) -> pd.DataFrame:
+    """One row per run: its last row of ``table`` plus ``final_return``, ``final_score``, ``auc``."""
+    runs = table.groupby("run_id").tail(1).set_index("run_id")
+    runs["final_return"] = final_returns
+    task = references.loc[runs["task"]]
+    runs["final_score"] = stats.normalize_scores(
+        runs["final_return"].to_numpy(), task["initial"].to_numpy(), task["reference"].to_numpy()
+    )
+    runs["auc"] = table.groupby("run_id")[["score", "env_steps"]].apply(
+        lambda run: float(stats.area_under_curve(run["score"], run["env_steps"]))
+    )
+    return runs.reset_index()
+
+
+# ---------------------------------------------------------------- cells
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cell:
+    """The runs of one (variant, lag) that enter its score matrices.
+
+    ``runs`` holds the paired runs with a ``slot`` column (their row in the
+    matrices); ``scores`` and ``auc`` are ``[runs per task, num_tasks]``.
+    """
+
+    variant: str
+    algo: str
+    lag: float
+    num_runs: int
+    num_diverged: int
+    runs: pd.DataFrame
+    scores: np.ndarray
+    auc: np.ndarray
+
+
+def _paired(cell_runs: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
+    """Keeps the lowest-seed ``min count`` runs of each task; ``slot`` pairs them across tasks."""
+    ordered = cell_runs.sort_values(["seed", "run_id"])
+    ordered = ordered.assign(slot=ordered.groupby("task").cumcount())
+    per_task = ordered.groupby("task").size().reindex(tasks, fill_value=0)
+    return ordered[ordered["slot"] < per_task.min()]
+
+
+def _matrix(paired: pd.DataFrame, column: str, tasks: Sequence[str]) -> np.ndarray:
+    return paired.pivot(index="slot", columns="task", values=column)[list(tasks)].to_numpy()
+
+
+def _cells(
+    run_table: pd.DataFrame, tasks: Sequence[str]
+) -> tuple[list[_Cell], list[dict[str, Any]]]:
+    """Cells with runs on every task, and the (variant, lag) pairs that lack some task."""
+    cells, incomplete = [], []
+    for (variant, lag), cell_runs in run_table.groupby(["variant", "lag"], sort=True):
+        missing = sorted(set(tasks) - set(cell_runs["task"]))
+        if missing:
+            incomplete.append({"variant": variant, "lag": float(lag), "missing_tasks": missing})
+            continue
+        paired = _paired(cell_runs, tasks)
+        cells.append(
+            _Cell(
+                variant=variant,
+                algo=str(cell_runs["algo"].iloc[0]),
+                lag=float(lag),
+                num_runs=len(cell_runs),
+                num_diverged=int(cell_runs["diverged"].sum()),
+                runs=paired,
+                scores=_matrix(paired, "final_score", tasks),
+                auc=_matrix(paired, "auc", tasks),
+            )
+        )
+    return cells, incomplete
+
+
+def _interval(estimate: tuple[float, float, float]) -> dict[str, float]:
+    point, low, high = estimate
+    return {"point": point, "low": low, "high": high}
+
+
+def _cell_summary(cell: _Cell, reps: int, seed: int) -> dict[str, Any]:
+    def interval(scores: np.ndarray, aggregate: stats.Aggregate) -> dict[str, float]:
+        return _interval(
+            stats.stratified_bootstrap_ci(
+                scores, aggregate, reps=reps, confidence=CONFIDENCE, seed=seed
+            )
+        )
+
+    return {
+        "variant": cell.variant,
+        "algo": cell.algo,
+        "lag": cell.lag,
+        "num_runs": cell.num_runs,
+        "runs_per_task": int(cell.scores.shape[0]),
+        "num_diverged": cell.num_diverged,
+        **{key: interval(cell.scores, aggregate) for key, (_, aggregate) in AGGREGATES.items()},
+        "auc_iqm": interval(cell.auc, stats.aggregate_iqm),
+    }
+
+
+def _improvements(
+    cells: Sequence[_Cell], focus_algo: str, reps: int, seed: int
+) -> list[dict[str, Any]]:
+    """P(focus variant > baseline) per lag, for each focus_algo variant and each baseline.
+
+    Baselines are the variants of every other algorithm at the same lag.
+    """
+    focus_cells = sorted((c for c in cells if c.algo == focus_algo), key=lambda c: (c.lag, c.variant))
+    records = []
+    for focus in focus_cells:
+        for baseline in (c for c in cells if c.algo != focus_algo and c.lag == focus.lag):
+            estimate = stats.stratified_bootstrap_ci_pair(
+                focus.scores,
+                baseline.scores,
+                stats.probability_of_improvement,
+                reps=reps,
+                confidence=CONFIDENCE,
+                seed=seed,
+            )
+            records.append(
+                {
+                    "lag": focus.lag,
+                    "variant": focus.variant,
+                    "baseline": baseline.variant,
+                    "probability": _interval(estimate),
+                }
+            )
+    return records
+
+
+def _learning_curve(
+    cell: _Cell, table: pd.DataFrame, tasks: Sequence[str], reps: int, seed: int
+) -> dict[str, np.ndarray]:
+    """IQM normalised return with its interval at up to ``CURVE_POINTS`` env-step values.
+
+    Runs are interpolated linearly onto the union of their evaluation steps, up
+    to the shortest run's last step so that no run is extrapolated.
+    """
+    rows = table[table["run_id"].isin(cell.runs["run_id"])]
+    by_run = dict(tuple(rows.groupby("run_id")))
+    end = min(run["env_steps"].max() for run in by_run.values())
+    grid = np.unique(rows["env_steps"].to_numpy(dtype=float))
+    grid = grid[grid <= end]
+    grid = grid[np.unique(np.linspace(0, len(grid) - 1, min(len(grid), CURVE_POINTS)).round().astype(int))]
+    curves = np.empty((cell.scores.shape[0], len(tasks), len(grid)))
+    column = {task: m for m, task in enumerate(tasks)}
+    for run in cell.runs.itertuples():
+        points = by_run[run.run_id]
+        curves[run.slot, column[run.task]] = np.interp(grid, points["env_steps"], points["score"])
+    estimates = np.array(
+        [
+            stats.stratified_bootstrap_ci(
+                curves[..., p], stats.aggregate_iqm, reps=reps, confidence=CONFIDENCE, seed=seed
+            )
+            for p in range(len(grid))
+        ]
+    )
+    point, low, high = estimates.T
+    return {"env_steps": grid, "point": point, "low": low, "high": high}
+
+
+def _fraction_means(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (variant, lag): mean over runs of each run's training mean of each fraction metric."""
+    present = [m for m in FRACTION_METRICS if m in table.columns]
+    per_run = table.groupby(["variant", "lag", "run_id"])[present].mean()
+    return per_run.groupby(["variant", "lag"]).mean()
+
+
+# ---------------------------------------------------------------- figures
+
+
+@dataclasses.dataclass(frozen=True)
+class _Skipped:
+    """A figure that was not drawn, and why."""
+
+    reason: str
+
+
+def _colours(variants: Sequence[str]) -> dict[str, Any]:
+    palette = matplotlib.colormaps["tab10" if len(variants) <= 10 else "tab20"]
+    return {v: palette(i % palette.N) for i, v in enumerate(variants)}
+
+
+def _new_figure(
+    panels: int,
+    *,
+    panel_size: tuple[float, float] = (5.0, 3.6),
+    max_cols: int = 3,
+    sharey: bool = False,
+) -> tuple[Figure, list[Axes]]:
+    """A figure of ``panels`` axes in rows of at most ``max_cols``, with room for a legend."""
+    cols = min(panels, max_cols)
+    rows = math.ceil(panels / cols)
+    size = (panel_size[0] * cols, panel_size[1] * rows + 0.8)
+    figure = Figure(figsize=size, layout="constrained")
+    axes = figure.subplots(rows, cols, squeeze=False, sharey=sharey).ravel().tolist()
+    for unused in axes[panels:]:
+        unused.set_visible(False)
+    return figure, axes[:panels]
+
+
+def _shared_legend(figure: Figure, axes: Sequence[Axes], order: Sequence[str]) -> None:
+    """One legend below all panels, each label once, in ``order``."""
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    labels = [label for label in order if label in entries]
+    if labels:
+        handles = [entries[label] for label in labels]
+        figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4))
+
+
+def _error_bars(intervals: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Points ``[n]`` and matplotlib's asymmetric error bars ``[2, n]``."""
+    point, low, high = (np.array([i[k] for i in intervals]) for k in ("point", "low", "high"))
+    return point, np.stack([point - low, high - point])
+
+
+def _lag_axis(ax: Axes, lags: Sequence[float]) -> None:
+    ax.set_xticks(lags, [f"{lag:g}" for lag in lags])
+    ax.set_xlabel("lag level")
+    ax.grid(alpha=0.3)
+
+
+def _plot_against_lag(
+    ax: Axes,
+    summaries: Sequence[Mapping[str, Any]],
+    key: str,
+    colours: Mapping[str, Any],
+    lags: Sequence[float],
+) -> None:
+    """One line per variant of ``summary[key]`` with its interval as error bars."""
+    span = (max(lags) - min(lags)) or 1.0
+    for i, (variant, colour) in enumerate(colours.items()):
+        rows = sorted((s for s in summaries if s["variant"] == variant), key=lambda s: s["lag"])
+        if not rows:
+            continue
+        # Shifted sideways a little per variant so that error bars at one lag do not overlap.
+        dodge = 0.012 * span * (i - (len(colours) - 1) / 2)
+        point, error = _error_bars([s[key] for s in rows])
+        x = np.array([s["lag"] for s in rows]) + dodge
+        ax.errorbar(x, point, yerr=error, marker="o", capsize=3, color=colour, label=variant)
+    _lag_axis(ax, lags)
+
+
+def _figure_aggregates(
+    summaries: Sequence[Mapping[str, Any]], colours: Mapping[str, Any], lags: Sequence[float]
+) -> Figure:
+    figure, axes = _new_figure(len(AGGREGATES), max_cols=2)
+    for ax, (key, (label, _)) in zip(axes, AGGREGATES.items()):
+        _plot_against_lag(ax, summaries, key, colours, lags)
+        ax.set_title(label + (" (lower is better)" if key == "optimality_gap" else ""))
+        ax.set_ylabel(f"{label} of normalised final score")
+    figure.suptitle(f"Final scores against lag ({CONFIDENCE:.0%} stratified bootstrap CIs)")
+    _shared_legend(figure, axes, list(colours))
+    return figure
+
+
+def _figure_curves(
+    curves: Mapping[tuple[str, float], Mapping[str, np.ndarray]],
+    colours: Mapping[str, Any],
+    lags: Sequence[float],
+) -> Figure:
+    # A shared score axis, so that panels compare across lag levels at a glance.
+    figure, axes = _new_figure(len(lags), sharey=True)
+    for ax, lag in zip(axes, lags):
+        for variant, colour in colours.items():
+            curve = curves.get((variant, lag))
+            if curve is None:
+                continue
+            steps = curve["env_steps"]
+            ax.plot(steps, curve["point"], color=colour, label=variant)
+            ax.fill_between(steps, curve["low"], curve["high"], color=colour, alpha=0.2, lw=0)
+        ax.set_title(f"lag {lag:g}")
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("IQM normalised eval return")
+        ax.grid(alpha=0.3)
+    figure.suptitle(f"Learning curves (IQM over runs and tasks, shaded {CONFIDENCE:.0%} CI)")
+    _shared_legend(figure, axes, list(colours))
+    return figure
+
+
+def _figure_auc(
+    summaries: Sequence[Mapping[str, Any]], colours: Mapping[str, Any], lags: Sequence[float]
+) -> Figure:
+    figure, (ax,) = _new_figure(1, panel_size=(6.5, 4.2))
+    _plot_against_lag(ax, summaries, "auc_iqm", colours, lags)
+    ax.set_ylabel("IQM of normalised AUC")
+    ax.set_title(f"Area under the learning curve ({CONFIDENCE:.0%} CIs)")
+    _shared_legend(figure, [ax], list(colours))
+    return figure
+
+
+def _figure_fractions(
+    means: pd.DataFrame, colours: Mapping[str, Any], lags: Sequence[float]
+) -> Figure | _Skipped:
+    drawn = [m for m in means.columns if means[m].notna().any()]
+    if not drawn:
+        return _Skipped(f"the runs table has no finite {' or '.join(FRACTION_METRICS)}")
+    figure, axes = _new_figure(len(drawn), max_cols=2)
+    for ax, metric in zip(axes, drawn):
+        by_variant = means[metric].dropna()
+        for variant, colour in colours.items():
+            if variant in by_variant.index.get_level_values("variant"):
+                series = by_variant.loc[variant]
+                ax.plot(series.index, series.to_numpy(), marker="o", color=colour, label=variant)
+        _lag_axis(ax, lags)
+        ax.set_ylabel(f"{FRACTION_METRICS[metric].lower()} (mean over runs and training)")
+        ax.set_title(FRACTION_METRICS[metric])
+    figure.suptitle("Share of samples filtered and clipped against lag")
+    _shared_legend(figure, axes, list(colours))
+    return figure
+
+
+def _figure_improvement(
+    improvements: Sequence[Mapping[str, Any]],
+    focus_algo: str,
+    colours: Mapping[str, Any],
+    lags: Sequence[float],
+) -> Figure | _Skipped:
+    if not improvements:
+        return _Skipped(
+            f"no lag has complete cells of both {focus_algo!r} and another algorithm"
+        )
+    panel_lags = [lag for lag in lags if any(r["lag"] == lag for r in improvements)]
+    single_focus = len({r["variant"] for r in improvements}) == 1
+    bars = max(sum(r["lag"] == lag for r in improvements) for lag in panel_lags)
+    figure, axes = _new_figure(len(panel_lags), panel_size=(5.0, 0.9 + 0.4 * bars), max_cols=2)
+    for ax, lag in zip(axes, panel_lags):
+        rows = [r for r in improvements if r["lag"] == lag]
+        point, error = _error_bars([r["probability"] for r in rows])
+        positions = np.arange(len(rows))[::-1]
+        # Coloured by the focus variant, to tell several of them apart.
+        bar_colours = [colours[r["variant"]] for r in rows]
+        ax.barh(positions, point, xerr=error, capsize=3, color=bar_colours, alpha=0.8)
+        labels = [r["baseline"] if single_focus else f"{r['variant']} vs {r['baseline']}" for r in rows]
+        ax.set_yticks(positions, labels)
+        ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlim(0.0, 1.0)
+        ax.set_xlabel(f"P({focus_algo} > baseline)")
+        ax.set_title(f"lag {lag:g}")
+    figure.suptitle(f"Probability of improvement of {focus_algo} ({CONFIDENCE:.0%} CIs)")
+    return figure
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """Writes via a temporary file in the same folder, so readers never see a partial file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        os.chmod(temporary, 0o644)  # mkstemp makes files private; a report is for sharing.
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _write_text(path: Path, text: str) -> None:
+    _write_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+def _save_figure(figure: Figure, out_dir: Path, stem: str) -> dict[str, str]:
+    """Writes ``stem.png`` and ``stem.pdf``; returns their names by format."""
+    files = {}
+    for fmt in ("png", "pdf"):
+        files[fmt] = f"{stem}.{fmt}"
+        _write_atomically(
+            out_dir / files[fmt], lambda temporary: figure.savefig(temporary, format=fmt, dpi=150)
+        )
+        # The first save fixed the layout; solving it again for every format doubles the cost.
+        figure.set_layout_engine("none")
+    return files
+
+
+# ---------------------------------------------------------------- report.md
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _fmt_interval(interval: Mapping[str, float]) -> str:
+    return f"{_fmt(interval['point'])} [{_fmt(interval['low'])}, {_fmt(interval['high'])}]"
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def _span(values: Sequence[int]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:,}" if low == high else f"{low:,} to {high:,}"
+
+
+def _md_overview(summary: Mapping[str, Any]) -> list[str]:
+    run = summary["run"]
+    header = ["variant", "algorithm", "lag model", "epochs", "minibatches", "hyper-parameters", "runs"]
+    rows = [
+        [
+            v["variant"], v["algo"], ", ".join(v["lag_models"]), v["epochs"], v["minibatches"],
+            v["hyperparameters"] or "-", v["num_runs"],
+        ]
+        for v in run["variants"]
+    ]
+    lags = ", ".join(f"{lag:g}" for lag in run["lags"])
+    return [
+        "## What was run",
+        "",
+        f"- Tasks ({len(run['tasks'])}): {', '.join(run['tasks'])}",
+        f"- Lag models: {', '.join(run['lag_models'])}; lag levels: {lags}",
+        f"- Seeds: {', '.join(str(s) for s in run['seeds'])}",
+        f"- Runs: {run['num_runs']} ({run['num_diverged']} diverged)",
+        f"- Environment steps per run: {_span(run['final_env_steps'])}; "
+        f"evaluation points per run: {_span(run['eval_points'])}",
+        "",
+        *_md_table(header, rows),
+        "",
+    ]
+
+
+def _md_normalisation(summary: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [task, _fmt(n["initial"]), _fmt(n["reference"]), n["source"]]
+        for task, n in summary["normalisation"].items()
+    ]
+    return [
+        "## How scores are normalised",
+        "",
+        "Each evaluation return `R` of a task is mapped to `(R - initial) / (reference - initial)`: "
+        "0 is the mean return of the initial policies (the evaluations at environment step 0 of "
+        "every run of the task) and 1 is the task's reference return. Where no reference return "
+        "was given, the reference is the best final (un-normalised) score of any run of the task, "
+        "so a score of 1 means \"as good as the best run of this sweep\".",
+        "",
+        f"A run's final score is its mean normalised return over the last "
+        f"{100 * summary['final_fraction']:g}% of its evaluation points (at least one). Its AUC is "
+        "the area under its normalised learning curve with training progress rescaled to [0, 1], "
+        "so a run at score 1 throughout has AUC 1. A missing evaluation (every evaluation after a "
+        "run diverged) takes the value of the run's last finite evaluation.",
+        "",
+        "Aggregates pool runs and tasks: for each variant and lag the final scores form a "
+        "[runs per task x tasks] matrix, runs paired across tasks by seed order; where tasks have "
+        "unequal run counts, every task keeps only as many runs (lowest seeds first) as the task "
+        f"with the fewest. Intervals are {CONFIDENCE:.0%} percentile bootstrap intervals over "
+        f"{summary['reps']} resamples that draw runs with replacement independently within each "
+        f"task (seed {summary['seed']}). IQM is the mean of the middle 50% of the pooled scores; "
+        "the optimality gap is the mean shortfall below a score of 1 (lower is better).",
+        "",
+        *_md_table(["task", "initial return", "reference return", "reference"], rows),
+        "",
+    ]
+
+
+def _md_scores(summary: Mapping[str, Any]) -> list[str]:
+    header = [
+        "variant", "lag", "runs per task", "IQM [95% CI]", "median", "mean", "optimality gap",
+        "AUC IQM [95% CI]",
+    ]
+    rows = [
+        [
+            c["variant"], f"{c['lag']:g}", c["runs_per_task"], _fmt_interval(c["iqm"]),
+            _fmt(c["median"]["point"]), _fmt(c["mean"]["point"]),
+            _fmt(c["optimality_gap"]["point"]), _fmt_interval(c["auc_iqm"]),
+        ]
+        for c in summary["cells"]
+    ]
+    left_out = [
+        f"- Left out: {c['variant']} at lag {c['lag']:g} has no run on "
+        f"{', '.join(c['missing_tasks'])}."
+        for c in summary["incomplete_cells"]
+    ]
+    return [
+        "## Final scores",
+        "",
+        *_md_table(header, rows),
+        "",
+        "Intervals of the median, mean and optimality gap are in `summary.json`.",
+        "",
+        *left_out,
+        *([""] if left_out else []),
+    ]
+
+
+def _md_improvement(summary: Mapping[str, Any]) -> list[str]:
+    focus = summary["focus_algo"]
+    lines = ["## Probability of improvement", ""]
+    if not summary["probability_of_improvement"]:
+        return lines + [
+            f"Not computed: {focus!r} and another algorithm have no lag with runs on every task.",
+            "",
+        ]
+    rows = [
+        [f"{r['lag']:g}", r["variant"], r["baseline"], _fmt_interval(r["probability"])]
+        for r in summary["probability_of_improvement"]
+    ]
+    return lines + [
+        f"P(X > Y) is the probability that a run of {focus} (X) scores higher than a run of the "
+        "baseline (Y) on the same task, ties counting one half, averaged over tasks; 0.5 means "
+        "neither is better.",
+        "",
+        *_md_table(["lag", focus, "baseline", "P(X > Y) [95% CI]"], rows),
+        "",
+    ]
+
+
+def _md_diverged(summary: Mapping[str, Any]) -> list[str]:
+    lines = ["## Diverged runs", ""]
+    diverged = summary["diverged_runs"]
+    if not diverged:
+        return lines + ["None.", ""]
+    header = ["run", "task", "variant", "lag", "seed", "diverged at update", "last finite return"]
+    rows = [
+        [
+            d["run_id"], d["task"], d["variant"], f"{d['lag']:g}", d["seed"], d["diverged_at"],
+            _fmt(d["last_finite_return"]),
+        ]
+        for d in diverged
+    ]
+    return lines + [
+        "These runs are scored with their last finite evaluation.",
+        "",
+        *_md_table(header, rows),
+        "",
+    ]
+
+
+def _md_figures(summary: Mapping[str, Any]) -> list[str]:
+    lines = ["## Figures", ""]
+    for figure in summary["figures"].values():
+        lines += [f"### {figure['caption']}", ""]
+        if "skipped" in figure:
+            lines += [f"Skipped: {figure['skipped']}.", ""]
+        else:
+            image = f"![{figure['caption']}]({figure['png']})"
+            lines += [image, "", f"([PDF]({figure['pdf']}))", ""]
+    return lines
+
+
+def _markdown(summary: Mapping[str, Any]) -> str:
+    sections = [
+        [f"# {summary['title']}", ""],
+        _md_overview(summary),
+        _md_normalisation(summary),
+        _md_scores(summary),
+        _md_improvement(summary),
+        _md_diverged(summary),
+        _md_figures(summary),
+    ]
+    return "\n".join(line for section in sections for line in section)
+
+
+# ---------------------------------------------------------------- summary
+
+
+def _variant_records(run_table: pd.DataFrame) -> list[dict[str, Any]]:
+    hp_columns = _hp_columns(run_table)
+    records = []
+    for variant, rows in run_table.groupby("variant", sort=True):
+        first = rows.iloc[0]
+        set_hps = [c for c in hp_columns if pd.notna(first[c])]
+        records.append(
+            {
+                "variant": variant,
+                "algo": str(first["algo"]),
+                "lag_models": sorted(rows["lag_model"].astype(str).unique()),
+                "epochs": int(first["epochs"]),
+                "minibatches": int(first["minibatches"]),
+                "hyperparameters": _assignments(set_hps, [first[c] for c in set_hps]),
+                "num_runs": len(rows),
+            }
+        )
+    return records
+
+
+def _run_overview(table: pd.DataFrame, run_table: pd.DataFrame) -> dict[str, Any]:
+    return {
+        "tasks": sorted(run_table["task"].astype(str).unique()),
+        "lag_models": sorted(run_table["lag_model"].astype(str).unique()),
+        "lags": sorted(float(lag) for lag in run_table["lag"].unique()),
+        "seeds": sorted(int(seed) for seed in run_table["seed"].unique()),
+        "num_runs": len(run_table),
+        "num_diverged": int(run_table["diverged"].sum()),
+        "final_env_steps": sorted({int(s) for s in run_table["env_steps"]}),
+        "eval_points": sorted({int(n) for n in table.groupby("run_id").size()}),
+        "variants": _variant_records(run_table),
+    }
+
+
+def _diverged_runs(run_table: pd.DataFrame) -> list[dict[str, Any]]:
+    diverged = run_table[run_table["diverged"]].sort_values(["variant", "lag", "task", "seed"])
+    return [
+        {
+            "run_id": str(r.run_id),
+            "task": str(r.task),
+            "variant": r.variant,
+            "lag": float(r.lag),
+            "seed": int(r.seed),
+            "diverged_at": int(r.diverged_at),
+            "last_finite_return": float(r.filled_return),
+        }
+        for r in diverged.itertuples()
+    ]
+
+
+def _figure_builders(
+    cell_summaries: Sequence[Mapping[str, Any]],
+    curves: Mapping[tuple[str, float], Mapping[str, np.ndarray]],
+    fraction_means: pd.DataFrame,
+    improvements: Sequence[Mapping[str, Any]],
+    focus_algo: str,
+    colours: Mapping[str, Any],
+    lags: Sequence[float],
+) -> dict[str, tuple[str, Callable[[], Figure | _Skipped]]]:
+    """File stem -> (caption, drawing function) of every figure, in report order."""
+    return {
+        "fig_aggregates": (
+            "Aggregate final scores against lag",
+            lambda: _figure_aggregates(cell_summaries, colours, lags),
+        ),
+        "fig_learning_curves": (
+            "IQM learning curves per lag level",
+            lambda: _figure_curves(curves, colours, lags),
+        ),
+        "fig_auc": (
+            "IQM of the area under the learning curve against lag",
+            lambda: _figure_auc(cell_summaries, colours, lags),
+        ),
+        "fig_filter_clip": (
+            "Filter and clip fractions against lag",
+            lambda: _figure_fractions(fraction_means, colours, lags),
+        ),
+        "fig_probability_of_improvement": (
+            f"Probability of improvement of {focus_algo} over each baseline",
+            lambda: _figure_improvement(improvements, focus_algo, colours, lags),
+        ),
+    }
+
+
+def write_report(
+    runs: pd.DataFrame,
+    out_dir: str | os.PathLike[str],
+    *,
+    reference_returns: dict[str, float] | None = None,
+    focus_algo: str = "vaco",
+    final_fraction: float = 0.1,
+    reps: int = 2000,
+    seed: int = 0,
+    title: str | None = None,
+) -> dict[str, Any]:
+    """Scores a sweep's runs table and writes the report into ``out_dir``.
+
+    Args:
+      runs: the runs table, one row per run per evaluation point: the columns
+        of ``REQUIRED_COLUMNS``, any ``hp_*`` columns, and training metrics of
+        which ``filter_fraction`` and ``clip_fraction`` are plotted if present.
+      out_dir: folder of the report, created if needed; report files already
+        there are replaced, each atomically.
+      reference_returns: per-task return that normalises to 1; tasks left out
+        use the best final score of any of their runs.
+      focus_algo: algorithm whose probability of improvement over the variants
+        of every other algorithm is reported.
+      final_fraction: share of each run's last evaluation points averaged into
+        its final score, in (0, 1].
+      reps: bootstrap resamples per confidence interval.
+      seed: seed of every bootstrap.
+      title: heading of ``report.md``.
+
+    Writes ``runs.parquet`` (``runs`` as given), ``summary.json``, ``report.md``
+    and each figure as ``fig_*.png`` and ``fig_*.pdf``; a figure without data
+    is skipped and the report says why. Returns the summary written to
+    ``summary.json``.
+    """
+    _check_runs(runs)
+    tasks = sorted(runs["task"].astype(str).unique())
+    _check_options(tasks, reference_returns, final_fraction)
+    table = _prepared(runs)
+    final_returns = _final_returns(table, final_fraction)
+    references = _normalisation(table, final_returns, reference_returns)
+    table = _with_scores(table, references)
+    run_table = _run_table(table, final_returns, references)
+    cells, incomplete = _cells(run_table, tasks)
+    cell_summaries = [_cell_summary(cell, reps, seed) for cell in cells]
+    improvements = _improvements(cells, focus_algo, reps, seed)
+    overview = _run_overview(table, run_table)
+    builders = _figure_builders(
+        cell_summaries,
+        {(c.variant, c.lag): _learning_curve(c, table, tasks, reps, seed) for c in cells},
+        _fraction_means(table),
+        improvements,
+        focus_algo,
+        _colours(sorted(run_table["variant"].unique())),
+        overview["lags"],
+    )
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, dict[str, str]] = {}
+    for stem, (caption, draw) in builders.items():
+        drawn = draw() if cells else _Skipped("no variant has runs on every task at any lag")
+        if isinstance(drawn, _Skipped):
+            figures[stem] = {"caption": caption, "skipped": drawn.reason}
+        else:
+            figures[stem] = {"caption": caption, **_save_figure(drawn, out, stem)}
+
+    summary = {
+        "title": title or DEFAULT_TITLE,
+        "focus_algo": focus_algo,
+        "final_fraction": final_fraction,
+        "confidence": CONFIDENCE,
+        "reps": reps,
+        "seed": seed,
+        "run": overview,
+        "normalisation": {
+            str(task): {
+                "initial": float(row.initial),
+                "reference": float(row.reference),
+                "source": str(row.source),
+            }
+            for task, row in references.iterrows()
+        },
+        "cells": cell_summaries,
+        "incomplete_cells": incomplete,
+        "probability_of_improvement": improvements,
+        "diverged_runs": _diverged_runs(run_table),
+        "figures": figures,
+    }
+    _write_atomically(out / "runs.parquet", lambda temporary: runs.to_parquet(temporary))
+    _write_text(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    _write_text(out / "report.md", _markdown(summary))
+    return summary
