@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import warnings
+
 import jax
 import jax.numpy as jnp
 
@@ -16,10 +20,17 @@ class BraxEnvironment:
     """A Brax `Env` behind the `vaco_jax.envs.base.Environment` interface."""
 
     def __init__(self, name: str, backend: str = "mjx"):
-        from brax import envs as brax_envs  # heavy import, paid only when a Brax task is used
+        # Heavy import, paid only when a Brax task is used. MJX prints a notice to stdout when
+        # the optional Warp backend is absent; it is irrelevant here and would clutter output.
+        with contextlib.redirect_stdout(io.StringIO()):
+            from brax import envs as brax_envs
 
         self.name = name
-        self._env = brax_envs.get_environment(name, backend=backend)
+        with warnings.catch_warnings():
+            # Brax warns on every task construction that its own environments are in
+            # maintenance mode; the MJX physics underneath is what this adapter relies on.
+            warnings.filterwarnings("ignore", message="Brax System, piplines and environments")
+            self._env = brax_envs.get_environment(name, backend=backend)
         self.observation_size = int(self._env.observation_size)
         self.action_size = int(self._env.action_size)
 
@@ -33,7 +44,8 @@ class BraxEnvironment:
     def _wrap(brax_state) -> EnvState:
         # Brax's `done` is raised only by termination: time limits come from its wrappers,
         # which are not used here.
+        # Some Brax tasks return Python floats for a constant `done` or `reward`.
         return EnvState(physics=brax_state,
-                        obs=brax_state.obs.astype(jnp.float32),
-                        reward=brax_state.reward.astype(jnp.float32),
-                        terminated=brax_state.done.astype(jnp.float32))
+                        obs=jnp.asarray(brax_state.obs, jnp.float32),
+                        reward=jnp.asarray(brax_state.reward, jnp.float32),
+                        terminated=jnp.asarray(brax_state.done, jnp.float32))

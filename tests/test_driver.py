@@ -1,0 +1,126 @@
+"""The chunked driver and `vaco-jax train`: outputs, resume exactness, refusals, bad input."""
+
+import json
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine_configs import TOY
+from vaco_jax import cli
+from vaco_jax.config import HParams, TrainConfig
+from vaco_jax.driver import Driver
+
+CONFIG = TOY.replace(total_steps=TOY.steps_per_update * TOY.eval_every * 2)  # two periods
+HPARAMS = HParams.create(lag=1.0, learning_rate=1e-3)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight")
+    return out, Driver(CONFIG, HPARAMS, [0, 1]).run(out, chunk_periods=1, progress=False)
+
+
+def test_outputs_and_files(straight):
+    out, result = straight
+    assert result.complete and result.updates_done == CONFIG.num_updates
+    for name in ("metrics.csv", "metrics.parquet", "config.json", "status.json"):
+        assert (out / name).is_file(), name
+    assert (out / "checkpoint").is_dir()
+    table = pd.read_csv(out / "metrics.csv")
+    assert len(table) == 2 * (CONFIG.num_updates + 1)
+    initial = table[table["update"] == 0]
+    assert (initial.env_steps == 0).all() and initial.eval_return.notna().all()
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "metrics.parquet"), result.table(),
+                                  check_dtype=False)
+    saved = json.loads((out / "config.json").read_text())
+    assert TrainConfig.from_dict(saved["config"]) == CONFIG
+    assert saved["seeds"] == [0, 1]
+    status = json.loads((out / "status.json").read_text())
+    assert status["complete"] and not any(run["diverged"] for run in status["runs"])
+
+
+def test_resume_continues_exactly(straight, tmp_path):
+    _, uninterrupted = straight
+    out = tmp_path / "run"
+    first = Driver(CONFIG, HPARAMS, [0, 1]).run(out, chunk_periods=1, max_chunks=1, progress=False)
+    assert not first.complete and first.updates_done == CONFIG.updates_per_period
+    resumed = Driver.from_run_dir(out).run(out, chunk_periods=1, resume=True, progress=False)
+    assert resumed.complete
+    for name, values in uninterrupted.metrics.items():
+        np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
+    jax.tree.map(np.testing.assert_array_equal, resumed.state, uninterrupted.state)
+
+
+def test_refuses_to_overwrite_unless_asked(straight):
+    out, _ = straight
+    with pytest.raises(FileExistsError, match="already exists"):
+        Driver(CONFIG, HPARAMS, [0, 1]).run(out, progress=False)
+
+
+def test_resume_refuses_a_different_run(straight):
+    out, _ = straight
+    with pytest.raises(ValueError, match="different run"):
+        Driver(CONFIG, HParams.create(lag=0.0), [0, 1]).run(out, resume=True, progress=False)
+
+
+def test_divergence_is_reported_and_other_runs_kept(tmp_path):
+    hparams = HParams.stack([HParams.create(learning_rate=1e-3), HParams.create(learning_rate=1e30)])
+    result = Driver(CONFIG, hparams, [0, 0]).run(tmp_path / "run", progress=False)
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert [run["diverged"] for run in status["runs"]] == [False, True]
+    assert status["runs"][1]["diverged_at"] == int(result.diverged_at[1]) >= 0
+    assert np.isfinite(status["runs"][0]["final_eval_return"])
+
+
+@pytest.mark.parametrize("changes, hparams, message", [
+    (dict(env="cartpole"), {}, "env='cartpole' is not supported; allowed values: ant"),
+    (dict(algo="trpo"), {}, "algo='trpo' is not supported; allowed values:"),
+    (dict(backend="brax"), {}, "backend='brax' is not supported"),
+    (dict(lag_model="poisson"), {}, "lag_model='poisson' is not supported; allowed values: fixed"),
+    (dict(minibatches=3), {}, "must be divisible by minibatches=3"),
+    (dict(algo="impala", minibatches=3), {}, "num_envs=8 must be divisible by minibatches=3"),
+    (dict(num_envs=0), {}, "num_envs must be a positive integer"),
+    (dict(actor_hidden=()), {}, "actor_hidden must be a non-empty tuple"),
+    ({}, dict(lag=4.0), r"lag for lag_model='uniform' must be an integer in \[0, 3\]"),
+    (dict(lag_model="geometric"), dict(lag=0.0), r"must lie in \(0, 1\]"),
+    ({}, dict(learning_rate=0.0), "learning_rate must be > 0"),
+    ({}, dict(gamma=1.5), r"gamma must lie in \[0, 1\]"),
+])
+def test_bad_configurations_fail_before_compilation(monkeypatch, changes, hparams, message):
+    def no_compilation(*args, **kwargs):
+        raise AssertionError("compiled before validating")
+    monkeypatch.setattr(jax, "jit", no_compilation)
+    with pytest.raises(ValueError, match=message):
+        Driver(CONFIG.replace(**changes), HParams.create(**hparams), [0])
+
+
+def test_unknown_hparam_is_named():
+    with pytest.raises(ValueError, match=r"unknown hyper-parameter\(s\) \['learning_rat'\]"):
+        HParams.create(learning_rat=1e-3)
+
+
+def test_cli_train_resume_and_refusal(tmp_path, capsys):
+    out = str(tmp_path / "cli")
+    args = ["train", "--env", "toy_reach", "--algo", "vaco", "--lag", "uniform:2", "--seeds", "2",
+            "--total-steps", str(CONFIG.total_steps), "--num-envs", "8", "--rollout-length", "16",
+            "--epochs", "2", "--minibatches", "2", "--buffer-capacity", "4",
+            "--episode-length", "40", "--eval-every", str(CONFIG.eval_every),
+            "--num-eval-envs", "4", "--actor-hidden", "16", "--critic-hidden", "16",
+            "--hparam", "tv_delta=0.1", "--out", out, "--no-progress"]
+    assert cli.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "seed 0: eval return" in printed and f"{out}/metrics.csv" in printed
+    saved = json.loads((tmp_path / "cli" / "config.json").read_text())
+    assert saved["config"]["algo"] == "vaco" and saved["hparams"]["tv_delta"] == [
+        pytest.approx(0.1)] * 2
+    assert cli.main(args) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", out, "--no-progress"]) == 0  # already complete: no-op
+
+
+def test_cli_rejects_a_malformed_lag(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--lag", "sometimes:3"])
+    assert "--lag must be MODEL:PARAM with MODEL one of fixed, uniform" in capsys.readouterr().err
