@@ -5,14 +5,27 @@ backend optimisation level 0 roughly halves it, and a persistent cache shared by
 workers compiles identical programs once.
 """
 
+import functools
 import os
 import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 import jax  # noqa: E402  (must follow the XLA_FLAGS default above)
+import pytest  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir",
                   os.environ.get("VACO_JAX_TEST_CACHE",
                                  os.path.join(tempfile.gettempdir(), "vaco_jax_test_xla_cache")))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "jit"])
+def call(request):
+    """Calls `fn(*args, **kwargs)` as is or through `jax.jit` (args traced, kwargs closed over)."""
+
+    def run(fn, *args, **kwargs):
+        bound = functools.partial(fn, **kwargs)
+        return jax.jit(bound)(*args) if request.param else bound(*args)
+
+    return run

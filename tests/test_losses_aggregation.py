@@ -10,17 +10,6 @@ import pytest
 from vaco_jax.losses import AGGREGATIONS, aggregate
 
 
-@pytest.fixture(params=[False, True], ids=["plain", "jit"])
-def call(request):
-    """Calls `fn(*args, **kwargs)` as is or through `jax.jit` (args traced, kwargs closed over)."""
-
-    def run(fn, *args, **kwargs):
-        bound = functools.partial(fn, **kwargs)
-        return jax.jit(bound)(*args) if request.param else bound(*args)
-
-    return run
-
-
 VALUES = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]], np.float32)
 # Row 0 has two valid tokens, row 1 one, row 2 none (an empty sequence).
 MASK = np.array([[1, 1, 0], [1, 0, 0], [0, 0, 0]], np.float32)

@@ -1,12 +1,12 @@
 """Tests of `vaco_jax.losses.filters`: the TV filter and the stabilisers' weights and masks."""
 
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from loss_helpers import f32
 from vaco_jax.losses import (
     bapo_clip_bounds,
     freshness_mask,
@@ -22,21 +22,6 @@ from vaco_jax.losses import (
 )
 
 log = np.log
-
-
-@pytest.fixture(params=[False, True], ids=["plain", "jit"])
-def call(request):
-    """Calls `fn(*args, **kwargs)` as is or through `jax.jit` (args traced, kwargs closed over)."""
-
-    def run(fn, *args, **kwargs):
-        bound = functools.partial(fn, **kwargs)
-        return jax.jit(bound)(*args) if request.param else bound(*args)
-
-    return run
-
-
-def f32(*values):
-    return np.array(values, np.float32)
 
 
 # ---------------------------------------------------------------------------------------------

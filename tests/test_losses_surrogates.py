@@ -1,6 +1,5 @@
 """Tests of `vaco_jax.losses.surrogates` (and, through the mask test, of every loss)."""
 
-import functools
 
 import hypothesis.extra.numpy as hnp
 import jax
@@ -10,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loss_helpers import f32
 from vaco_jax.losses import (
     adaptive_kl_coef,
     cispo_loss,
@@ -27,23 +27,8 @@ from vaco_jax.losses import (
 log = np.log
 
 
-@pytest.fixture(params=[False, True], ids=["plain", "jit"])
-def call(request):
-    """Calls `fn(*args, **kwargs)` as is or through `jax.jit` (args traced, kwargs closed over)."""
-
-    def run(fn, *args, **kwargs):
-        bound = functools.partial(fn, **kwargs)
-        return jax.jit(bound)(*args) if request.param else bound(*args)
-
-    return run
-
-
 def k3(r):
     return (r - 1) - np.log(r)
-
-
-def f32(*values):
-    return np.array(values, np.float32)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,5 @@
 """Tests of `vaco_jax.losses.value` and `vaco_jax.losses.optim`."""
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -8,22 +7,8 @@ import numpy as np
 import optax
 import pytest
 
+from loss_helpers import f32
 from vaco_jax.losses import entropy_loss, ess_ratio, scale_by_ess, value_loss
-
-
-@pytest.fixture(params=[False, True], ids=["plain", "jit"])
-def call(request):
-    """Calls `fn(*args, **kwargs)` as is or through `jax.jit` (args traced, kwargs closed over)."""
-
-    def run(fn, *args, **kwargs):
-        bound = functools.partial(fn, **kwargs)
-        return jax.jit(bound)(*args) if request.param else bound(*args)
-
-    return run
-
-
-def f32(*values):
-    return np.array(values, np.float32)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ traced, so they can be vmapped over. All outputs are stop-gradient: they are
 regression targets and policy-gradient weights, never differentiated through.
 """
 
+import functools
 from typing import Any, Callable, Optional
 
 import chex
@@ -255,20 +256,20 @@ def _check_groups(
 # group's result back to its members, so callers never branch on the layout.
 
 
-def _group_sum(
-    x: Array, group_ids: Optional[Array], num_groups: Optional[int]
+def _group_reduce(
+    reduce: Callable[..., Array],
+    segment_reduce: Callable[..., Array],
+    x: Array,
+    group_ids: Optional[Array],
+    num_groups: Optional[int],
 ) -> Array:
     if group_ids is None:
-        return jnp.broadcast_to(jnp.sum(x, axis=-1, keepdims=True), x.shape)
-    return jax.ops.segment_sum(x, group_ids, num_segments=num_groups)[group_ids]
+        return jnp.broadcast_to(reduce(x, axis=-1, keepdims=True), x.shape)
+    return segment_reduce(x, group_ids, num_segments=num_groups)[group_ids]
 
 
-def _group_max(
-    x: Array, group_ids: Optional[Array], num_groups: Optional[int]
-) -> Array:
-    if group_ids is None:
-        return jnp.broadcast_to(jnp.max(x, axis=-1, keepdims=True), x.shape)
-    return jax.ops.segment_max(x, group_ids, num_segments=num_groups)[group_ids]
+_group_sum = functools.partial(_group_reduce, jnp.sum, jax.ops.segment_sum)
+_group_max = functools.partial(_group_reduce, jnp.max, jax.ops.segment_max)
 
 
 def _shift_to_group_max(

@@ -19,6 +19,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes files private; results are for sharing
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -27,7 +27,6 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from vaco_jax import stats
+from vaco_jax import io, stats
 
 HP_PREFIX = "hp_"
 RUN_COORDINATES = ("task", "algo", "lag_model", "lag", "epochs", "minibatches", "seed")
@@ -547,29 +546,12 @@ def _figure_improvement(
 # ---------------------------------------------------------------- writing
 
 
-def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """Writes via a temporary file in the same folder, so readers never see a partial file."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        os.chmod(temporary, 0o644)  # mkstemp makes files private; a report is for sharing.
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def _write_text(path: Path, text: str) -> None:
-    _write_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
-
-
 def _save_figure(figure: Figure, out_dir: Path, stem: str) -> dict[str, str]:
     """Writes ``stem.png`` and ``stem.pdf``; returns their names by format."""
     files = {}
     for fmt in ("png", "pdf"):
         files[fmt] = f"{stem}.{fmt}"
-        _write_atomically(
+        io.atomic_write(
             out_dir / files[fmt], lambda temporary: figure.savefig(temporary, format=fmt, dpi=150)
         )
         # The first save fixed the layout; solving it again for every format doubles the cost.
@@ -930,7 +912,7 @@ def write_report(
         "diverged_runs": _diverged_runs(run_table),
         "figures": figures,
     }
-    _write_atomically(out / "runs.parquet", lambda temporary: runs.to_parquet(temporary))
-    _write_text(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
-    _write_text(out / "report.md", _markdown(summary))
+    io.write_table(out / "runs.parquet", runs)
+    io.write_text(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    io.write_text(out / "report.md", _markdown(summary))
     return summary
