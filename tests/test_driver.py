@@ -124,3 +124,17 @@ def test_cli_rejects_a_malformed_lag(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--lag", "sometimes:3"])
     assert "--lag must be MODEL:PARAM with MODEL one of fixed, uniform" in capsys.readouterr().err
+
+
+def test_checkpoints_round_trip_trees_with_zero_size_arrays(tmp_path):
+    from vaco_jax.checkpoint import Checkpoints
+
+    tree = {"state": {"qpos": np.arange(3.0), "contacts": np.zeros((0, 4), np.float32)},
+            "step": np.int32(7)}
+    checkpoints = Checkpoints(tmp_path / "ckpt")
+    checkpoints.save(1, tree)
+    like = jax.tree.map(np.zeros_like, tree)
+    restored = checkpoints.restore(1, like)
+    checkpoints.close()
+    jax.tree.map(np.testing.assert_array_equal, restored, tree)
+    assert restored["state"]["contacts"].shape == (0, 4)

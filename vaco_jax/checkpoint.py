@@ -23,13 +23,20 @@ class Checkpoints:
         return self._manager.latest_step()
 
     def save(self, step: int, tree: Any) -> None:
-        self._manager.save(step, args=ocp.args.StandardSave(tree))
+        self._manager.save(step, args=ocp.args.StandardSave(_without_empty(tree)))
         self._manager.wait_until_finished()
 
     def restore(self, step: int, like: Any) -> Any:
-        """Restores `step` into the structure, shapes and dtypes of `like` (arrays or shapes)."""
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-        return self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        """Restores `step` into the structure, shapes and dtypes of `like` (arrays)."""
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _without_empty(like))
+        restored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        return jax.tree.map(lambda empty, x: empty if x is None else x, like, restored)
 
     def close(self) -> None:
         self._manager.close()
+
+
+def _without_empty(tree: Any) -> Any:
+    """`tree` with zero-size arrays (MJX states hold some) replaced by None: Orbax cannot save
+    them, and they carry no data; `restore` puts them back from its `like` tree."""
+    return jax.tree.map(lambda x: None if x.size == 0 else x, tree)

@@ -125,13 +125,73 @@ def _print_summary(result, out: str) -> None:
           f"{out}/status.json, checkpoint in {out}/checkpoint/")
 
 
+def _add_sweep_parsers(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep", help="run a named experiment: every group of runs in one compiled program")
+    p.add_argument("experiment", nargs="?", default=None,
+                   help="experiment TOML file, e.g. experiments/quick.toml (optional with --resume)")
+    p.add_argument("--out", required=True, help="sweep folder")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted sweep in --out, skipping finished batches")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing sweep folder")
+    p.add_argument("--max-runs-per-batch", type=int, default=None,
+                   help="most runs per compiled batch (rounded down to a multiple of the device "
+                        "count); default: as many as fit the memory budget")
+    p.add_argument("--memory-budget", type=float, default=None, metavar="GIB",
+                   help="device memory per device for runs, GiB; default: 90%% of an "
+                        "accelerator's free memory, or half the available host memory on CPU")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    r = subparsers.add_parser("report", help="rebuild a sweep's runs table and rewrite its report")
+    r.add_argument("out", metavar="DIR", help="sweep folder")
+
+
+def _sweep(args) -> int:
+    from vaco_jax import sweep
+
+    if not args.resume and args.experiment is None:
+        raise ValueError("the experiment file is required unless --resume is given")
+    if args.max_runs_per_batch is not None and args.max_runs_per_batch <= 0:
+        raise ValueError(f"--max-runs-per-batch must be a positive integer, got "
+                         f"{args.max_runs_per_batch}")
+    if args.memory_budget is not None and args.memory_budget <= 0:
+        raise ValueError(f"--memory-budget must be positive, got {args.memory_budget}")
+    experiment = sweep.load_experiment(args.experiment) if args.experiment else None
+    summary = sweep.sweep(
+        args.out, experiment, resume=args.resume, overwrite=args.overwrite,
+        max_runs_per_batch=args.max_runs_per_batch,
+        memory_budget=None if args.memory_budget is None else int(args.memory_budget * 2**30),
+        progress=not args.no_progress)
+    _print_scores(summary, args.out)
+    return 0
+
+
+def _report(args) -> int:
+    from vaco_jax import sweep
+
+    summary = sweep.write_sweep_report(sweep.load_sweep(args.out), args.out)
+    _print_scores(summary, args.out)
+    return 0
+
+
+def _print_scores(summary: dict, out: str) -> None:
+    """The report's final-score table: IQM normalised score per variant and lag."""
+    print(f"\n{summary['title']}: {summary['run']['num_runs']} runs "
+          f"({summary['run']['num_diverged']} diverged)")
+    for cell in summary["cells"]:
+        iqm, auc = cell["iqm"], cell["auc_iqm"]
+        print(f"  {cell['variant']:<32} lag {cell['lag']:<5g} IQM score {iqm['point']:6.3f} "
+              f"[{iqm['low']:.3f}, {iqm['high']:.3f}]  AUC IQM {auc['point']:6.3f}")
+    print(f"report: {out}/report.md (tables in {out}/summary.json, runs in {out}/runs.parquet)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vaco-jax", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(subparsers)
+    _add_sweep_parsers(subparsers)
     args = parser.parse_args(argv)
     try:
-        return {"train": _train}[args.command](args)
+        return {"train": _train, "sweep": _sweep, "report": _report}[args.command](args)
     except (ValueError, FileExistsError, FileNotFoundError) as error:
         print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
         return 2

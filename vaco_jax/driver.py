@@ -11,21 +11,32 @@ Files written to the output folder:
   the initial policy's evaluation;
 - `status.json`: progress and, per run, whether and when it diverged;
 - `checkpoint/`: the newest checkpoints.
+
+Several accelerators: the runs axis is sharded over a 1-D mesh `("runs",)` of devices (by
+default all of `jax.devices()`, the largest number of them that divides the number of runs), so
+each device trains its share of the runs; on one device nothing is sharded. When
+`jax.distributed` is initialised, `jax.devices()` lists the devices of every host: each process
+runs the same driver on the same runs (the number of runs must then be a multiple of the global
+device count), supplies the shards its devices hold, gathers every run's metrics, and only
+process 0 writes files. Only the single-host case is tested.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from vaco_jax import io
@@ -70,17 +81,41 @@ def _chunk_periods(num_periods: int, requested: int | None) -> int:
 
 
 class Driver:
-    """Runs one `TrainConfig` for several runs (`seeds[i]` with `hparams[i]`) in one program."""
+    """Runs one `TrainConfig` for several runs (`seeds[i]` with `hparams[i]`) in one program.
 
-    def __init__(self, config: TrainConfig, hparams: HParams, seeds: Sequence[int]):
+    `devices` are the devices the runs axis may be sharded over (default: `jax.devices()`).
+    """
+
+    def __init__(self, config: TrainConfig, hparams: HParams, seeds: Sequence[int],
+                 devices: Sequence[jax.Device] | None = None):
+        self.config = config
+        self._set_runs(hparams, seeds)
+        self.devices = _run_devices(self.num_runs, devices)
+        self._sharding = (NamedSharding(Mesh(np.asarray(self.devices), ("runs",)),
+                                        PartitionSpec("runs"))
+                          if len(self.devices) > 1 else None)
+        placement = {} if self._sharding is None else {"out_shardings": self._sharding}
+        self.trainer = Trainer(config)
+        self._init = jax.jit(jax.vmap(self.trainer.init), **placement)
+        self._evaluate = jax.jit(jax.vmap(self.trainer.evaluate), **placement)
+        self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2,
+                            **placement)
+
+    def _set_runs(self, hparams: HParams, seeds: Sequence[int]) -> None:
         seeds = [int(s) for s in seeds]
         hparams = _broadcast_hparams(hparams, len(seeds))
-        validate(config, hparams)
-        self.config, self.hparams, self.seeds = config, hparams, seeds
-        self.trainer = Trainer(config)
-        self._init = jax.jit(jax.vmap(self.trainer.init))
-        self._evaluate = jax.jit(jax.vmap(self.trainer.evaluate))
-        self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2)
+        validate(self.config, hparams)
+        self.hparams, self.seeds = hparams, seeds
+
+    def with_runs(self, hparams: HParams, seeds: Sequence[int]) -> "Driver":
+        """A driver of other runs (as many as this one's) that shares this driver's compiled
+        programs, so it starts without compiling again."""
+        if len(seeds) != self.num_runs:
+            raise ValueError(f"with_runs needs {self.num_runs} seeds (this driver's number of "
+                             f"runs), got {len(seeds)}")
+        other = copy.copy(self)
+        other._set_runs(hparams, seeds)
+        return other
 
     @classmethod
     def from_run_dir(cls, out_dir: str | os.PathLike) -> "Driver":
@@ -97,30 +132,50 @@ class Driver:
         return len(self.seeds)
 
     def _keys(self, salt: int) -> jax.Array:
-        return jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(s), salt))(
-            jnp.asarray(self.seeds, jnp.uint32))
+        return self._place(jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(s), salt))(
+            jnp.asarray(self.seeds, jnp.uint32)))
+
+    def _place(self, tree: Any) -> Any:
+        """Shards the leading (runs) axis of every leaf over the devices; a no-op on one device.
+        Every process holds all runs and hands over the shards of its own devices."""
+        if self._sharding is None:
+            return tree
+
+        def place(x):
+            host = np.asarray(x)
+            return jax.make_array_from_callback(host.shape, self._sharding, lambda i: host[i])
+        return jax.tree.map(place, tree)
 
     def initial(self) -> tuple[TrainState, dict[str, np.ndarray]]:
-        state = self._init(self._keys(0), self.hparams)
+        state = self._init(self._keys(0), self._place(self.hparams))
         metrics = {name: np.full((self.num_runs, self.config.num_updates + 1), np.nan, np.float32)
                    for name in METRICS}
-        metrics["eval_return"][:, 0] = np.asarray(self._evaluate(state, self._keys(1)))
+        metrics["eval_return"][:, 0] = _to_host(self._evaluate(state, self._keys(1)))
         metrics["env_steps"][:, 0] = 0.0
         metrics["diverged"][:, 0] = 0.0
         return state, metrics
 
+    def compile(self, chunk_periods: int | None = None) -> None:
+        """Compiles the programs `run(chunk_periods=...)` uses ahead of time (running `initial`),
+        so that `run`, also of drivers made by `with_runs`, starts without compiling."""
+        state, _ = self.initial()
+        self._run.lower(state, self._place(self.hparams),
+                        _chunk_periods(self.config.num_periods, chunk_periods)).compile()
+
     def run(self, out_dir: str | os.PathLike | None = None, *, chunk_periods: int | None = None,
             max_chunks: int | None = None, resume: bool = False, overwrite: bool = False,
-            progress: bool = True) -> TrainingResult:
+            progress: bool = True,
+            on_chunk: Callable[[TrainingResult], None] | None = None) -> TrainingResult:
         """Trains every run to `config.num_updates` (or `max_chunks` chunks), writing results
-        and checkpoints into `out_dir` when given."""
+        and checkpoints into `out_dir` when given; `on_chunk` sees the result after each chunk
+        (written and checkpointed)."""
         cfg = self.config
         out = Path(out_dir) if out_dir is not None else None
         checkpoints = None
         if out is not None:
             if resume:
                 self._check_resumable(out)
-            else:
+            elif _is_writer():
                 io.prepare_output_dir(out, overwrite=overwrite)
                 io.write_json(out / "config.json", self.describe())
             checkpoints = Checkpoints(out / "checkpoint")
@@ -129,7 +184,10 @@ class Driver:
         if resume and checkpoints is not None and checkpoints.latest_step() is not None:
             periods_done = checkpoints.latest_step()
             restored = checkpoints.restore(periods_done, {"state": state, "metrics": metrics})
-            state, metrics = restored["state"], {k: np.asarray(v) for k, v in restored["metrics"].items()}
+            # Placed like a fresh state (Orbax commits arrays to a device), so the compiled
+            # chunk program of a fresh run serves a resumed one too.
+            state = self._place(jax.tree.map(_to_host, restored["state"]))
+            metrics = {k: np.asarray(v) for k, v in restored["metrics"].items()}
 
         per_chunk = _chunk_periods(cfg.num_periods, chunk_periods)
         updates_per_chunk = per_chunk * cfg.updates_per_period
@@ -139,13 +197,14 @@ class Driver:
                    disable=not progress, dynamic_ncols=True, desc=f"{cfg.algo} on {cfg.env}")
         reported = set()
         chunks = 0
+        hparams = self._place(self.hparams)
         try:
             while periods_done < cfg.num_periods and (max_chunks is None or chunks < max_chunks):
                 start = time.perf_counter()
-                state, chunk_metrics = self._run(state, self.hparams, per_chunk)
+                state, chunk_metrics = self._run(state, hparams, per_chunk)
                 first = periods_done * cfg.updates_per_period + 1
                 for name, values in chunk_metrics.items():
-                    metrics[name][:, first:first + updates_per_chunk] = np.asarray(values)
+                    metrics[name][:, first:first + updates_per_chunk] = _to_host(values)
                 periods_done += per_chunk
                 chunks += 1
                 result = self._result(metrics, state, periods_done)
@@ -157,6 +216,8 @@ class Driver:
                 if out is not None:
                     self._write(out, result)
                     checkpoints.save(periods_done, {"state": state, "metrics": metrics})
+                if on_chunk is not None:
+                    on_chunk(result)
                 if result.diverged.all():
                     bar.write("every run diverged; stopping")
                     break
@@ -186,9 +247,9 @@ class Driver:
             raise ValueError(f"cannot resume {str(out)!r}: its config.json describes a different run")
 
     def _result(self, metrics, state, periods_done) -> TrainingResult:
-        diverged_at = np.asarray(state.diverged_at)
+        diverged_at = _to_host(state.diverged_at)
         return TrainingResult(config=self.config, seeds=self.seeds, hparams=self.hparams,
-                              metrics=metrics, diverged=np.asarray(state.diverged),
+                              metrics=metrics, diverged=_to_host(state.diverged),
                               diverged_at=diverged_at,
                               updates_done=periods_done * self.config.updates_per_period,
                               state=state)
@@ -202,6 +263,8 @@ class Driver:
                           f"other runs continue")
 
     def _write(self, out: Path, result: TrainingResult) -> None:
+        if not _is_writer():
+            return
         table = result.table()
         io.write_table(out / "metrics.csv", table)
         io.write_table(out / "metrics.parquet", table)
@@ -212,6 +275,31 @@ class Driver:
                       "diverged_at": int(result.diverged_at[i]),
                       "final_eval_return": float(_latest(result.metrics["eval_return"])[i])}
                      for i, s in enumerate(self.seeds)]})
+
+
+def _run_devices(num_runs: int, devices: Sequence[jax.Device] | None) -> list[jax.Device]:
+    """The first `d` of `devices` (default `jax.devices()`), `d` the largest count that divides
+    `num_runs`, so every device trains the same number of runs."""
+    devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("devices must name at least one device")
+    if jax.process_count() > 1 and num_runs % len(devices):
+        raise ValueError(f"across {jax.process_count()} processes the number of runs "
+                         f"({num_runs}) must be a multiple of the device count ({len(devices)})")
+    count = max(d for d in range(1, min(len(devices), num_runs) + 1) if num_runs % d == 0)
+    return devices[:count]
+
+
+def _to_host(x: jax.Array) -> np.ndarray:
+    """All runs of a runs-sharded array as NumPy; across hosts every process gathers them."""
+    if jax.process_count() > 1:
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def _is_writer() -> bool:
+    """Whether this process writes files (process 0 of a multi-host run)."""
+    return jax.process_index() == 0
 
 
 def _latest(values: np.ndarray) -> np.ndarray:

@@ -1,0 +1,704 @@
+"""Sweeps: a declarative experiment expanded into compiled groups of vmapped runs.
+
+An experiment (a TOML file, see `experiments/README.md`) names tasks, algorithms, a lag model
+with its lag levels, forward-lag settings (epochs, minibatches), hyper-parameter grids and
+seeds. It expands into *groups*, one per (task, algorithm, epochs, minibatches): everything
+structural is fixed within a group, so a group is one compiled program, and each combination
+of lag level x hyper-parameter grid point x seed is one *run* of it (vmapped by the `Driver`).
+
+A group's runs execute in *batches* of equal size, so every batch reuses the group's single
+compilation (and the next group compiles in a background thread while the current one trains).
+The size is the most runs whose estimated memory fits the device-memory budget
+(and `max_runs_per_batch`), a multiple of the device count (the `Driver` shards runs over
+devices); the last batch is padded with duplicates of its own runs, whose results are dropped.
+
+Sweep folder:
+- `experiment.toml`: the experiment's text, verbatim; `sweep.json`: the batches and estimates;
+- `runs/<group>-<batch>/`: each batch's `Driver` folder (metrics, status, checkpoints), so an
+  interrupted sweep resumes: finished batches are skipped, a partial one continues from its
+  checkpoint;
+- the report of `report.write_report` (`runs.parquet`, `summary.json`, `report.md`, `fig_*`),
+  built from the runs table: one row per run per evaluation point, with the training metrics
+  averaged over the updates since the previous evaluation point.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import itertools
+import json
+import math
+import os
+import shutil
+import threading
+import time
+import tomllib
+import warnings
+from concurrent import futures
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from vaco_jax import envs, io, report
+from vaco_jax.algorithms import ALGORITHMS
+from vaco_jax.config import HParams, TrainConfig, validate
+from vaco_jax.driver import Driver, TrainingResult
+from vaco_jax.train import METRICS, Trainer
+
+TOP_LEVEL_KEYS = ("name", "description", "tasks", "algos", "seeds", "focus_algo", "lag",
+                  "forward", "config", "hparams", "overrides", "reference_returns")
+LAG_KEYS = ("model", "levels")
+FORWARD_KEYS = ("epochs", "minibatches")
+OVERRIDE_KEYS = ("forward", "config", "hparams")
+SET_ELSEWHERE = {"env": "tasks", "algo": "algos", "lag_model": "[lag] model",
+                 "epochs": "[forward] epochs", "minibatches": "[forward] minibatches"}
+"""TrainConfig fields a `[config]` table may not set, and where the experiment sets them."""
+
+TRAINING_METRICS = tuple(m for m in METRICS if m not in ("env_steps", "eval_return", "diverged"))
+SAFETY_FACTOR = 4.0
+"""Estimated run memory = (train state + one update's rollout) x this: it covers the input and
+output state of a chunk, the phase batch with its shuffled minibatch copies, activations and
+gradients."""
+DEVICE_MEMORY_FRACTION = 0.9
+HOST_MEMORY_FRACTION = 0.5
+EXPERIMENT_FILE = "experiment.toml"
+PLAN_FILE = "sweep.json"
+RUNS_DIR = "runs"
+
+
+# ---------------------------------------------------------------- the experiment
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run of a group: its seed, lag level and grid point (`hparams`, swept names only)."""
+
+    run_id: str
+    seed: int
+    lag: float
+    hparams: Mapping[str, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Runs sharing one compiled program (`config`); `fixed` holds the hyper-parameters every
+    run shares, `swept` the names of those the runs' grid points set."""
+
+    name: str
+    config: TrainConfig
+    fixed: Mapping[str, float]
+    swept: tuple[str, ...]
+    runs: tuple[RunSpec, ...]
+
+    def hparams(self, indices: Sequence[int]) -> HParams:
+        """The stacked hyper-parameters of `runs[i]` for each `i` in `indices` (leaves `[R]`)."""
+        runs = [self.runs[i] for i in indices]
+        values = HParams.create(**self.fixed, lag=[r.lag for r in runs],
+                                **{n: [r.hparams[n] for r in runs] for n in self.swept})
+        return jax.tree.map(lambda x: jnp.broadcast_to(x, (len(runs),)), values)
+
+    def run_hparams(self, index: int) -> HParams:
+        return jax.tree.map(lambda x: x[0], self.hparams([index]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    source: str  # the TOML text, kept verbatim in the sweep folder
+    focus_algo: str
+    reference_returns: Mapping[str, float]
+    groups: tuple[Group, ...]
+
+    def group(self, name: str) -> Group:
+        return next(g for g in self.groups if g.name == name)
+
+    @property
+    def swept_hparams(self) -> tuple[str, ...]:
+        """Every hyper-parameter some group sweeps, in order of appearance (the `hp_*` columns)."""
+        return tuple(dict.fromkeys(n for g in self.groups for n in g.swept))
+
+    @property
+    def num_runs(self) -> int:
+        return sum(len(g.runs) for g in self.groups)
+
+
+@contextlib.contextmanager
+def _context(where: str) -> Iterator[None]:
+    """Prefixes a `ValueError` raised inside with where in the experiment it arose."""
+    try:
+        yield
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+def _check_keys(table: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; allowed: {list(allowed)}")
+
+
+def _table(spec: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = spec.get(key, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{key} must be a table ([{key}]), got {value!r}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _values(key: str, value: Any, kind: type | None = None,
+            allowed: Sequence[Any] | None = None) -> tuple[Any, ...]:
+    """A scalar or a non-empty list of distinct values as a tuple: numbers, or of type `kind`,
+    and (if given) from `allowed`."""
+    items = tuple(value) if isinstance(value, list) else (value,)
+    check = (lambda v: isinstance(v, kind) and not isinstance(v, bool)) if kind else _is_number
+    if not items or not all(check(v) for v in items):
+        what = kind.__name__ if kind else "number"
+        raise ValueError(f"{key} must be a {what} or a non-empty list of them, got {value!r}")
+    if len(set(items)) != len(items):
+        raise ValueError(f"{key} lists a value twice: {value!r}")
+    if allowed is not None:
+        _check_names(key, items, allowed)
+    return items
+
+
+def _check_names(key: str, names: Sequence[str], allowed: Sequence[str]) -> None:
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise ValueError(f"{key}: unknown value(s) {unknown}; allowed: {', '.join(allowed)}")
+
+
+def _seeds(value: Any) -> tuple[int, ...]:
+    """`seeds = N` means seeds 0..N-1; a list names them."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError(f"seeds must be a positive count or a list of integers, got {value}")
+        return tuple(range(value))
+    if not isinstance(value, list):
+        raise ValueError(f"seeds must be a positive count or a list of integers, got {value!r}")
+    return _values("seeds", value, int)
+
+
+def _hparam_values(table: Mapping[str, Any]) -> dict[str, float | tuple[float, ...]]:
+    """`name = value` (shared by every run) or `name = [values]` (a grid axis)."""
+    if "lag" in table:
+        raise ValueError("lag is set by [lag] levels, not as a hyper-parameter")
+    HParams.create(**{n: 0.0 for n in table})  # names only: rejects unknown ones, naming all
+    return {n: tuple(float(x) for x in _values(n, v)) if isinstance(v, list) else
+            float(_values(n, v)[0]) for n, v in table.items()}
+
+
+def _config_values(table: Mapping[str, Any]) -> dict[str, Any]:
+    misplaced = {k: SET_ELSEWHERE[k] for k in table if k in SET_ELSEWHERE}
+    if misplaced:
+        raise ValueError("; ".join(f"{k} is set by {where}" for k, where in misplaced.items()))
+    TrainConfig.from_dict(table)  # rejects unknown fields, naming the allowed ones
+    return dict(table)
+
+
+def _forward_values(table: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    _check_keys(table, FORWARD_KEYS)
+    return {k: _values(k, v, int) for k, v in table.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """The per-algorithm view of an experiment: shared values with its overrides applied."""
+
+    config: Mapping[str, Any]
+    hparams: Mapping[str, float | tuple[float, ...]]
+    forward: Mapping[str, tuple[int, ...]]
+
+    def forward_variants(self) -> list[tuple[int, int]]:
+        """Every (epochs, minibatches) pair; an unset axis takes the `TrainConfig` default."""
+        defaults = TrainConfig()
+        return list(itertools.product(self.forward.get("epochs", (defaults.epochs,)),
+                                      self.forward.get("minibatches", (defaults.minibatches,))))
+
+    def overridden(self, override: Mapping[str, Any]) -> "_Settings":
+        _check_keys(override, OVERRIDE_KEYS)
+        return _Settings(config={**self.config, **_config_values(_table(override, "config"))},
+                         hparams={**self.hparams, **_hparam_values(_table(override, "hparams"))},
+                         forward={**self.forward, **_forward_values(_table(override, "forward"))})
+
+
+def _group(task: str, algo: str, epochs: int, minibatches: int, lag_model: str,
+           lags: tuple[float, ...], seeds: tuple[int, ...], settings: _Settings) -> Group:
+    """One group with its runs in the order lag level, grid point, seed (seed varies fastest)."""
+    name = f"{task}-{algo}-e{epochs}m{minibatches}"
+    config = TrainConfig.from_dict({**settings.config, "env": task, "algo": algo,
+                                    "lag_model": lag_model, "epochs": epochs,
+                                    "minibatches": minibatches})
+    swept = tuple(n for n, v in settings.hparams.items() if isinstance(v, tuple))
+    fixed = {n: v for n, v in settings.hparams.items() if n not in swept}
+    grid = itertools.product(*(settings.hparams[n] for n in swept))
+    points = itertools.product(lags, grid, seeds)
+    runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=float(lag),
+                         hparams=dict(zip(swept, point)))
+                 for i, (lag, point, seed) in enumerate(points))
+    group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs)
+    with _context(f"group {name}"):
+        validate(config, group.hparams(range(len(runs))))
+    return group
+
+
+def parse_experiment(text: str, name: str = "experiment") -> Experiment:
+    """Parses and fully validates an experiment (no compilation); `name` is the default name.
+
+    Raises `ValueError` naming the offending key and its allowed values.
+    """
+    with _context(f"experiment {name!r}"):
+        try:
+            spec = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"not valid TOML: {error}") from None
+        _check_keys(spec, TOP_LEVEL_KEYS)
+        missing = [k for k in ("tasks", "algos", "seeds", "lag") if k not in spec]
+        if missing:
+            raise ValueError(f"missing required key(s) {missing}")
+    name = spec.get("name", name)
+    with _context(f"experiment {name!r}"):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        tasks = _values("tasks", spec["tasks"], str, envs.ENV_NAMES)
+        algos = _values("algos", spec["algos"], str, tuple(ALGORITHMS))
+        seeds = _seeds(spec["seeds"])
+        focus_algo = spec.get("focus_algo", "vaco" if "vaco" in algos else algos[0])
+        _values("focus_algo", focus_algo, str, algos)
+        lag = _table(spec, "lag")
+        with _context("[lag]"):
+            _check_keys(lag, LAG_KEYS)
+            if set(lag) != set(LAG_KEYS):
+                raise ValueError(f"needs both {list(LAG_KEYS)}")
+            lags = _values("levels", lag["levels"])
+        references = _table(spec, "reference_returns")
+        with _context("[reference_returns]"):
+            _check_names("task", list(references), tasks)
+            reference_returns = {t: float(_values(t, v)[0]) for t, v in references.items()}
+        with _context("[config]"):
+            config = _config_values(_table(spec, "config"))
+        with _context("[hparams]"):
+            hparams = _hparam_values(_table(spec, "hparams"))
+        with _context("[forward]"):
+            forward = _forward_values(_table(spec, "forward"))
+        shared = _Settings(config=config, hparams=hparams, forward=forward)
+        overrides = _table(spec, "overrides")
+        with _context("[overrides]"):
+            _check_names("algorithm", list(overrides), algos)
+        settings = {}
+        for algo in algos:
+            with _context(f"[overrides.{algo}]"):
+                settings[algo] = shared.overridden(_table(overrides, algo))
+        groups = tuple(_group(task, algo, epochs, minibatches, lag["model"], lags, seeds,
+                              settings[algo])
+                       for task in tasks for algo in algos
+                       for epochs, minibatches in settings[algo].forward_variants())
+    return Experiment(name=name, description=str(spec.get("description", "")), source=text,
+                      focus_algo=focus_algo, reference_returns=reference_returns, groups=groups)
+
+
+def load_experiment(path: str | os.PathLike) -> Experiment:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"experiment file {str(path)!r} does not exist")
+    return parse_experiment(path.read_text(encoding="utf-8"), name=path.stem)
+
+
+# ---------------------------------------------------------------- memory and batches
+
+
+def _nbytes(tree: Any) -> int:
+    return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
+
+
+def run_memory_bytes(config: TrainConfig, hparams: HParams) -> int:
+    """Estimated device memory of one run (`hparams` unbatched): the train state and one
+    update's rollout data, from their abstract shapes (traced, not compiled), times
+    `SAFETY_FACTOR`."""
+    trainer = Trainer(config)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    state = jax.eval_shape(trainer.init, key, hparams)
+    _, data = jax.eval_shape(trainer.collect, state, key, hparams)
+    return int(SAFETY_FACTOR * (_nbytes(state) + _nbytes(data)))
+
+
+def _available_host_bytes() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def device_memory_budget(device: jax.Device) -> int:
+    """Bytes one device may give to runs: `DEVICE_MEMORY_FRACTION` of an accelerator's free
+    memory pool; on CPU, `HOST_MEMORY_FRACTION` of the available host memory, shared by the
+    local CPU devices."""
+    stats = device.memory_stats() or {}
+    if "bytes_limit" in stats:
+        return int(DEVICE_MEMORY_FRACTION * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
+    return int(HOST_MEMORY_FRACTION * _available_host_bytes() / jax.local_device_count())
+
+
+def batch_capacity(run_bytes: int, budget_bytes: int, num_devices: int,
+                   max_runs_per_batch: int | None = None) -> int:
+    """Most runs per batch: those fitting each device's budget, capped by `max_runs_per_batch`
+    (rounded down to a multiple of `num_devices`); at least one run per device."""
+    per_device = budget_bytes // max(run_bytes, 1)
+    if per_device < 1:
+        warnings.warn(f"one run needs about {run_bytes / 2**30:.2f} GiB, more than the budget of "
+                      f"{budget_bytes / 2**30:.2f} GiB per device; running one run per device",
+                      stacklevel=2)
+    capacity = max(1, per_device) * num_devices
+    if max_runs_per_batch is not None:
+        capacity = min(capacity, max(1, max_runs_per_batch // num_devices) * num_devices)
+    return capacity
+
+
+def split_runs(num_runs: int, capacity: int, num_devices: int = 1) -> tuple[int, list[list[int]]]:
+    """Splits runs `0..num_runs-1` into the fewest batches of at most `capacity` runs, all of one
+    size (a multiple of `num_devices`, so one compilation serves every batch and each device
+    gets the same share). Returns the size and each batch's runs; the last batch may hold fewer
+    runs than the size, to be padded."""
+    if capacity < num_devices or capacity % num_devices:
+        raise ValueError(f"capacity={capacity} must be a positive multiple of "
+                         f"num_devices={num_devices}")
+    count = math.ceil(num_runs / capacity)
+    size = math.ceil(math.ceil(num_runs / count) / num_devices) * num_devices
+    return size, [list(range(start, min(start + size, num_runs)))
+                  for start in range(0, num_runs, size)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Runs of one group executed together: `runs` index the group's runs; the driver executes
+    `size` runs, `runs` first and then duplicates of them as padding."""
+
+    name: str
+    group: str
+    runs: tuple[int, ...]
+    size: int
+
+    @property
+    def padded(self) -> tuple[int, ...]:
+        return tuple(self.runs[i % len(self.runs)] for i in range(self.size))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """An experiment split into batches; `run_bytes` is the estimate per run of each group."""
+
+    experiment: Experiment
+    batches: tuple[Batch, ...]
+    num_devices: int
+    budget_bytes: int
+    run_bytes: Mapping[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"experiment": self.experiment.name, "num_devices": self.num_devices,
+                "budget_bytes_per_device": self.budget_bytes,
+                "groups": [{"name": g.name, "config": g.config.to_dict(),
+                            "run_bytes": self.run_bytes[g.name],
+                            "runs": [dataclasses.asdict(r) for r in g.runs],
+                            "batches": [dataclasses.asdict(b) for b in self.batches
+                                        if b.group == g.name]}
+                           for g in self.experiment.groups]}
+
+    @classmethod
+    def from_json(cls, experiment: Experiment, saved: Mapping[str, Any]) -> "Plan":
+        groups = saved["groups"]
+        if [g["name"] for g in groups] != [g.name for g in experiment.groups]:
+            raise ValueError(f"{PLAN_FILE} does not describe the groups of experiment "
+                             f"{experiment.name!r}")
+        return cls(experiment=experiment, num_devices=saved["num_devices"],
+                   budget_bytes=saved["budget_bytes_per_device"],
+                   run_bytes={g["name"]: g["run_bytes"] for g in groups},
+                   batches=tuple(Batch(name=b["name"], group=b["group"], runs=tuple(b["runs"]),
+                                       size=b["size"])
+                                 for g in groups for b in g["batches"]))
+
+
+def make_plan(experiment: Experiment, *, max_runs_per_batch: int | None = None,
+              memory_budget: int | None = None,
+              devices: Sequence[jax.Device] | None = None) -> Plan:
+    """Estimates each group's run memory and splits its runs into equal batches that fit
+    `memory_budget` bytes per device (default: `device_memory_budget`) on `devices`
+    (default: `jax.devices()`)."""
+    devices = list(jax.devices() if devices is None else devices)
+    budget = memory_budget if memory_budget is not None else device_memory_budget(devices[0])
+    batches, run_bytes, estimates = [], {}, {}
+    for group in experiment.groups:
+        # Epochs and minibatches shape neither the train state nor the rollout.
+        shape = group.config.replace(epochs=1, minibatches=1)
+        if shape not in estimates:
+            estimates[shape] = run_memory_bytes(shape, group.run_hparams(0))
+        run_bytes[group.name] = estimates[shape]
+        capacity = batch_capacity(run_bytes[group.name], budget, len(devices), max_runs_per_batch)
+        size, split = split_runs(len(group.runs), capacity, len(devices))
+        batches += [Batch(name=f"{group.name}-{i}", group=group.name, runs=tuple(runs), size=size)
+                    for i, runs in enumerate(split)]
+    return Plan(experiment=experiment, batches=tuple(batches), num_devices=len(devices),
+                budget_bytes=budget, run_bytes=run_bytes)
+
+
+# ---------------------------------------------------------------- running
+
+
+def _in_background(function: Callable[..., Any], *args: Any) -> futures.Future:
+    """Calls `function(*args)` in a daemon thread, which an interrupted sweep does not wait for."""
+    future: futures.Future = futures.Future()
+
+    def work() -> None:
+        try:
+            future.set_result(function(*args))
+        except BaseException as error:  # handed to whoever waits for the result
+            future.set_exception(error)
+    threading.Thread(target=work, daemon=True).start()
+    return future
+
+
+def _compiled_driver(config: TrainConfig, hparams: HParams, seeds: Sequence[int]) -> Driver:
+    driver = Driver(config, hparams, seeds)
+    driver.compile()
+    return driver
+
+
+class _Programs:
+    """Drivers by (config, number of runs), the last few kept: a batch of a config and size
+    seen before reuses that driver's compiled programs. `prefetch` builds and compiles a later
+    batch's driver in a background thread, so that compilation overlaps the current batch."""
+
+    def __init__(self, capacity: int = 4):
+        self._capacity = capacity
+        self._drivers: collections.OrderedDict[tuple[TrainConfig, int], futures.Future] = (
+            collections.OrderedDict())
+
+    def prefetch(self, config: TrainConfig, hparams: HParams, seeds: Sequence[int]) -> None:
+        self._entry(config, hparams, seeds, background=True)
+
+    def driver(self, config: TrainConfig, hparams: HParams, seeds: Sequence[int]) -> Driver:
+        """The driver of these runs; it compiles on its first run unless prefetched."""
+        return self._entry(config, hparams, seeds, background=False).result().with_runs(
+            hparams, seeds)
+
+    def _entry(self, config: TrainConfig, hparams: HParams, seeds: Sequence[int],
+               background: bool) -> futures.Future:
+        key = (config, len(seeds))
+        if key not in self._drivers:
+            if background:
+                self._drivers[key] = _in_background(_compiled_driver, config, hparams, seeds)
+            else:
+                self._drivers[key] = futures.Future()
+                self._drivers[key].set_result(Driver(config, hparams, seeds))
+            if len(self._drivers) > self._capacity:
+                self._drivers.popitem(last=False)
+        self._drivers.move_to_end(key)
+        return self._drivers[key]
+
+
+_PROGRAMS = _Programs()
+
+
+def batch_dir(out_dir: str | os.PathLike, batch: Batch) -> Path:
+    return Path(out_dir) / RUNS_DIR / batch.name
+
+
+def _status(folder: Path) -> dict[str, Any] | None:
+    path = folder / "status.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def batch_finished(folder: Path) -> bool:
+    """Finished: complete, or stopped early because every run diverged."""
+    status = _status(folder)
+    return status is not None and (status["complete"] or all(r["diverged"] for r in status["runs"]))
+
+
+def _batch_steps(plan: Plan, batch: Batch, updates: int) -> int:
+    """Environment steps of the batch's real runs after `updates` updates."""
+    return updates * plan.experiment.group(batch.group).config.steps_per_update * len(batch.runs)
+
+
+def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite: bool = False,
+                **plan_options: Any) -> Plan:
+    """Creates the sweep folder (refusing a non-empty one unless `overwrite`, which discards
+    its batches), plans the batches (`make_plan` options) and saves the plan."""
+    out = io.prepare_output_dir(out_dir, overwrite=overwrite)
+    if overwrite:
+        shutil.rmtree(out / RUNS_DIR, ignore_errors=True)
+    plan = make_plan(experiment, **plan_options)
+    io.write_text(out / EXPERIMENT_FILE, experiment.source)
+    io.write_json(out / PLAN_FILE, plan.to_json())
+    return plan
+
+
+def load_sweep(out_dir: str | os.PathLike) -> Plan:
+    """The plan saved in a sweep folder (its experiment re-parsed from `experiment.toml`)."""
+    out = Path(out_dir)
+    for name in (EXPERIMENT_FILE, PLAN_FILE):
+        if not (out / name).is_file():
+            raise FileNotFoundError(f"{str(out)!r} is not a sweep folder: {name} is missing")
+    saved = json.loads((out / PLAN_FILE).read_text())
+    experiment = parse_experiment((out / EXPERIMENT_FILE).read_text(encoding="utf-8"),
+                                  name=saved["experiment"])
+    return Plan.from_json(experiment, saved)
+
+
+def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
+              on_chunk: Callable[[Batch, TrainingResult], None] | None = None) -> None:
+    """Runs every unfinished batch of `plan` in `out_dir`, continuing a partial batch from its
+    checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed)."""
+    steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
+             for b in plan.batches}
+    done = {b.name: steps[b.name] if batch_finished(batch_dir(out_dir, b)) else
+            _batch_steps(plan, b, (_status(batch_dir(out_dir, b)) or {}).get("updates_done", 0))
+            for b in plan.batches}
+    pending = [b for b in plan.batches if not batch_finished(batch_dir(out_dir, b))]
+    with tqdm(total=sum(steps.values()), initial=sum(done.values()), unit="step",
+              unit_scale=True, dynamic_ncols=True, disable=not progress,
+              desc=f"sweep {plan.experiment.name}") as bar:
+        for index, batch in enumerate(pending):
+            upcoming = next((b for b in pending[index + 1:] if b.group != batch.group), None)
+            if upcoming is not None:
+                _PROGRAMS.prefetch(*_driver_arguments(plan, upcoming))
+            driver = _PROGRAMS.driver(*_driver_arguments(plan, batch))
+
+            def chunk_done(result: TrainingResult, batch: Batch = batch) -> None:
+                now = _batch_steps(plan, batch, result.updates_done)
+                bar.update(now - done[batch.name])
+                done[batch.name] = now
+                if on_chunk is not None:
+                    on_chunk(batch, result)
+
+            folder = batch_dir(out_dir, batch)
+            resume = (folder / "config.json").is_file()
+            start = time.perf_counter()
+            result = driver.run(folder, resume=resume, overwrite=not resume, progress=progress,
+                                on_chunk=chunk_done)
+            bar.write(f"[{plan.batches.index(batch) + 1}/{len(plan.batches)}] "
+                      f"{_batch_line(batch, result, time.perf_counter() - start)}")
+
+
+def _driver_arguments(plan: Plan, batch: Batch) -> tuple[TrainConfig, HParams, list[int]]:
+    group = plan.experiment.group(batch.group)
+    return (group.config, group.hparams(batch.padded),
+            [group.runs[i].seed for i in batch.padded])
+
+
+def _batch_line(batch: Batch, result: TrainingResult, seconds: float) -> str:
+    evals = result.metrics["eval_return"][:len(batch.runs)]
+    padding = batch.size - len(batch.runs)
+    return (f"{batch.name}: {len(batch.runs)} runs{f' (+{padding} padding)' if padding else ''} "
+            f"in {seconds:.0f} s; mean eval return {np.nanmean(evals[:, 0]):.2f} -> "
+            f"{np.nanmean(evals[:, result.updates_done]):.2f}")
+
+
+# ---------------------------------------------------------------- the runs table
+
+
+def _coordinates(experiment: Experiment, group: Group, batch: Batch,
+                 status: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per real run of the batch (`run` = its index in the batch's driver)."""
+    cfg = group.config
+    rows = []
+    for index, run_index in enumerate(batch.runs):
+        run = group.runs[run_index]
+        rows.append({"run": index, "task": cfg.env, "algo": cfg.algo, "lag_model": cfg.lag_model,
+                     "lag": run.lag, "epochs": cfg.epochs, "minibatches": cfg.minibatches,
+                     "seed": run.seed, "run_id": run.run_id,
+                     **{f"{report.HP_PREFIX}{n}": run.hparams.get(n, np.nan)
+                        for n in experiment.swept_hparams},
+                     "diverged": bool(status["runs"][index]["diverged"]),
+                     "diverged_at": int(status["runs"][index]["diverged_at"])})
+    return pd.DataFrame(rows)
+
+
+def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFrame | None:
+    """The batch's rows of the runs table, or None before its first chunk finished.
+
+    Evaluation points are update 0 (the initial policy) and every `updates_per_period`-th
+    update; a diverged run keeps its later points, with NaN evaluations.
+    """
+    status = _status(folder)
+    if status is None:
+        return None
+    group = experiment.group(batch.group)
+    cfg = group.config
+    per_period = cfg.updates_per_period
+    metrics = pd.read_parquet(folder / "metrics.parquet")
+    metrics = metrics[metrics["run"] < len(batch.runs)].assign(
+        period=lambda m: -(-m["update"] // per_period))
+    training = (metrics[metrics["update"] > 0].groupby(["run", "period"])[list(TRAINING_METRICS)]
+                .mean().reset_index())
+    coordinates = _coordinates(experiment, group, batch, status)
+    points = pd.DataFrame(
+        [(index, update) for index, diverged in enumerate(coordinates["diverged"])
+         for update in range(0, (cfg.num_updates if diverged else status["updates_done"]) + 1,
+                             per_period)], columns=["run", "update"])
+    table = (points.assign(period=points["update"] // per_period)
+             .merge(metrics[["run", "update", "eval_return"]], how="left", on=["run", "update"])
+             .merge(training, how="left", on=["run", "period"])
+             .merge(coordinates, how="left", on="run"))
+    table["env_steps"] = table["update"] * cfg.steps_per_update
+    columns = [*report.RUN_COORDINATES, "run_id",
+               *(f"{report.HP_PREFIX}{n}" for n in experiment.swept_hparams),
+               "update", "env_steps", "eval_return", *TRAINING_METRICS, *report.PER_RUN_COLUMNS]
+    return table[columns]
+
+
+def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
+    """The runs table of every batch with results so far (`report.REQUIRED_COLUMNS`, `hp_*`
+    for the swept hyper-parameters, and the training metrics)."""
+    tables = [batch_table(plan.experiment, b, batch_dir(out_dir, b)) for b in plan.batches]
+    tables = [t for t in tables if t is not None]
+    if not tables:
+        raise FileNotFoundError(f"no batch of the sweep in {str(out_dir)!r} has results yet")
+    return pd.concat(tables, ignore_index=True)
+
+
+def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Builds the runs table from the batch folders and writes the report into `out_dir`."""
+    experiment = plan.experiment
+    title = f"{experiment.name}: {experiment.description}" if experiment.description \
+        else experiment.name
+    return report.write_report(runs_table(plan, out_dir), out_dir,
+                               reference_returns=dict(experiment.reference_returns) or None,
+                               focus_algo=experiment.focus_algo, title=title)
+
+
+def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
+          resume: bool = False, overwrite: bool = False, max_runs_per_batch: int | None = None,
+          memory_budget: int | None = None, progress: bool = True,
+          on_chunk: Callable[[Batch, TrainingResult], None] | None = None) -> dict[str, Any]:
+    """Runs `experiment` into `out_dir` (or with `resume`, continues the sweep saved there; an
+    `experiment` given then must be the saved one) and writes its report; returns its summary.
+    """
+    if resume:
+        if max_runs_per_batch is not None or memory_budget is not None:
+            raise ValueError("a resumed sweep keeps its batches; max_runs_per_batch and "
+                             "memory_budget apply only to a new sweep")
+        plan = load_sweep(out_dir)
+        if experiment is not None and tomllib.loads(experiment.source) != tomllib.loads(
+                plan.experiment.source):
+            raise ValueError(f"cannot resume {str(out_dir)!r}: it holds a different experiment "
+                             f"({plan.experiment.name!r}); leave the experiment out to resume it")
+    elif experiment is None:
+        raise ValueError("a new sweep needs an experiment")
+    else:
+        plan = start_sweep(experiment, out_dir, overwrite=overwrite,
+                           max_runs_per_batch=max_runs_per_batch, memory_budget=memory_budget)
+    run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk)
+    return write_sweep_report(plan, out_dir)
