@@ -31,7 +31,10 @@ class BraxEnvironment:
             # maintenance mode; the MJX physics underneath is what this adapter relies on.
             warnings.filterwarnings("ignore", message="Brax System, piplines and environments")
             self._env = brax_envs.get_environment(name, backend=backend)
-        self.observation_size = int(self._env.observation_size)
+        # Brax's `observation_size` runs a reset eagerly, op by op (about a minute for an MJX
+        # task on a CPU); abstract evaluation gives the same shape without running anything.
+        reset_shapes = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0))
+        self.observation_size = int(reset_shapes.obs.shape[-1])
         self.action_size = int(self._env.action_size)
 
     def reset(self, key: jax.Array) -> EnvState:
