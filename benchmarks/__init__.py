@@ -1,0 +1,1 @@
+"""Throughput, scaling, memory and compile-time measurements of vaco_jax (`benchmarks/run.py`)."""

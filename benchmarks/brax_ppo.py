@@ -1,0 +1,108 @@
+"""Brax's own PPO trainer (`brax.training.agents.ppo.train`) on vaco_jax's settings, timed.
+
+Settings are mapped one to one: `num_envs`; `unroll_length = rollout_length`;
+`num_minibatches = minibatches` with `batch_size = num_envs / minibatches` trajectories, so one
+training step consumes exactly one rollout of every environment (`num_envs * rollout_length`
+steps, like one vaco_jax update) and each minibatch holds the same number of samples;
+`num_updates_per_batch = epochs`; the same hidden sizes with tanh activations; observation
+normalisation, advantage normalisation, gradient clipping 0.5, clip 0.2, gamma 0.99, GAE 0.95.
+Remaining differences are Brax's: a tanh-squashed Gaussian policy whose network also outputs the
+scale, GAE recomputed inside every minibatch loss, and its episode wrappers.
+
+Timing: the trainer runs `timed_epochs + 1` training epochs of `updates` training steps each,
+with no evaluation (`run_evals=False`). The first epoch includes compilation; the trainer itself
+times every epoch around a blocking call (`training/sps`), and the fastest later epoch is its
+steady-state throughput.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import time
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vaco_jax.config import HParams, TrainConfig
+
+
+def _device_put_replicated(tree: Any, devices: list) -> Any:
+    """Stand-in for `jax.device_put_replicated`, which JAX 0.10 removed and Brax 0.14.2 still
+    calls: every leaf stacked `len(devices)` times along a new leading axis, one copy per device.
+    An identity `pmap` places the copies, so they carry exactly the sharding of `pmap` outputs
+    and Brax's `pmap`-ed epoch does not compile again when its own outputs come back in."""
+    stacked = jax.tree.map(
+        lambda x: jnp.broadcast_to(jnp.asarray(x), (len(devices),) + jnp.shape(x)), tree)
+    return jax.pmap(lambda t: t, devices=devices)(stacked)
+
+
+def _install_stand_ins() -> None:
+    if not hasattr(jax, "device_put_replicated"):
+        jax.device_put_replicated = _device_put_replicated
+
+
+def run(config: TrainConfig, *, updates: int, timed_epochs: int) -> dict[str, Any]:
+    """Trains Brax PPO on `config`'s task and settings; returns its steady-state throughput."""
+    _install_stand_ins()
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from brax import envs
+        from brax.training.agents.ppo import networks as ppo_networks
+        from brax.training.agents.ppo import train as ppo
+        from flax import linen
+        environment = envs.get_environment(config.env, backend=config.backend or "mjx")
+
+    if config.num_envs % config.minibatches:
+        raise ValueError("Brax PPO needs num_envs divisible by minibatches")
+    hp = HParams()
+    epochs = timed_epochs + 1
+    records: list[dict[str, float]] = []
+
+    def progress(step: int, metrics: dict) -> None:
+        if "training/sps" in metrics:
+            records.append({"step": int(step), "sps": float(metrics["training/sps"]),
+                            "walltime_s": float(metrics["training/walltime"])})
+
+    network_factory = functools.partial(
+        ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=config.actor_hidden,
+        value_hidden_layer_sizes=config.critic_hidden, activation=linen.tanh)
+    start = time.perf_counter()
+    ppo.train(
+        environment=environment,
+        num_timesteps=epochs * updates * config.steps_per_update,
+        num_evals=epochs + 1, run_evals=False,
+        num_envs=config.num_envs, episode_length=config.episode_length,
+        unroll_length=config.rollout_length, num_minibatches=config.minibatches,
+        batch_size=config.num_envs // config.minibatches, num_updates_per_batch=config.epochs,
+        learning_rate=hp.learning_rate, entropy_cost=hp.entropy_coef, discounting=hp.gamma,
+        gae_lambda=hp.gae_lambda, clipping_epsilon=hp.clip_eps, max_grad_norm=hp.max_grad_norm,
+        vf_loss_coefficient=hp.value_coef, normalize_observations=config.normalize_observations,
+        normalize_advantage=True, network_factory=network_factory, seed=0, progress_fn=progress)
+    total = time.perf_counter() - start
+    if len(records) < 2:
+        raise RuntimeError(f"Brax reported {len(records)} training epochs; at least 2 are needed")
+    first_s = records[0]["walltime_s"]
+    epoch_times = [b["walltime_s"] - a["walltime_s"] for a, b in zip(records, records[1:])]
+    steps_per_epoch = updates * config.steps_per_update
+    return {
+        "steps_per_s": max(r["sps"] for r in records[1:]),
+        "steps_per_s_median": float(np.median([r["sps"] for r in records[1:]])),
+        "steps_per_epoch": steps_per_epoch,
+        "epoch_s": [round(first_s, 3)] + [round(t, 3) for t in epoch_times],
+        # The first epoch minus a steady one: compilation (and first-call set-up).
+        "compile_s": round(first_s - min(epoch_times), 3),
+        "total_s": round(total, 3),
+        "stand_ins": ["jax.device_put_replicated"],
+        "settings": {"num_envs": config.num_envs, "unroll_length": config.rollout_length,
+                     "num_minibatches": config.minibatches,
+                     "batch_size": config.num_envs // config.minibatches,
+                     "num_updates_per_batch": config.epochs,
+                     "policy_hidden_layer_sizes": list(config.actor_hidden),
+                     "value_hidden_layer_sizes": list(config.critic_hidden),
+                     "activation": "tanh", "distribution": "tanh_normal"},
+    }

@@ -1,0 +1,214 @@
+"""Measurement machinery shared by the sub-benchmarks: machine description, CPU load,
+compile and steady-state timing of jitted programs, compile counting, host and device memory.
+
+Timing rules, applied to every program alike:
+- compilation is measured apart (`lower` = tracing + lowering, `compile` = XLA backend) and
+  never counted in a throughput;
+- one warm-up call of the compiled program follows; every timed call then starts from the state
+  the warm-up reached and blocks on its whole output. Repeated calls thus do the same work: the
+  cost of MJX physics depends on the state (constraint solver iterations, resets), and a state
+  carried on from call to call would drift as the policy learns;
+- programs that are compared are timed in alternating calls, so that both see the same spells
+  of load from other processes on a shared machine;
+- throughput uses the fastest timed call (the least disturbed); the median is recorded beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from importlib import metadata
+from typing import Any, Callable
+
+import jax
+
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                   "/jax/core/compile/backend_compile_duration")
+_PACKAGES = ("jax", "jaxlib", "brax", "mujoco", "mujoco-mjx", "flax", "optax", "numpy")
+
+
+# ----------------------------------------------------------------------------------- machine
+def machine() -> dict[str, Any]:
+    """Device, versions and host facts, recorded in every results file."""
+    versions = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    devices = jax.devices()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in devices],
+        "device_kind": devices[0].device_kind,
+        "host": {"platform": platform.platform(), "processor": platform.processor(),
+                 "cpu_count": os.cpu_count()},
+        "versions": versions,
+        "environment": {k: os.environ.get(k) for k in ("XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                                                        "JAX_PLATFORMS")},
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+    }
+
+
+# ----------------------------------------------------------------------------------- load
+def _cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies over all cores from /proc/stat, or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_cores(interval_s: float = 0.5) -> float | None:
+    """Cores kept busy by other processes over `interval_s` (this one is idle meanwhile)."""
+    before = _cpu_times()
+    time.sleep(interval_s)
+    after = _cpu_times()
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1]) * (os.cpu_count() or 1)
+
+
+def wait_for_quiet(max_wait_s: float, max_busy_cores: float = 0.5) -> dict[str, Any]:
+    """Waits (at most `max_wait_s`) until other processes leave the CPU nearly idle, so timings
+    are not shared with them; returns the load it measured at, which is recorded."""
+    start = time.monotonic()
+    while True:
+        busy = busy_cores()
+        waited = time.monotonic() - start
+        if busy is None or busy <= max_busy_cores or waited >= max_wait_s:
+            return {"loadavg_1min": round(os.getloadavg()[0], 2),
+                    "busy_cores": None if busy is None else round(busy, 2),
+                    "waited_s": round(waited, 1)}
+        time.sleep(min(5.0, max(0.0, max_wait_s - waited)))
+
+
+# ----------------------------------------------------------------------------------- memory
+def rss_mb() -> float:
+    """Current resident set size of this process."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 ** 2 if sys.platform == "darwin" else peak / 1024
+
+
+def device_memory() -> dict[str, int] | None:
+    """The allocator statistics of the first device (None where the backend has none, as CPU)."""
+    stats = jax.devices()[0].memory_stats()
+    if not stats:
+        return None
+    keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit")
+    return {k: int(stats[k]) for k in keys if k in stats}
+
+
+# ----------------------------------------------------------------------------------- compiles
+class CompileEvents:
+    """Counts and times JAX compilation events while the context is open."""
+
+    def __init__(self):
+        self.durations: dict[str, list[float]] = {e: [] for e in _COMPILE_EVENTS}
+        self._active = False
+
+    def _listen(self, event: str, duration: float, **_: Any) -> None:
+        if self._active and event in self.durations:
+            self.durations[event].append(duration)
+
+    def __enter__(self) -> "CompileEvents":
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        self._active = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._active = False
+        jax.monitoring.unregister_event_duration_listener(self._listen)
+
+    def summary(self) -> dict[str, Any]:
+        trace, lower, backend = (self.durations[e] for e in _COMPILE_EVENTS)
+        return {"backend_compiles": len(backend), "trace_s": round(sum(trace), 3),
+                "lower_s": round(sum(lower), 3), "backend_compile_s": round(sum(backend), 3)}
+
+
+# ----------------------------------------------------------------------------------- timing
+@dataclasses.dataclass
+class Program:
+    """A jitted program, its first arguments, and how one call's output feeds the next call."""
+
+    fn: Callable  # a `jax.jit`-ed function
+    args: tuple
+    advance: Callable[[tuple, Any], tuple]
+    steps_per_call: int  # environment steps one call performs (all seeds together)
+
+
+class Compiled:
+    """`program` compiled (timed) and warmed up, ready for timed calls."""
+
+    def __init__(self, program: Program, warm_up: bool = True):
+        self.program = program
+        start = time.perf_counter()
+        lowered = program.fn.lower(*program.args)
+        lowered_at = time.perf_counter()
+        self.executable = lowered.compile()
+        self.lower_s = lowered_at - start
+        self.compile_s = time.perf_counter() - lowered_at
+        self.args = program.args
+        if warm_up:  # first-call allocations and transfers stay out of the timings; training
+            self.call(carry_on=True)  # programs reach a state with policy versions pushed
+
+    def call(self, carry_on: bool = False) -> float:
+        """Runs one call from `self.args`; `carry_on` makes its output the next call's input."""
+        start = time.perf_counter()
+        out = jax.block_until_ready(self.executable(*self.args))
+        elapsed = time.perf_counter() - start
+        if carry_on:
+            self.args = self.program.advance(self.args, out)
+        return elapsed
+
+
+def timed_rounds(programs: list[Compiled], *, repeats: int,
+                 max_wait_s: float) -> list[dict[str, Any]]:
+    """`repeats` rounds of one call of each program in turn, so that programs compared with each
+    other share the same spells of load; one summary per program."""
+    load = wait_for_quiet(max_wait_s)
+    calls: list[list[float]] = [[] for _ in programs]
+    for _ in range(repeats):
+        for program, times in zip(programs, calls):
+            times.append(program.call())
+    after = round(os.getloadavg()[0], 2)
+    return [_summary(p, times, load, after) for p, times in zip(programs, calls)]
+
+
+def _summary(compiled: Compiled, calls: list[float], load: dict[str, Any],
+             load_after: float) -> dict[str, Any]:
+    steps = compiled.program.steps_per_call
+    return {
+        "lower_s": round(compiled.lower_s, 3),
+        "compile_s": round(compiled.compile_s, 3),
+        "calls_s": [round(c, 4) for c in calls],
+        "steps_per_call": steps,
+        "steps_per_s": steps / min(calls),
+        "steps_per_s_median": steps / statistics.median(calls),
+        "load": load,
+        "load_after": load_after,
+        "device_memory": device_memory(),
+    }

@@ -1,0 +1,118 @@
+"""The jitted programs the benchmarks time, all `vmap`-ed over seeds like the driver's.
+
+- `env_program`: the task alone with uniformly random actions, stepped exactly as a rollout
+  steps it (the engine's adapter, `step_episodes` auto-reset, one batch of reset states per
+  rollout), so its rate is the physical limit of training with the same environments.
+- `train_program`: `updates` calls of `Trainer.update` in one `lax.scan`, the same body that
+  `Trainer.run` scans between evaluations; evaluation is timed apart (`eval_program`).
+- `collect_program`: the rollouts of those updates alone (`Trainer.collect`: lags, behaviour
+  policies, acting and stepping), so that training time splits into environment, acting and
+  learning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from benchmarks.harness import Program
+from vaco_jax.config import HParams, TrainConfig
+from vaco_jax.envs.episodes import EpisodeState, reset_episodes, step_episodes
+from vaco_jax.train import Trainer
+
+
+def seed_keys(num_seeds: int) -> jax.Array:
+    return jax.vmap(jax.random.PRNGKey)(jnp.arange(num_seeds, dtype=jnp.uint32))
+
+
+def hparams_for(config: TrainConfig, num_seeds: int, **values: float) -> HParams:
+    """Default hyper-parameters for `num_seeds` runs; lag `K - 1` for every non-fixed lag model
+    (per-environment lags spread over the whole buffer), 0 for `fixed` (synchronous)."""
+    lag = 0.0 if config.lag_model == "fixed" else float(config.buffer_capacity - 1)
+    hp = HParams.create(**{"lag": lag, **values})
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_seeds,)), hp)
+
+
+def initial_state(config: TrainConfig, num_seeds: int) -> tuple[Trainer, HParams, Any]:
+    """A trainer of `config` and the initial training state of `num_seeds` runs. Every program
+    of one config starts from this same state (and its compiled `init` program is shared through
+    the benchmark run's compilation cache)."""
+    trainer = Trainer(config)
+    hp = hparams_for(config, num_seeds)
+    return trainer, hp, jax.jit(jax.vmap(trainer.init))(seed_keys(num_seeds), hp)
+
+
+def env_program(config: TrainConfig, num_seeds: int, updates: int) -> Program:
+    """`updates` rollouts' worth of random-action steps of `config`'s environments."""
+    trainer, _, state = initial_state(config, num_seeds)
+    env, num_envs, length = trainer.env, config.num_envs, config.rollout_length
+
+    def one_rollout(episodes: EpisodeState, key: jax.Array):
+        reset_key, step_key = jax.random.split(key)
+        resets = reset_episodes(env, jax.random.split(reset_key, num_envs)).env
+
+        def step(episodes: EpisodeState, action_key: jax.Array):
+            actions = jax.random.uniform(action_key, (num_envs, env.action_size),
+                                         minval=-1.0, maxval=1.0)
+            episodes, outcome = step_episodes(env, episodes, actions, resets, config.episode_length)
+            # Returned so that no part of the step (rewards, flags) is dead code.
+            return episodes, outcome.reward.sum() + outcome.terminated.sum()
+
+        episodes, totals = jax.lax.scan(step, episodes, jax.random.split(step_key, length))
+        return episodes, totals.sum()
+
+    def chunk(episodes: EpisodeState, key: jax.Array):
+        key, *rollout_keys = jax.random.split(key, updates + 1)
+        episodes, totals = jax.lax.scan(one_rollout, episodes, jnp.stack(rollout_keys))
+        return episodes, key, totals.sum()
+
+    return Program(fn=jax.jit(jax.vmap(chunk)), args=(state.episodes, seed_keys(num_seeds)),
+                   advance=lambda args, out: (out[0], out[1]),
+                   steps_per_call=num_seeds * updates * config.steps_per_update)
+
+
+def train_program(config: TrainConfig, num_seeds: int, updates: int) -> Program:
+    """`updates` training updates of `num_seeds` runs of `config` per call."""
+    trainer, hp, state = initial_state(config, num_seeds)
+
+    def chunk(state, hp):
+        return jax.lax.scan(lambda s, _: trainer.update(s, hp), state, None, length=updates)
+
+    return Program(fn=jax.jit(jax.vmap(chunk)), args=(state, hp),
+                   advance=lambda args, out: (out[0], args[1]),
+                   steps_per_call=num_seeds * updates * config.steps_per_update)
+
+
+def collect_program(config: TrainConfig, num_seeds: int, updates: int,
+                    state: Any | None = None) -> Program:
+    """`updates` rollouts per call from `state` (default: the initial state). Nothing is pushed
+    into the policy buffer, so a `state` taken from training keeps its versions and lags."""
+    trainer, hp = Trainer(config), hparams_for(config, num_seeds)
+    if state is None:
+        _, _, state = initial_state(config, num_seeds)
+
+    def chunk(state, hp):
+        def one(state, _):
+            key, collect_key = jax.random.split(state.key)
+            episodes, data = trainer.collect(state, collect_key, hp)
+            # Returned so that no recorded field is dead code.
+            summary = sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(data))
+            return state.replace(episodes=episodes, key=key), summary
+        return jax.lax.scan(one, state, None, length=updates)
+
+    return Program(fn=jax.jit(jax.vmap(chunk)), args=(state, hp),
+                   advance=lambda args, out: (out[0], args[1]),
+                   steps_per_call=num_seeds * updates * config.steps_per_update)
+
+
+def eval_program(config: TrainConfig, num_seeds: int, updates: int = 0) -> Program:
+    """One evaluation (`num_eval_envs` deterministic episodes) of the initial policy; its
+    `steps_per_call` is an upper bound (episodes may end before `episode_length`). `updates` is
+    unused (the signature is that of the other programs)."""
+    del updates
+    trainer, _, state = initial_state(config, num_seeds)
+    return Program(fn=jax.jit(jax.vmap(trainer.evaluate)), args=(state, seed_keys(num_seeds)),
+                   advance=lambda args, out: args,
+                   steps_per_call=num_seeds * config.num_eval_envs * config.episode_length)
