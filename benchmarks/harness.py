@@ -10,7 +10,10 @@ Timing rules, applied to every program alike:
   carried on from call to call would drift as the policy learns;
 - programs that are compared are timed in alternating calls, so that both see the same spells
   of load from other processes on a shared machine;
-- throughput uses the fastest timed call (the least disturbed); the median is recorded beside it.
+- throughput uses the fastest timed call (the least disturbed); the median is recorded beside it;
+- a comparison of two programs is the median over rounds of the ratio of their two rates in that
+  round (`paired_rate_ratio`): adjacent calls share a spell of load, so the ratio of a round
+  cancels most of it, where the ratio of two fastest calls may pair a quiet spell with a busy one.
 """
 
 from __future__ import annotations
@@ -196,6 +199,14 @@ def timed_rounds(programs: list[Compiled], *, repeats: int,
             times.append(program.call())
     after = round(os.getloadavg()[0], 2)
     return [_summary(p, times, load, after) for p, times in zip(programs, calls)]
+
+
+def paired_rate_ratio(candidate: dict[str, Any], baseline: dict[str, Any]) -> float:
+    """Median over rounds of candidate steps/s over baseline steps/s, for two summaries of the
+    same `timed_rounds` (whose rounds pair their calls)."""
+    steps = candidate["steps_per_call"] / baseline["steps_per_call"]
+    pairs = zip(candidate["calls_s"], baseline["calls_s"], strict=True)
+    return statistics.median(steps * b / c for c, b in pairs)
 
 
 def _summary(compiled: Compiled, calls: list[float], load: dict[str, Any],
