@@ -50,6 +50,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--append", action="store_true",
                    help="add the selected sub-benchmarks to the existing --out file (same "
                         "settings), replacing their earlier results")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --out file (and --markdown file)")
     p.add_argument("--markdown", default=None, help="also write the tables to this file")
     p.add_argument("--env", default=None, help="task of the throughput comparisons")
     p.add_argument("--num-envs", type=int, default=None, help="environments per seed")
@@ -108,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return {}
     settings = settings_from(args)
     out = Path(args.out) if args.out else default_out(args.quick)
+    if not args.append and not args.overwrite:
+        existing = [str(p) for p in (out, args.markdown) if p is not None and Path(p).exists()]
+        if existing:
+            raise SystemExit(f"{', '.join(existing)} exists; pass --overwrite to replace it, "
+                             f"--append to add sub-benchmarks to it, or another --out")
     with tempfile.TemporaryDirectory(prefix="vaco_jax_bench_xla_") as cache:
         # A compilation cache private to this run: programs that several measurements build
         # alike (the initial training states of equal shapes) compile once. Every timed program

@@ -73,7 +73,7 @@ def presets(backend: str) -> dict[str, Settings]:
         full = dataclasses.replace(
             quick, name="full",
             base=_base("inverted_double_pendulum", 256, 32, 4, 4, (64, 64), 16),
-            updates_per_call=2, repeats=6, sync_algos=("ppo", "vaco"),
+            updates_per_call=2, repeats=10, sync_algos=("ppo", "vaco"),
             # Per-environment acting is the same code for every algorithm, so on a CPU (where
             # each program compiles for a minute) only VACO runs the whole K grid.
             async_grid=(("vaco", 4), ("vaco", 16), ("vaco", 64), ("ppo", 16)),
@@ -271,7 +271,8 @@ def bench_seeds(ctx: Context) -> dict[str, Any]:
         single, result = (ctx.first(one),) * 2 if n == 1 else ctx.measure(one, ("train", config, n))
         rows.append({"seeds": n, **result,
                      "speedup_vs_one_seed": harness.paired_rate_ratio(result, single),
-                     "speedup_vs_one_seed_best_calls": result["steps_per_s"] / single["steps_per_s"]})
+                     "speedup_vs_one_seed_best_calls":
+                         result["steps_per_s"] / single["steps_per_s"]})
     return {"num_envs_per_seed": config.num_envs, "rows": rows}
 
 

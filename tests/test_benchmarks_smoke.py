@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import jax
+import pytest
 
 from engine_configs import TOY
 
@@ -36,3 +37,21 @@ def test_recorded_results_render_as_tables():
     for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
         text = tables.markdown(json.loads(path.read_text()))
         assert "### Throughput" in text, path
+
+
+def test_paired_rate_ratio_is_the_median_of_per_round_ratios():
+    baseline = {"steps_per_call": 100, "calls_s": [1.0, 1.0, 1.0]}
+    slower = {"steps_per_call": 100, "calls_s": [2.0, 1.0, 4.0]}
+    assert harness.paired_rate_ratio(slower, baseline) == 0.5
+    more_steps = {"steps_per_call": 400, "calls_s": [2.0, 1.0, 4.0]}
+    assert harness.paired_rate_ratio(more_steps, baseline) == 2.0
+
+
+def test_run_refuses_to_overwrite_results_unless_asked(tmp_path):
+    from benchmarks import run
+
+    out = tmp_path / "results.json"
+    out.write_text("{}")
+    with pytest.raises(SystemExit, match="--overwrite"):
+        run.main(["--quick", "--only", "env", "--out", str(out)])
+    assert out.read_text() == "{}"
