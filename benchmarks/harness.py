@@ -111,7 +111,16 @@ def rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process (Linux reports KiB, macOS bytes)."""
+    """Peak resident set size of this process image. Linux's `VmHWM` starts afresh at `exec`,
+    whereas `getrusage`'s `ru_maxrss` keeps the high-water mark of the forking parent, so a
+    child process started beside a large one would report the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 1024 ** 2 if sys.platform == "darwin" else peak / 1024
 

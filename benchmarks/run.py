@@ -90,12 +90,15 @@ def default_out(quick: bool) -> Path:
     return Path(__file__).resolve().parent / "results" / name
 
 
-def _existing(out: Path, settings: suites.Settings) -> dict[str, Any]:
-    """The results file to append to; the settings both runs know must agree."""
+def _existing(out: Path, settings: suites.Settings, selected: set[str]) -> dict[str, Any]:
+    """The results file to append to; the settings both runs know must agree, except those
+    that only a sub-benchmark being measured again reads."""
     results = json.loads(out.read_text())
     new = json.loads(json.dumps(settings.to_dict()))
-    if any(results["settings"][k] != v for k, v in new.items() if k in results["settings"]):
-        raise SystemExit(f"--append: {out} was measured with other settings")
+    differ = {k for k, v in new.items() if k in results["settings"] and results["settings"][k] != v
+              and suites.OWN_SETTINGS.get(k) not in selected}
+    if differ:
+        raise SystemExit(f"--append: {out} was measured with other settings: {sorted(differ)}")
     results["settings"] = new
     results.setdefault("appended_by", []).append(harness.machine())
     return results
@@ -129,7 +132,7 @@ def _run(args: argparse.Namespace, settings: suites.Settings, out: Path) -> dict
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - start:6.0f} s] {message}", flush=True)
 
-    results = _existing(out, settings) if args.append else {
+    results = _existing(out, settings, set(args.only.split(","))) if args.append else {
         "machine": harness.machine(), "settings": settings.to_dict(), "benchmarks": {}}
     log(f"{results['machine']['device_kind']} ({jax.default_backend()}); settings "
         f"{settings.name}; results -> {out}")

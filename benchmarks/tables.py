@@ -161,11 +161,14 @@ def memory(results: dict[str, Any]) -> str | None:
     rows = [[str(r["seeds"]), str(r["buffer_capacity"]), f"{r['peak_rss_mb']:,.0f}",
              f"{r['rss_mb_after_import']:,.0f}", f"{r['rss_mb_after_compile']:,.0f}",
              " / ".join(f"{x:,.0f}" for x in r["rss_mb_after_chunk"]),
-             f"{r['growth_mb_last_vs_first_chunk']:+.1f}", device_peak(r)] for r in out["rows"]]
+             f"{r['growth_mb_last_vs_first_chunk']:+.1f}",
+             f"{r['growth_mb_second_half']:+.1f}" if "growth_mb_second_half" in r else "-",
+             device_peak(r)] for r in out["rows"]]
     chunks = len(out["rows"][0]["rss_mb_after_chunk"])
     after = ", ".join(f"{(i + 1) * n}" for i in range(chunks))
     return _table(["seeds", "K", "peak RSS MB", "RSS after imports MB", "RSS after compile MB",
-                   f"RSS after {after} updates MB", "growth MB", "device peak MB"], rows)
+                   f"RSS after {after} updates MB", "growth MB",
+                   "growth over the second half MB", "device peak MB"], rows)
 
 
 def compile_times(results: dict[str, Any]) -> str | None:
