@@ -98,31 +98,33 @@ def wait_for_quiet(max_wait_s: float, max_busy_cores: float = 0.5) -> dict[str, 
 
 
 # ----------------------------------------------------------------------------------- memory
-def rss_mb() -> float:
-    """Current resident set size of this process."""
+def _proc_status_mb(field: str) -> float | None:
+    """A memory field of Linux's /proc/self/status (reported in KiB) in MB, None off Linux."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
-    return float("nan")
+    return None
+
+
+def rss_mb() -> float:
+    """Current resident set size of this process."""
+    current = _proc_status_mb("VmRSS")
+    return float("nan") if current is None else current
 
 
 def peak_rss_mb() -> float:
     """Peak resident set size of this process image. Linux's `VmHWM` starts afresh at `exec`,
     whereas `getrusage`'s `ru_maxrss` keeps the high-water mark of the forking parent, so a
     child process started beside a large one would report the parent's peak."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 1024 ** 2 if sys.platform == "darwin" else peak / 1024
+    peak = _proc_status_mb("VmHWM")
+    if peak is not None:
+        return peak
+    max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return max_rss / 1024 ** 2 if sys.platform == "darwin" else max_rss / 1024
 
 
 def device_memory() -> dict[str, int] | None:

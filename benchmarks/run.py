@@ -95,8 +95,9 @@ def _existing(out: Path, settings: suites.Settings, selected: set[str]) -> dict[
     that only a sub-benchmark being measured again reads."""
     results = json.loads(out.read_text())
     new = json.loads(json.dumps(settings.to_dict()))
-    differ = {k for k, v in new.items() if k in results["settings"] and results["settings"][k] != v
-              and suites.OWN_SETTINGS.get(k) not in selected}
+    old = results["settings"]
+    differ = {k for k, v in new.items()
+              if k in old and old[k] != v and suites.OWN_SETTINGS.get(k) not in selected}
     if differ:
         raise SystemExit(f"--append: {out} was measured with other settings: {sorted(differ)}")
     results["settings"] = new

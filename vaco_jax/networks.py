@@ -12,7 +12,6 @@ those of the unclipped sample, so importance ratios are exact.
 from __future__ import annotations
 
 import math
-
 from typing import Any, Callable, Sequence
 
 import flax.linen as nn
