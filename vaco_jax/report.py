@@ -24,6 +24,7 @@ The runs table is long format, one row per run per evaluation point (see
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -61,6 +62,20 @@ AGGREGATES: dict[str, tuple[str, stats.Aggregate]] = {
     "optimality_gap": ("Optimality gap", stats.aggregate_optimality_gap),
 }
 FRACTION_METRICS = {"filter_fraction": "Filter fraction", "clip_fraction": "Clip fraction"}
+OFF_POLICY_METRICS = {
+    "tv_backward": "Backward TV",
+    "tv_forward": "Forward TV",
+    "behaviour_kl": "Behaviour KL",
+    "approx_kl": "Approx. KL",
+}
+"""Per-update measures of how far the behaviour policy lagged, summarised per run."""
+ROBUST_SUFFIXES = ("_median", "_p90")
+"""Per-update robust summaries of an off-policy metric, reported too when the table has them."""
+RUN_QUANTILES = {"median": 0.5, "p90": 0.9}
+"""Quantiles over each run's updates reported beside the mean."""
+RUN_SUMMARIES = ("mean", *RUN_QUANTILES)
+OFF_POLICY_AXES = ("tv_backward", "behaviour_kl")
+"""Metrics on the x axes of the score-against-off-policyness figure."""
 CURVE_POINTS = 50
 """Most evaluation points per learning curve in the curve figure (each costs one bootstrap)."""
 DEFAULT_TITLE = "Policy-lag benchmark report"
@@ -365,6 +380,57 @@ def _fraction_means(table: pd.DataFrame) -> pd.DataFrame:
     return per_run.groupby(["variant", "lag"]).mean()
 
 
+def _off_policy_columns(table: pd.DataFrame) -> list[str]:
+    """The off-policy metrics in ``table``, each followed by its robust per-update summaries."""
+    columns = []
+    for metric in OFF_POLICY_METRICS:
+        candidates = [metric, *(metric + suffix for suffix in ROBUST_SUFFIXES)]
+        columns += [c for c in candidates if c in table.columns]
+    return columns
+
+
+def _run_off_policy(table: pd.DataFrame) -> pd.DataFrame:
+    """Per run: mean, median and 90th percentile over its logged updates of each off-policy metric.
+
+    Columns are ``{metric}[{summary}]``, e.g. ``tv_backward[p90]`` (brackets
+    keep them apart from per-update columns such as ``tv_backward_p90``); NaN
+    updates are left out and a run with none finite gets NaN.
+    """
+    columns = _off_policy_columns(table)
+    grouped = table.groupby("run_id")[columns]
+    means = grouped.mean()
+    parts = {_summary_column(c, "mean"): means[c] for c in columns}
+    for name, level in RUN_QUANTILES.items():
+        quantiles = grouped.quantile(level)
+        parts.update({_summary_column(c, name): quantiles[c] for c in columns})
+    return pd.DataFrame(parts, index=means.index)
+
+
+def _summary_column(metric: str, summary: str) -> str:
+    return f"{metric}[{summary}]"
+
+
+def _off_policy_summaries(run_table: pd.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """Per (variant, lag): mean over runs of each run's off-policy summaries."""
+    summarised = [_summary_column(c, name) for c in columns for name in RUN_SUMMARIES]
+    means = run_table.groupby(["variant", "lag"])[summarised].mean()
+    return [
+        {
+            "variant": variant,
+            "lag": float(lag),
+            **{
+                c: {name: _finite_or_none(row[_summary_column(c, name)]) for name in RUN_SUMMARIES}
+                for c in columns
+            },
+        }
+        for (variant, lag), row in means.iterrows()
+    ]
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
 # ---------------------------------------------------------------- figures
 
 
@@ -546,6 +612,32 @@ def _figure_improvement(
 # ---------------------------------------------------------------- writing
 
 
+def _figure_off_policy(
+    run_table: pd.DataFrame, colours: Mapping[str, Any], lags: Sequence[float]
+) -> Figure | _Skipped:
+    means = {m: _summary_column(m, "mean") for m in OFF_POLICY_AXES}
+    drawn = [m for m, c in means.items() if c in run_table.columns and run_table[c].notna().any()]
+    if not drawn:
+        return _Skipped(f"the runs table has no finite {' or '.join(OFF_POLICY_AXES)}")
+    markers = dict(zip(lags, itertools.cycle("os^Dv<>p*")))
+    figure, axes = _new_figure(len(drawn), max_cols=2, sharey=True)
+    for ax, metric in zip(axes, drawn):
+        for (variant, lag), runs in run_table.groupby(["variant", "lag"], sort=True):
+            ax.scatter(
+                runs[means[metric]], runs["final_score"], color=colours[variant],
+                marker=markers[lag], alpha=0.8, label=variant,
+            )
+        ax.set_xlabel(f"{OFF_POLICY_METRICS[metric]} (run mean over updates)")
+        ax.set_title(f"Final score against measured {OFF_POLICY_METRICS[metric]}")
+    axes[0].set_ylabel("final normalised score")
+    lag_labels = [f"lag {lag:g}" for lag in lags]
+    for lag, label in zip(lags, lag_labels):  # marker key: empty grey series
+        axes[0].scatter([], [], color="grey", marker=markers[lag], label=label)
+    figure.suptitle("Final score per run against measured off-policyness")
+    _shared_legend(figure, axes, [*colours, *lag_labels])
+    return figure
+
+
 def _save_figure(figure: Figure, out_dir: Path, stem: str) -> dict[str, str]:
     """Writes ``stem.png`` and ``stem.pdf``; returns their names by format."""
     files = {}
@@ -691,6 +783,33 @@ def _md_improvement(summary: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _md_off_policy(summary: Mapping[str, Any]) -> list[str]:
+    lines = ["## Off-policyness", ""]
+    rows_in = summary["off_policy"]
+    columns = summary["off_policy_metrics"]
+    if not columns:
+        absent = ", ".join(OFF_POLICY_METRICS)
+        return lines + [f"Not measured: the runs table has none of {absent}.", ""]
+    header = ["variant", "lag", *columns]
+    rows = [
+        [
+            r["variant"], f"{r['lag']:g}",
+            *(" / ".join(_fmt_optional(r[c][name]) for name in RUN_SUMMARIES) for c in columns),
+        ]
+        for r in rows_in
+    ]
+    return lines + [
+        "Each entry is mean / median / 90th percentile over a run's updates, averaged over runs.",
+        "",
+        *_md_table(header, rows),
+        "",
+    ]
+
+
+def _fmt_optional(value: float | None) -> str:
+    return "n/a" if value is None else _fmt(value)
+
+
 def _md_diverged(summary: Mapping[str, Any]) -> list[str]:
     lines = ["## Diverged runs", ""]
     diverged = summary["diverged_runs"]
@@ -731,6 +850,7 @@ def _markdown(summary: Mapping[str, Any]) -> str:
         _md_normalisation(summary),
         _md_scores(summary),
         _md_improvement(summary),
+        _md_off_policy(summary),
         _md_diverged(summary),
         _md_figures(summary),
     ]
@@ -794,6 +914,7 @@ def _figure_builders(
     cell_summaries: Sequence[Mapping[str, Any]],
     curves: Mapping[tuple[str, float], Mapping[str, np.ndarray]],
     fraction_means: pd.DataFrame,
+    run_table: pd.DataFrame,
     improvements: Sequence[Mapping[str, Any]],
     focus_algo: str,
     colours: Mapping[str, Any],
@@ -816,6 +937,10 @@ def _figure_builders(
         "fig_filter_clip": (
             "Filter and clip fractions against lag",
             lambda: _figure_fractions(fraction_means, colours, lags),
+        ),
+        "fig_score_vs_off_policy": (
+            "Final score per run against measured backward TV and behaviour KL",
+            lambda: _figure_off_policy(run_table, colours, lags),
         ),
         "fig_probability_of_improvement": (
             f"Probability of improvement of {focus_algo} over each baseline",
@@ -840,7 +965,11 @@ def write_report(
     Args:
       runs: the runs table, one row per run per evaluation point: the columns
         of ``REQUIRED_COLUMNS``, any ``hp_*`` columns, and training metrics of
-        which ``filter_fraction`` and ``clip_fraction`` are plotted if present.
+        which ``filter_fraction`` and ``clip_fraction`` are plotted if present,
+        and the off-policy metrics of ``OFF_POLICY_METRICS`` (with any
+        ``*_median``/``*_p90`` per-update summaries of them) are summarised
+        per run and per (variant, lag), and the final score plotted against
+        the run means of ``tv_backward`` and ``behaviour_kl``, if present.
       out_dir: folder of the report, created if needed; report files already
         there are replaced, each atomically.
       reference_returns: per-task return that normalises to 1; tasks left out
@@ -865,7 +994,10 @@ def write_report(
     final_returns = _final_returns(table, final_fraction)
     references = _normalisation(table, final_returns, reference_returns)
     table = _with_scores(table, references)
-    run_table = _run_table(table, final_returns, references)
+    off_policy_columns = _off_policy_columns(table)
+    run_table = _run_table(table, final_returns, references).join(
+        _run_off_policy(table), on="run_id"
+    )
     cells, incomplete = _cells(run_table, tasks)
     cell_summaries = [_cell_summary(cell, reps, seed) for cell in cells]
     improvements = _improvements(cells, focus_algo, reps, seed)
@@ -874,6 +1006,7 @@ def write_report(
         cell_summaries,
         {(c.variant, c.lag): _learning_curve(c, table, tasks, reps, seed) for c in cells},
         _fraction_means(table),
+        run_table,
         improvements,
         focus_algo,
         _colours(sorted(run_table["variant"].unique())),
@@ -909,6 +1042,8 @@ def write_report(
         "cells": cell_summaries,
         "incomplete_cells": incomplete,
         "probability_of_improvement": improvements,
+        "off_policy_metrics": off_policy_columns,
+        "off_policy": _off_policy_summaries(run_table, off_policy_columns),
         "diverged_runs": _diverged_runs(run_table),
         "figures": figures,
     }
