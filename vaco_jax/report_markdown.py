@@ -75,8 +75,8 @@ def _md_normalisation(summary: Mapping[str, Any]) -> list[str]:
         "unequal run counts, every task keeps only as many runs (lowest seeds first) as the task "
         f"with the fewest. Intervals are {summary['confidence']:.0%} percentile bootstrap "
         f"intervals over {summary['reps']} resamples that draw runs with replacement "
-        f"independently within each task (seed {summary['seed']}). Median and mean are taken over the per-task mean "
-        "scores and IQM is the mean of the middle 50% of the pooled scores, as in rliable; "
+        f"independently within each task (seed {summary['seed']}). Median and mean are taken "
+        "over the per-task mean scores and IQM is the mean of the middle 50% of the pooled scores, as in rliable; "
         "the optimality gap is the mean shortfall below a score of 1 (lower is better).",
         "",
         *_md_table(["task", "initial return", "reference return", "reference"], rows),
