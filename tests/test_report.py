@@ -27,8 +27,8 @@ ENV_STEPS = np.array([0, 250, 500, 750, 1000])
 DIVERGED = ("hopper", "ppo", 4.0, 1)
 DIVERGED_AT = 25
 METRICS = (
-    "episode_return", "tv_backward", "tv_forward", "approx_kl", "ess_ratio", "version_gap_mean",
-    "version_gap_max", "policy_loss", "value_loss", "entropy", "grad_norm",
+    "episode_return", "tv_backward", "tv_forward", "approx_kl", "behaviour_kl", "ess_ratio",
+    "version_gap_mean", "version_gap_max", "policy_loss", "value_loss", "entropy", "grad_norm",
 )
 FINAL_FRACTION = 0.4  # the last 2 of 5 evaluation points
 REPS = 200
@@ -37,6 +37,7 @@ FIGURES = (
     "fig_learning_curves",
     "fig_auc",
     "fig_filter_clip",
+    "fig_score_vs_off_policy",
     "fig_probability_of_improvement",
 )
 RUNS = list(itertools.product(TASKS, VARIANTS, LAGS, SEEDS))
@@ -326,3 +327,54 @@ def test_rejects_bad_input(runs, tmp_path, change, options, message):
     with pytest.raises(ValueError, match=message):
         write_report(change(runs), tmp_path / "out", **options)
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- off-policyness
+
+
+def test_off_policy_summaries_match_hand_computation(report, runs):
+    _, summary = report
+    measured = ["tv_backward", "tv_forward", "behaviour_kl", "approx_kl"]
+    assert summary["off_policy_metrics"] == measured
+    (record,) = [
+        r for r in summary["off_policy"] if r["variant"] == "vaco[tv_delta=0.2]" and r["lag"] == 4.0
+    ]
+    for metric in summary["off_policy_metrics"]:
+        per_run = [
+            runs.loc[runs["run_id"] == run_id(task, "vaco[tv_delta=0.2]", 4.0, seed), metric]
+            for task in TASKS
+            for seed in SEEDS
+        ]
+        expected = {
+            "mean": np.mean([np.mean(v) for v in per_run]),
+            "median": np.mean([np.median(v) for v in per_run]),
+            "p90": np.mean([np.percentile(v, 90) for v in per_run]),
+        }
+        assert record[metric] == pytest.approx(expected)
+
+
+def test_off_policy_table_in_report_md(report):
+    out, summary = report
+    text = (out / "report.md").read_text()
+    assert "## Off-policyness" in text
+    assert "| variant | lag | tv_backward | tv_forward | behaviour_kl | approx_kl |" in text
+    first = summary["off_policy"][0]
+    entry = " / ".join(f"{first['tv_backward'][s]:.3f}" for s in ("mean", "median", "p90"))
+    assert f"| {first['variant']} | {first['lag']:g} | {entry} |" in text
+
+
+def test_off_policy_uses_robust_columns_when_present_and_none_when_absent(runs, tmp_path):
+    measured = runs.drop(columns=["behaviour_kl", "approx_kl"]).assign(
+        tv_forward_p90=runs["tv_forward"] + 1.0
+    )
+    summary = write_report(measured, tmp_path / "robust", final_fraction=FINAL_FRACTION, reps=20)
+    assert summary["off_policy_metrics"] == ["tv_backward", "tv_forward", "tv_forward_p90"]
+    for record in summary["off_policy"]:
+        assert record["tv_forward_p90"]["mean"] == pytest.approx(record["tv_forward"]["mean"] + 1.0)
+    assert "skipped" not in summary["figures"]["fig_score_vs_off_policy"]
+
+    unmeasured = runs.drop(columns=["tv_backward", "tv_forward", "behaviour_kl", "approx_kl"])
+    summary = write_report(unmeasured, tmp_path / "none", final_fraction=FINAL_FRACTION, reps=20)
+    assert summary["off_policy_metrics"] == []
+    assert "skipped" in summary["figures"]["fig_score_vs_off_policy"]
+    assert "Not measured" in (tmp_path / "none" / "report.md").read_text()

@@ -8,6 +8,7 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from rliable import metrics as rliable_metrics
 
 from vaco_jax import stats
 
@@ -49,12 +50,14 @@ def test_iqm_matches_quarter_trimmed_mean(scores):
     assert stats.aggregate_iqm(scores) == pytest.approx(expected)
 
 
-def test_median_of_even_count_averages_the_middle_pair():
-    scores = np.array([[4.0, 1.0], [10.0, 2.0]])  # sorted 1, 2, 4, 10
-    assert stats.aggregate_median(scores) == pytest.approx(3.0)
+def test_median_is_the_median_of_per_task_means():
+    # Task means 7, 1.5, 0, 5: median of four averages the middle pair 1.5 and 5.
+    # The pooled median of these eight scores would be 2.5 instead.
+    scores = np.array([[4.0, 1.0, 0.0, 9.0], [10.0, 2.0, 0.0, 1.0]])
+    assert stats.aggregate_median(scores) == pytest.approx(3.25)
 
 
-def test_mean_pools_runs_and_tasks():
+def test_mean_is_the_mean_of_per_task_means():
     assert stats.aggregate_mean(np.array([[0.0, 1.0], [2.0, 5.0]])) == pytest.approx(2.0)
 
 
@@ -287,3 +290,86 @@ def test_auc_of_linear_ramp_is_half_and_batches():
 def test_auc_rejects_bad_input(curve, steps, message):
     with pytest.raises(ValueError, match=message):
         stats.area_under_curve(curve, steps)
+
+
+# ------------------------------------------------------- agreement with rliable
+# rliable.metrics imports on its own; rliable.library needs the `arch` package,
+# whose 7.2 release does not import under pandas 3, so the bootstrap is checked
+# against a loop that follows rliable's StratifiedBootstrap.update_indices
+# (every (run, task) slot draws a run index of its own task) with its aggregates.
+
+RLIABLE_AGGREGATES = [
+    (stats.aggregate_median, rliable_metrics.aggregate_median),
+    (stats.aggregate_iqm, rliable_metrics.aggregate_iqm),
+    (stats.aggregate_mean, rliable_metrics.aggregate_mean),
+    (stats.aggregate_optimality_gap, rliable_metrics.aggregate_optimality_gap),
+]
+
+
+def _tasks_on_different_scales(seed, num_runs=7, num_tasks=5):
+    rng = np.random.default_rng(seed)
+    spread = np.linspace(0.05, 1.0, num_tasks)
+    centre = np.linspace(-0.5, 2.0, num_tasks)
+    return centre + spread * rng.standard_normal((num_runs, num_tasks))
+
+
+@pytest.mark.parametrize("ours, theirs", RLIABLE_AGGREGATES)
+@pytest.mark.parametrize("seed", range(5))
+def test_aggregates_equal_rliable_on_multi_task_matrices(ours, theirs, seed):
+    scores = _tasks_on_different_scales(seed)
+    assert ours(scores) == pytest.approx(theirs(scores), rel=1e-12, abs=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(score_matrices)
+def test_aggregates_equal_rliable_on_any_matrix(scores):
+    for ours, theirs in RLIABLE_AGGREGATES:
+        assert ours(scores) == pytest.approx(theirs(scores), rel=1e-9, abs=1e-9)
+
+
+def test_optimality_gap_equals_rliable_with_gamma():
+    scores = _tasks_on_different_scales(11)
+    assert stats.aggregate_optimality_gap(scores, gamma=0.5) == pytest.approx(
+        rliable_metrics.aggregate_optimality_gap(scores, gamma=0.5)
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_probability_of_improvement_equals_rliable(seed):
+    rng = np.random.default_rng(seed)
+    x = np.round(_tasks_on_different_scales(seed, num_runs=6), 1)  # rounding makes ties
+    y = np.round(_tasks_on_different_scales(seed + 100, num_runs=4) + rng.normal(size=5), 1)
+    y[:, 0] = x[:4, 0]
+    assert stats.probability_of_improvement(x, y) == pytest.approx(
+        rliable_metrics.probability_of_improvement(x, y)
+    )
+
+
+def _rliable_stratified_percentile_interval(scores, aggregate, reps, seed):
+    """rliable's StratifiedBootstrap + percentile method, one resample at a time."""
+    legacy = np.random.RandomState(seed)
+    num_runs, num_tasks = scores.shape
+    replicates = []
+    for _ in range(reps):
+        runs = legacy.choice(num_runs, scores.shape, replace=True)
+        replicates.append(aggregate(scores[runs, np.arange(num_tasks)]))
+    return np.percentile(replicates, [2.5, 97.5])
+
+
+@pytest.mark.parametrize("ours, theirs", RLIABLE_AGGREGATES[:2])
+def test_bootstrap_interval_agrees_with_rliable_within_monte_carlo_error(ours, theirs):
+    scores = _tasks_on_different_scales(5, num_runs=6, num_tasks=4)
+    reps = 2000
+    expected = _rliable_stratified_percentile_interval(scores, theirs, reps, seed=1)
+    # Monte-Carlo spread of each endpoint at this many resamples, from 10 seeds;
+    # both sides are estimates with that spread, so their difference has sqrt(2) times it.
+    endpoints = np.array(
+        [stats.stratified_bootstrap_ci(scores, ours, reps=reps, seed=s)[1:] for s in range(10)]
+    )
+    spread = endpoints.std(axis=0, ddof=1)
+    tolerance = 4.0 * np.sqrt(2.0) * spread
+    assert np.all(np.abs(endpoints[0] - expected) <= tolerance)
+    # The check has teeth: pooling runs across tasks moves the endpoints well past it.
+    pooled = np.random.default_rng(0).choice(scores.ravel(), (reps, *scores.shape))
+    pooled_interval = np.percentile(ours(pooled), [2.5, 97.5])
+    assert np.any(np.abs(pooled_interval - expected) > tolerance)

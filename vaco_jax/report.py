@@ -24,6 +24,7 @@ The runs table is long format, one row per run per evaluation point (see
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -37,7 +38,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from vaco_jax import io, stats
+from vaco_jax import io, report_markdown, stats
 
 HP_PREFIX = "hp_"
 RUN_COORDINATES = ("task", "algo", "lag_model", "lag", "epochs", "minibatches", "seed")
@@ -61,6 +62,20 @@ AGGREGATES: dict[str, tuple[str, stats.Aggregate]] = {
     "optimality_gap": ("Optimality gap", stats.aggregate_optimality_gap),
 }
 FRACTION_METRICS = {"filter_fraction": "Filter fraction", "clip_fraction": "Clip fraction"}
+OFF_POLICY_METRICS = {
+    "tv_backward": "Backward TV",
+    "tv_forward": "Forward TV",
+    "behaviour_kl": "Behaviour KL",
+    "approx_kl": "Approx. KL",
+}
+"""Per-update measures of how far the behaviour policy lagged, summarised per run."""
+ROBUST_SUFFIXES = ("_median", "_p90")
+"""Per-update robust summaries of an off-policy metric, reported too when the table has them."""
+RUN_QUANTILES = {"median": 0.5, "p90": 0.9}
+"""Quantiles over each run's updates reported beside the mean."""
+RUN_SUMMARIES = ("mean", *RUN_QUANTILES)
+OFF_POLICY_AXES = ("tv_backward", "behaviour_kl")
+"""Metrics on the x axes of the score-against-off-policyness figure."""
 CURVE_POINTS = 50
 """Most evaluation points per learning curve in the curve figure (each costs one bootstrap)."""
 DEFAULT_TITLE = "Policy-lag benchmark report"
@@ -365,6 +380,57 @@ def _fraction_means(table: pd.DataFrame) -> pd.DataFrame:
     return per_run.groupby(["variant", "lag"]).mean()
 
 
+def _off_policy_columns(table: pd.DataFrame) -> list[str]:
+    """The off-policy metrics in ``table``, each followed by its robust per-update summaries."""
+    columns = []
+    for metric in OFF_POLICY_METRICS:
+        candidates = [metric, *(metric + suffix for suffix in ROBUST_SUFFIXES)]
+        columns += [c for c in candidates if c in table.columns]
+    return columns
+
+
+def _run_off_policy(table: pd.DataFrame) -> pd.DataFrame:
+    """Per run: mean, median and 90th percentile over its logged updates of each off-policy metric.
+
+    Columns are ``{metric}[{summary}]``, e.g. ``tv_backward[p90]`` (brackets
+    keep them apart from per-update columns such as ``tv_backward_p90``); NaN
+    updates are left out and a run with none finite gets NaN.
+    """
+    columns = _off_policy_columns(table)
+    grouped = table.groupby("run_id")[columns]
+    means = grouped.mean()
+    parts = {_summary_column(c, "mean"): means[c] for c in columns}
+    for name, level in RUN_QUANTILES.items():
+        quantiles = grouped.quantile(level)
+        parts.update({_summary_column(c, name): quantiles[c] for c in columns})
+    return pd.DataFrame(parts, index=means.index)
+
+
+def _summary_column(metric: str, summary: str) -> str:
+    return f"{metric}[{summary}]"
+
+
+def _off_policy_summaries(run_table: pd.DataFrame, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """Per (variant, lag): mean over runs of each run's off-policy summaries."""
+    summarised = [_summary_column(c, name) for c in columns for name in RUN_SUMMARIES]
+    means = run_table.groupby(["variant", "lag"])[summarised].mean()
+    return [
+        {
+            "variant": variant,
+            "lag": float(lag),
+            **{
+                c: {name: _finite_or_none(row[_summary_column(c, name)]) for name in RUN_SUMMARIES}
+                for c in columns
+            },
+        }
+        for (variant, lag), row in means.iterrows()
+    ]
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
 # ---------------------------------------------------------------- figures
 
 
@@ -546,6 +612,32 @@ def _figure_improvement(
 # ---------------------------------------------------------------- writing
 
 
+def _figure_off_policy(
+    run_table: pd.DataFrame, colours: Mapping[str, Any], lags: Sequence[float]
+) -> Figure | _Skipped:
+    means = {m: _summary_column(m, "mean") for m in OFF_POLICY_AXES}
+    drawn = [m for m, c in means.items() if c in run_table.columns and run_table[c].notna().any()]
+    if not drawn:
+        return _Skipped(f"the runs table has no finite {' or '.join(OFF_POLICY_AXES)}")
+    markers = dict(zip(lags, itertools.cycle("os^Dv<>p*")))
+    figure, axes = _new_figure(len(drawn), max_cols=2, sharey=True)
+    for ax, metric in zip(axes, drawn):
+        for (variant, lag), runs in run_table.groupby(["variant", "lag"], sort=True):
+            ax.scatter(
+                runs[means[metric]], runs["final_score"], color=colours[variant],
+                marker=markers[lag], alpha=0.8, label=variant,
+            )
+        ax.set_xlabel(f"{OFF_POLICY_METRICS[metric]} (run mean over updates)")
+        ax.set_title(f"Final score against measured {OFF_POLICY_METRICS[metric]}")
+    axes[0].set_ylabel("final normalised score")
+    lag_labels = [f"lag {lag:g}" for lag in lags]
+    for lag, label in zip(lags, lag_labels):  # marker key: empty grey series
+        axes[0].scatter([], [], color="grey", marker=markers[lag], label=label)
+    figure.suptitle("Final score per run against measured off-policyness")
+    _shared_legend(figure, axes, [*colours, *lag_labels])
+    return figure
+
+
 def _save_figure(figure: Figure, out_dir: Path, stem: str) -> dict[str, str]:
     """Writes ``stem.png`` and ``stem.pdf``; returns their names by format."""
     files = {}
@@ -557,184 +649,6 @@ def _save_figure(figure: Figure, out_dir: Path, stem: str) -> dict[str, str]:
         # The first save fixed the layout; solving it again for every format doubles the cost.
         figure.set_layout_engine("none")
     return files
-
-
-# ---------------------------------------------------------------- report.md
-
-
-def _fmt(value: float) -> str:
-    return f"{value:.3f}"
-
-
-def _fmt_interval(interval: Mapping[str, float]) -> str:
-    return f"{_fmt(interval['point'])} [{_fmt(interval['low'])}, {_fmt(interval['high'])}]"
-
-
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-
-
-def _span(values: Sequence[int]) -> str:
-    low, high = min(values), max(values)
-    return f"{low:,}" if low == high else f"{low:,} to {high:,}"
-
-
-def _md_overview(summary: Mapping[str, Any]) -> list[str]:
-    run = summary["run"]
-    header = ["variant", "algorithm", "lag model", "epochs", "minibatches", "hyper-parameters", "runs"]
-    rows = [
-        [
-            v["variant"], v["algo"], ", ".join(v["lag_models"]), v["epochs"], v["minibatches"],
-            v["hyperparameters"] or "-", v["num_runs"],
-        ]
-        for v in run["variants"]
-    ]
-    lags = ", ".join(f"{lag:g}" for lag in run["lags"])
-    return [
-        "## What was run",
-        "",
-        f"- Tasks ({len(run['tasks'])}): {', '.join(run['tasks'])}",
-        f"- Lag models: {', '.join(run['lag_models'])}; lag levels: {lags}",
-        f"- Seeds: {', '.join(str(s) for s in run['seeds'])}",
-        f"- Runs: {run['num_runs']} ({run['num_diverged']} diverged)",
-        f"- Environment steps per run: {_span(run['final_env_steps'])}; "
-        f"evaluation points per run: {_span(run['eval_points'])}",
-        "",
-        *_md_table(header, rows),
-        "",
-    ]
-
-
-def _md_normalisation(summary: Mapping[str, Any]) -> list[str]:
-    rows = [
-        [task, _fmt(n["initial"]), _fmt(n["reference"]), n["source"]]
-        for task, n in summary["normalisation"].items()
-    ]
-    return [
-        "## How scores are normalised",
-        "",
-        "Each evaluation return `R` of a task is mapped to `(R - initial) / (reference - initial)`: "
-        "0 is the mean return of the initial policies (the evaluations at environment step 0 of "
-        "every run of the task) and 1 is the task's reference return. Where no reference return "
-        "was given, the reference is the best final (un-normalised) score of any run of the task, "
-        "so a score of 1 means \"as good as the best run of this sweep\".",
-        "",
-        f"A run's final score is its mean normalised return over the last "
-        f"{100 * summary['final_fraction']:g}% of its evaluation points (at least one). Its AUC is "
-        "the area under its normalised learning curve with training progress rescaled to [0, 1], "
-        "so a run at score 1 throughout has AUC 1. A missing evaluation (every evaluation after a "
-        "run diverged) takes the value of the run's last finite evaluation.",
-        "",
-        "Aggregates pool runs and tasks: for each variant and lag the final scores form a "
-        "[runs per task x tasks] matrix, runs paired across tasks by seed order; where tasks have "
-        "unequal run counts, every task keeps only as many runs (lowest seeds first) as the task "
-        f"with the fewest. Intervals are {CONFIDENCE:.0%} percentile bootstrap intervals over "
-        f"{summary['reps']} resamples that draw runs with replacement independently within each "
-        f"task (seed {summary['seed']}). IQM is the mean of the middle 50% of the pooled scores; "
-        "the optimality gap is the mean shortfall below a score of 1 (lower is better).",
-        "",
-        *_md_table(["task", "initial return", "reference return", "reference"], rows),
-        "",
-    ]
-
-
-def _md_scores(summary: Mapping[str, Any]) -> list[str]:
-    header = [
-        "variant", "lag", "runs per task", "IQM [95% CI]", "median", "mean", "optimality gap",
-        "AUC IQM [95% CI]",
-    ]
-    rows = [
-        [
-            c["variant"], f"{c['lag']:g}", c["runs_per_task"], _fmt_interval(c["iqm"]),
-            _fmt(c["median"]["point"]), _fmt(c["mean"]["point"]),
-            _fmt(c["optimality_gap"]["point"]), _fmt_interval(c["auc_iqm"]),
-        ]
-        for c in summary["cells"]
-    ]
-    left_out = [
-        f"- Left out: {c['variant']} at lag {c['lag']:g} has no run on "
-        f"{', '.join(c['missing_tasks'])}."
-        for c in summary["incomplete_cells"]
-    ]
-    return [
-        "## Final scores",
-        "",
-        *_md_table(header, rows),
-        "",
-        "Intervals of the median, mean and optimality gap are in `summary.json`.",
-        "",
-        *left_out,
-        *([""] if left_out else []),
-    ]
-
-
-def _md_improvement(summary: Mapping[str, Any]) -> list[str]:
-    focus = summary["focus_algo"]
-    lines = ["## Probability of improvement", ""]
-    if not summary["probability_of_improvement"]:
-        return lines + [
-            f"Not computed: {focus!r} and another algorithm have no lag with runs on every task.",
-            "",
-        ]
-    rows = [
-        [f"{r['lag']:g}", r["variant"], r["baseline"], _fmt_interval(r["probability"])]
-        for r in summary["probability_of_improvement"]
-    ]
-    return lines + [
-        f"P(X > Y) is the probability that a run of {focus} (X) scores higher than a run of the "
-        "baseline (Y) on the same task, ties counting one half, averaged over tasks; 0.5 means "
-        "neither is better.",
-        "",
-        *_md_table(["lag", focus, "baseline", "P(X > Y) [95% CI]"], rows),
-        "",
-    ]
-
-
-def _md_diverged(summary: Mapping[str, Any]) -> list[str]:
-    lines = ["## Diverged runs", ""]
-    diverged = summary["diverged_runs"]
-    if not diverged:
-        return lines + ["None.", ""]
-    header = ["run", "task", "variant", "lag", "seed", "diverged at update", "last finite return"]
-    rows = [
-        [
-            d["run_id"], d["task"], d["variant"], f"{d['lag']:g}", d["seed"], d["diverged_at"],
-            _fmt(d["last_finite_return"]),
-        ]
-        for d in diverged
-    ]
-    return lines + [
-        "These runs are scored with their last finite evaluation.",
-        "",
-        *_md_table(header, rows),
-        "",
-    ]
-
-
-def _md_figures(summary: Mapping[str, Any]) -> list[str]:
-    lines = ["## Figures", ""]
-    for figure in summary["figures"].values():
-        lines += [f"### {figure['caption']}", ""]
-        if "skipped" in figure:
-            lines += [f"Skipped: {figure['skipped']}.", ""]
-        else:
-            image = f"![{figure['caption']}]({figure['png']})"
-            lines += [image, "", f"([PDF]({figure['pdf']}))", ""]
-    return lines
-
-
-def _markdown(summary: Mapping[str, Any]) -> str:
-    sections = [
-        [f"# {summary['title']}", ""],
-        _md_overview(summary),
-        _md_normalisation(summary),
-        _md_scores(summary),
-        _md_improvement(summary),
-        _md_diverged(summary),
-        _md_figures(summary),
-    ]
-    return "\n".join(line for section in sections for line in section)
 
 
 # ---------------------------------------------------------------- summary
@@ -794,6 +708,7 @@ def _figure_builders(
     cell_summaries: Sequence[Mapping[str, Any]],
     curves: Mapping[tuple[str, float], Mapping[str, np.ndarray]],
     fraction_means: pd.DataFrame,
+    run_table: pd.DataFrame,
     improvements: Sequence[Mapping[str, Any]],
     focus_algo: str,
     colours: Mapping[str, Any],
@@ -816,6 +731,10 @@ def _figure_builders(
         "fig_filter_clip": (
             "Filter and clip fractions against lag",
             lambda: _figure_fractions(fraction_means, colours, lags),
+        ),
+        "fig_score_vs_off_policy": (
+            "Final score per run against measured backward TV and behaviour KL",
+            lambda: _figure_off_policy(run_table, colours, lags),
         ),
         "fig_probability_of_improvement": (
             f"Probability of improvement of {focus_algo} over each baseline",
@@ -840,7 +759,11 @@ def write_report(
     Args:
       runs: the runs table, one row per run per evaluation point: the columns
         of ``REQUIRED_COLUMNS``, any ``hp_*`` columns, and training metrics of
-        which ``filter_fraction`` and ``clip_fraction`` are plotted if present.
+        which ``filter_fraction`` and ``clip_fraction`` are plotted if present,
+        and the off-policy metrics of ``OFF_POLICY_METRICS`` (with any
+        ``*_median``/``*_p90`` per-update summaries of them) are summarised
+        per run and per (variant, lag), and the final score plotted against
+        the run means of ``tv_backward`` and ``behaviour_kl``, if present.
       out_dir: folder of the report, created if needed; report files already
         there are replaced, each atomically.
       reference_returns: per-task return that normalises to 1; tasks left out
@@ -865,7 +788,10 @@ def write_report(
     final_returns = _final_returns(table, final_fraction)
     references = _normalisation(table, final_returns, reference_returns)
     table = _with_scores(table, references)
-    run_table = _run_table(table, final_returns, references)
+    off_policy_columns = _off_policy_columns(table)
+    run_table = _run_table(table, final_returns, references).join(
+        _run_off_policy(table), on="run_id"
+    )
     cells, incomplete = _cells(run_table, tasks)
     cell_summaries = [_cell_summary(cell, reps, seed) for cell in cells]
     improvements = _improvements(cells, focus_algo, reps, seed)
@@ -874,6 +800,7 @@ def write_report(
         cell_summaries,
         {(c.variant, c.lag): _learning_curve(c, table, tasks, reps, seed) for c in cells},
         _fraction_means(table),
+        run_table,
         improvements,
         focus_algo,
         _colours(sorted(run_table["variant"].unique())),
@@ -909,10 +836,12 @@ def write_report(
         "cells": cell_summaries,
         "incomplete_cells": incomplete,
         "probability_of_improvement": improvements,
+        "off_policy_metrics": off_policy_columns,
+        "off_policy": _off_policy_summaries(run_table, off_policy_columns),
         "diverged_runs": _diverged_runs(run_table),
         "figures": figures,
     }
     io.write_table(out / "runs.parquet", runs)
     io.write_text(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
-    io.write_text(out / "report.md", _markdown(summary))
+    io.write_text(out / "report.md", report_markdown.markdown(summary))
     return summary

@@ -1,7 +1,13 @@
 """Evaluation statistics: normalisation, aggregates, bootstrap intervals, AUC.
 
 Definitions follow Agarwal et al. (2021), "Deep RL at the edge of the
-statistical precipice".
+statistical precipice", and give the same numbers as its library ``rliable``
+(``rliable.metrics`` and ``rliable.library.StratifiedBootstrap``, percentile
+intervals) on the same score matrix; ``tests/test_stats.py`` checks this.
+The one deliberate difference: the bootstrap draws all resamples at once and
+evaluates the aggregate on the batch (vectorised), with its own seeded
+generator, so its interval equals rliable's up to Monte-Carlo error, not bit for
+bit (rliable draws its indices from numpy's global random state).
 
 Conventions:
 - A score matrix is a numpy array ``[num_runs, num_tasks]`` of normalised
@@ -52,16 +58,22 @@ def _pooled(scores: np.ndarray) -> np.ndarray:
     return scores.reshape(*scores.shape[:-2], -1)
 
 
+def _task_means(scores: np.ndarray) -> np.ndarray:
+    """Mean over runs of each task: ``[..., runs, tasks] -> [..., tasks]``."""
+    return _score_matrix(scores).mean(axis=-2)
+
+
 def aggregate_median(scores: np.ndarray) -> np.ndarray | np.floating:
-    """Median of all pooled scores (runs and tasks together)."""
-    return np.median(_pooled(_score_matrix(scores)), axis=-1)
+    """Median over tasks of the per-task mean scores (``rliable.metrics.aggregate_median``)."""
+    return np.median(_task_means(scores), axis=-1)
 
 
 def aggregate_iqm(scores: np.ndarray) -> np.ndarray | np.floating:
-    """Interquartile mean: mean of the middle 50% of all pooled scores.
+    """Interquartile mean: mean of the middle 50% of all pooled scores (runs and tasks).
 
     ``floor(0.25 * n)`` scores are cut from each end of the ``n`` sorted pooled
-    scores, the same count as ``scipy.stats.trim_mean(scores, 0.25, axis=None)``.
+    scores, the same count as ``scipy.stats.trim_mean(scores, 0.25, axis=None)``,
+    which is ``rliable.metrics.aggregate_iqm``.
     """
     pooled = np.sort(_pooled(_score_matrix(scores)), axis=-1)
     count = pooled.shape[-1]
@@ -70,12 +82,15 @@ def aggregate_iqm(scores: np.ndarray) -> np.ndarray | np.floating:
 
 
 def aggregate_mean(scores: np.ndarray) -> np.ndarray | np.floating:
-    """Mean of all pooled scores."""
-    return _score_matrix(scores).mean(axis=(-2, -1))
+    """Mean over tasks of the per-task mean scores (``rliable.metrics.aggregate_mean``)."""
+    return _task_means(scores).mean(axis=-1)
 
 
 def aggregate_optimality_gap(scores: np.ndarray, gamma: float = 1.0) -> np.ndarray | np.floating:
-    """Mean shortfall below the target ``gamma``: mean of ``max(gamma - score, 0)``.
+    """Mean shortfall below the target ``gamma``: ``gamma - mean(min(score, gamma))``.
+
+    This is ``rliable.metrics.aggregate_optimality_gap``; it equals the pooled
+    mean of ``max(gamma - score, 0)``.
 
     Lower is better; scores above ``gamma`` earn no credit, so 0 means every run
     reached the target.
@@ -89,6 +104,8 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray | np.
     Per task this is the Mann-Whitney U statistic of ``x`` against ``y`` divided
     by ``n_x * n_y``: the fraction of all (run of x, run of y) pairs where x
     scores higher. Shapes ``[..., n_x, num_tasks]`` and ``[..., n_y, num_tasks]``.
+    Same as ``rliable.metrics.probability_of_improvement`` (which also gives 0.5
+    for a task whose two samples are identical).
     """
     x = _score_matrix(x, "x")
     y = _score_matrix(y, "y")
@@ -169,7 +186,9 @@ def stratified_bootstrap_ci(
       ``(point, low, high)`` where ``point = aggregate_fn(scores)`` and
       ``[low, high]`` are the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2``
       quantiles of the aggregate over resamples that draw runs with replacement
-      independently within each task.
+      independently within each task (``rliable.library.StratifiedBootstrap``
+      without task resampling; ``percentile`` method of
+      ``rliable.library.get_interval_estimates``).
     """
     samples = (_single_matrix(scores, "scores"),)
     return _bootstrap(samples, aggregate_fn, "aggregate_fn", reps, confidence, seed)

@@ -1,0 +1,209 @@
+"""The Markdown text of a report (``report.md``) from its summary (``summary.json``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _fmt_interval(interval: Mapping[str, float]) -> str:
+    return f"{_fmt(interval['point'])} [{_fmt(interval['low'])}, {_fmt(interval['high'])}]"
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def _span(values: Sequence[int]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:,}" if low == high else f"{low:,} to {high:,}"
+
+
+def _md_overview(summary: Mapping[str, Any]) -> list[str]:
+    run = summary["run"]
+    header = ["variant", "algorithm", "lag model", "epochs", "minibatches", "hyper-parameters", "runs"]
+    rows = [
+        [
+            v["variant"], v["algo"], ", ".join(v["lag_models"]), v["epochs"], v["minibatches"],
+            v["hyperparameters"] or "-", v["num_runs"],
+        ]
+        for v in run["variants"]
+    ]
+    lags = ", ".join(f"{lag:g}" for lag in run["lags"])
+    return [
+        "## What was run",
+        "",
+        f"- Tasks ({len(run['tasks'])}): {', '.join(run['tasks'])}",
+        f"- Lag models: {', '.join(run['lag_models'])}; lag levels: {lags}",
+        f"- Seeds: {', '.join(str(s) for s in run['seeds'])}",
+        f"- Runs: {run['num_runs']} ({run['num_diverged']} diverged)",
+        f"- Environment steps per run: {_span(run['final_env_steps'])}; "
+        f"evaluation points per run: {_span(run['eval_points'])}",
+        "",
+        *_md_table(header, rows),
+        "",
+    ]
+
+
+def _md_normalisation(summary: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [task, _fmt(n["initial"]), _fmt(n["reference"]), n["source"]]
+        for task, n in summary["normalisation"].items()
+    ]
+    return [
+        "## How scores are normalised",
+        "",
+        "Each evaluation return `R` of a task is mapped to `(R - initial) / (reference - initial)`: "
+        "0 is the mean return of the initial policies (the evaluations at environment step 0 of "
+        "every run of the task) and 1 is the task's reference return. Where no reference return "
+        "was given, the reference is the best final (un-normalised) score of any run of the task, "
+        "so a score of 1 means \"as good as the best run of this sweep\".",
+        "",
+        f"A run's final score is its mean normalised return over the last "
+        f"{100 * summary['final_fraction']:g}% of its evaluation points (at least one). Its AUC is "
+        "the area under its normalised learning curve with training progress rescaled to [0, 1], "
+        "so a run at score 1 throughout has AUC 1. A missing evaluation (every evaluation after a "
+        "run diverged) takes the value of the run's last finite evaluation.",
+        "",
+        "For each variant and lag the final scores form a "
+        "[runs per task x tasks] matrix, runs paired across tasks by seed order; where tasks have "
+        "unequal run counts, every task keeps only as many runs (lowest seeds first) as the task "
+        f"with the fewest. Intervals are {summary['confidence']:.0%} percentile bootstrap "
+        f"intervals over {summary['reps']} resamples that draw runs with replacement "
+        f"independently within each task (seed {summary['seed']}). Median and mean are taken "
+        "over the per-task mean scores and IQM is the mean of the middle 50% of the pooled scores, as in rliable; "
+        "the optimality gap is the mean shortfall below a score of 1 (lower is better).",
+        "",
+        *_md_table(["task", "initial return", "reference return", "reference"], rows),
+        "",
+    ]
+
+
+def _md_scores(summary: Mapping[str, Any]) -> list[str]:
+    header = [
+        "variant", "lag", "runs per task", "IQM [95% CI]", "median", "mean", "optimality gap",
+        "AUC IQM [95% CI]",
+    ]
+    rows = [
+        [
+            c["variant"], f"{c['lag']:g}", c["runs_per_task"], _fmt_interval(c["iqm"]),
+            _fmt(c["median"]["point"]), _fmt(c["mean"]["point"]),
+            _fmt(c["optimality_gap"]["point"]), _fmt_interval(c["auc_iqm"]),
+        ]
+        for c in summary["cells"]
+    ]
+    left_out = [
+        f"- Left out: {c['variant']} at lag {c['lag']:g} has no run on "
+        f"{', '.join(c['missing_tasks'])}."
+        for c in summary["incomplete_cells"]
+    ]
+    return [
+        "## Final scores",
+        "",
+        *_md_table(header, rows),
+        "",
+        "Intervals of the median, mean and optimality gap are in `summary.json`.",
+        "",
+        *left_out,
+        *([""] if left_out else []),
+    ]
+
+
+def _md_improvement(summary: Mapping[str, Any]) -> list[str]:
+    focus = summary["focus_algo"]
+    lines = ["## Probability of improvement", ""]
+    if not summary["probability_of_improvement"]:
+        return lines + [
+            f"Not computed: {focus!r} and another algorithm have no lag with runs on every task.",
+            "",
+        ]
+    rows = [
+        [f"{r['lag']:g}", r["variant"], r["baseline"], _fmt_interval(r["probability"])]
+        for r in summary["probability_of_improvement"]
+    ]
+    return lines + [
+        f"P(X > Y) is the probability that a run of {focus} (X) scores higher than a run of the "
+        "baseline (Y) on the same task, ties counting one half, averaged over tasks; 0.5 means "
+        "neither is better.",
+        "",
+        *_md_table(["lag", focus, "baseline", "P(X > Y) [95% CI]"], rows),
+        "",
+    ]
+
+
+def _md_off_policy(summary: Mapping[str, Any]) -> list[str]:
+    lines = ["## Off-policyness", ""]
+    rows_in = summary["off_policy"]
+    columns = summary["off_policy_metrics"]
+    if not columns:
+        return lines + ["Not measured: the runs table has no off-policy metric.", ""]
+    header = ["variant", "lag", *columns]
+    rows = [
+        [
+            r["variant"], f"{r['lag']:g}",
+            *(" / ".join(_fmt_optional(value) for value in r[c].values()) for c in columns),
+        ]
+        for r in rows_in
+    ]
+    return lines + [
+        "Each entry is mean / median / 90th percentile over a run's updates, averaged over runs.",
+        "",
+        *_md_table(header, rows),
+        "",
+    ]
+
+
+def _fmt_optional(value: float | None) -> str:
+    return "n/a" if value is None else _fmt(value)
+
+
+def _md_diverged(summary: Mapping[str, Any]) -> list[str]:
+    lines = ["## Diverged runs", ""]
+    diverged = summary["diverged_runs"]
+    if not diverged:
+        return lines + ["None.", ""]
+    header = ["run", "task", "variant", "lag", "seed", "diverged at update", "last finite return"]
+    rows = [
+        [
+            d["run_id"], d["task"], d["variant"], f"{d['lag']:g}", d["seed"], d["diverged_at"],
+            _fmt(d["last_finite_return"]),
+        ]
+        for d in diverged
+    ]
+    return lines + [
+        "These runs are scored with their last finite evaluation.",
+        "",
+        *_md_table(header, rows),
+        "",
+    ]
+
+
+def _md_figures(summary: Mapping[str, Any]) -> list[str]:
+    lines = ["## Figures", ""]
+    for figure in summary["figures"].values():
+        lines += [f"### {figure['caption']}", ""]
+        if "skipped" in figure:
+            lines += [f"Skipped: {figure['skipped']}.", ""]
+        else:
+            image = f"![{figure['caption']}]({figure['png']})"
+            lines += [image, "", f"([PDF]({figure['pdf']}))", ""]
+    return lines
+
+
+def markdown(summary: Mapping[str, Any]) -> str:
+    sections = [
+        [f"# {summary['title']}", ""],
+        _md_overview(summary),
+        _md_normalisation(summary),
+        _md_scores(summary),
+        _md_improvement(summary),
+        _md_off_policy(summary),
+        _md_diverged(summary),
+        _md_figures(summary),
+    ]
+    return "\n".join(line for section in sections for line in section)
