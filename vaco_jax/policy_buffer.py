@@ -45,12 +45,17 @@ def newest(buffer: PolicyBuffer) -> Policy:
 
 
 def sample_lags(key: jax.Array, lag_model: str, lag: jax.Array, num_envs: int, capacity: int,
-                per_actor_lags: jax.Array) -> jax.Array:
+                per_actor_lags: jax.Array, lag_probabilities: tuple[float, ...] = ()) -> jax.Array:
     """Draws each environment's lag (int32 `[E]`) for one rollout under `lag_model`.
 
     `fixed`: every environment lags `lag` versions. `uniform`: lags uniform over `{0..lag}`.
     `geometric`: `P(j) ∝ p (1-p)^j` for `j < K`, with `p = lag`. `per_actor`: the constant lags
-    drawn once per environment at initialisation (`per_actor_lags`).
+    drawn once per environment at initialisation (`per_actor_lags`). `bounded`: an asynchronous
+    pipeline whose unconstrained lag is uniform over the whole buffer `{0..K-1}`, admitted only
+    up to the staleness bound `eta = lag` (AReaL's `max_head_offpolicyness`): a generator that
+    would fall further behind waits at the bound, so the lag is `min(U, eta)`,
+    `P(j) = 1/K` for `j < eta` and `P(eta) = (K - eta)/K`. `empirical`: `P(j) =
+    lag_probabilities[j]`, a histogram measured elsewhere (`lag` is unused).
     """
     if lag_model == "fixed":
         return jnp.full((num_envs,), jnp.round(lag), jnp.int32)
@@ -63,7 +68,26 @@ def sample_lags(key: jax.Array, lag_model: str, lag: jax.Array, num_envs: int, c
         return jax.random.categorical(key, logits, shape=(num_envs,)).astype(jnp.int32)
     if lag_model == "per_actor":
         return per_actor_lags
+    if lag_model == "bounded":
+        unconstrained = jax.random.randint(key, (num_envs,), 0, capacity)
+        return jnp.minimum(unconstrained, jnp.round(lag).astype(jnp.int32))
+    if lag_model == "empirical":
+        logits = jnp.log(jnp.asarray(lag_probabilities, jnp.float32))
+        return jax.random.categorical(key, logits, shape=(num_envs,)).astype(jnp.int32)
     raise ValueError(f"lag_model={lag_model!r} is not supported")
+
+
+def in_flight_lags(start_lags: jax.Array, length: int) -> jax.Array:
+    """Per-step lags `[length, E]` of rollouts whose behaviour policy is updated mid-rollout.
+
+    An environment starts `start_lags` versions behind and catches up to the newest version by
+    the end of the rollout, as if the learner published a new version every
+    `length / (start_lag + 1)` steps (PipelineRL): the lag at step `t` is
+    `start_lags - floor(t (start_lags + 1) / length)`, never below 0. Generic over testbeds.
+    """
+    steps = jnp.arange(length, dtype=jnp.int32)[:, None]
+    caught_up = (steps * (start_lags[None, :] + 1)) // length
+    return jnp.maximum(start_lags[None, :] - caught_up, 0).astype(jnp.int32)
 
 
 def init_per_actor_lags(key: jax.Array, lag: jax.Array, num_envs: int) -> jax.Array:

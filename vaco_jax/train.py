@@ -254,7 +254,7 @@ class Trainer:
         cfg = self.config
         lag_key, rollout_key = jax.random.split(key)
         lags = sample_lags(lag_key, cfg.lag_model, hp.lag, cfg.num_envs, cfg.buffer_capacity,
-                           state.per_actor_lags)
+                           state.per_actor_lags, cfg.lag_probabilities)
         behaviour = make_behaviour(state.buffer, effective_lags(state.buffer, lags), cfg.acting)
         return rollout(self.env, self.model, behaviour, state.episodes, rollout_key,
                        length=cfg.rollout_length, episode_length=cfg.episode_length,
