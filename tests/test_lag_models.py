@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vaco_jax.config import TrainConfig, validate
+from engine_configs import TOY
+from vaco_jax.config import HParams, TrainConfig, validate
 from vaco_jax.policy_buffer import in_flight_lags, sample_lags
+from vaco_jax.train import make_train
 
 CAPACITY = 8
 DRAWS = 20_000
@@ -106,3 +108,18 @@ def test_lag_probabilities_need_the_empirical_model():
     with pytest.raises(ValueError, match="lag_probabilities is only used"):
         validate(TrainConfig(env="toy_reach", lag_model="uniform", lag_probabilities=(1.0,)))
     validate(TrainConfig(env="toy_reach", lag_model="empirical", lag_probabilities=(0.5, 0.5)))
+
+
+def test_vmapped_in_flight_runs_equal_single_runs():
+    train = make_train(TOY.replace(lag_model="in_flight"))
+    keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
+    hparams = HParams.stack([HParams.create(lag=0.0), HParams.create(lag=3.0)])
+    batched_state, batched_metrics = jax.jit(jax.vmap(train))(keys, hparams)
+    assert np.asarray(batched_metrics["version_gap_max"])[1].max() == 3
+    for i in range(2):
+        state, metrics = jax.jit(train)(keys[i], jax.tree.map(lambda x: x[i], hparams))
+        for name, values in metrics.items():
+            np.testing.assert_allclose(batched_metrics[name][i], values, rtol=2e-5, atol=1e-6,
+                                       err_msg=name)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a[i], b, rtol=2e-5, atol=1e-6),
+                     batched_state.params, state.params)

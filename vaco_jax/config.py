@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor", "bounded", "empirical")
+LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor", "bounded", "in_flight",
+              "empirical")
 TV_REFERENCES = ("phase", "behaviour")
 TV_SCOPES = ("minibatch", "batch")
 ACTING_STRATEGIES = ("gather", "select")
@@ -95,7 +96,8 @@ class HParams:
     """Numeric hyper-parameters; every field is a pytree leaf and may carry a leading vmap axis.
 
     `lag` is the parameter of the configured lag model: the (maximum) number of versions a
-    behaviour policy lags behind the learner for `fixed`, `uniform` and `per_actor`, the
+    behaviour policy lags behind the learner for `fixed`, `uniform`, `per_actor` and (at the
+    start of a rollout) `in_flight`, the
     staleness bound `eta` for `bounded`, unused for `empirical`, and the
     success probability `p` of the truncated geometric distribution for `geometric`.
     """
