@@ -123,3 +123,19 @@ def test_vmapped_in_flight_runs_equal_single_runs():
                                        err_msg=name)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a[i], b, rtol=2e-5, atol=1e-6),
                      batched_state.params, state.params)
+
+
+def test_sweeps_and_cli_accept_an_empirical_histogram(tmp_path):
+    from vaco_jax.cli import parse_lag
+    from vaco_jax.sweep import load_experiment
+
+    assert parse_lag("empirical:0.5,0.3,0.2") == ("empirical", 0.0, (0.5, 0.3, 0.2))
+    assert parse_lag("bounded:4") == ("bounded", 4.0, ())
+    text = ('name = "e"\ntasks = ["toy_reach"]\nalgos = ["ppo"]\nseeds = 1\n'
+            '[lag]\nmodel = "empirical"\nlevels = [0]\n[config]\nlag_probabilities = {}\n')
+    (tmp_path / "good.toml").write_text(text.format("[0.5, 0.3, 0.2]"))
+    assert load_experiment(tmp_path / "good.toml").groups[0].config.lag_probabilities == (
+        0.5, 0.3, 0.2)
+    (tmp_path / "bad.toml").write_text(text.format("[0.5, 0.6]"))
+    with pytest.raises(ValueError, match="lag_probabilities must sum to 1"):
+        load_experiment(tmp_path / "bad.toml")
