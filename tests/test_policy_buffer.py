@@ -8,8 +8,8 @@ import pytest
 from vaco_jax.envs import make_env
 from vaco_jax.envs.episodes import reset_episodes
 from vaco_jax.networks import ActorCritic, Policy, init_stats
-from vaco_jax.policy_buffer import (effective_lags, init_buffer, make_behaviour, newest, push,
-                                    sample_lags)
+from vaco_jax.policy_buffer import (effective_lags, in_flight_lags, init_buffer, make_behaviour,
+                                    newest, push, sample_lags)
 from vaco_jax.rollout import rollout
 
 NUM_ENVS = 8
@@ -86,6 +86,27 @@ def test_rollout_records_each_environments_own_behaviour_policy(setup, acting):
         policy = _policy(model, int(versions[0, e]))
         recomputed = model.log_prob(policy, data.obs[:, e], data.action[:, e])
         np.testing.assert_allclose(data.behaviour_log_prob[:, e], recomputed, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("acting", ["gather", "select"])
+def test_in_flight_rollout_acts_with_each_steps_own_behaviour_policy(setup, acting):
+    env, model, buffer = setup
+    length = 6
+    lags = in_flight_lags(jnp.arange(NUM_ENVS) % CAPACITY, length)
+    episodes = reset_episodes(env, jax.random.split(jax.random.PRNGKey(1), NUM_ENVS))
+    _, data = jax.jit(lambda b, e, k: rollout(env, model, b, e, k, length=length,
+                                              episode_length=40, acting=acting))(
+        make_behaviour(buffer, lags, acting), episodes, jax.random.PRNGKey(2))
+    versions = np.asarray(data.behaviour_version)
+    np.testing.assert_array_equal(versions, 5 - np.asarray(lags))
+    assert len(np.unique(versions[:, 3])) > 1  # the policy changed within one rollout
+    for t in range(length):
+        for e in range(NUM_ENVS):
+            # The snapshot that version occupies in the buffer, recomputed independently.
+            policy = jax.tree.map(lambda x: x[versions[t, e] % CAPACITY], buffer.policies)
+            recomputed = model.log_prob(policy, data.obs[t, e], data.action[t, e])
+            np.testing.assert_allclose(data.behaviour_log_prob[t, e], recomputed, rtol=1e-5,
+                                       atol=1e-5)
 
 
 def test_gather_and_select_strategies_agree(setup):

@@ -55,8 +55,9 @@ def test_lag_zero_is_synchronous_training_bit_for_bit():
     hp = HParams.create(lag=0.0)
     key = jax.random.PRNGKey(7)
     synchronous = jax.jit(make_train(TOY.replace(lag_model="fixed", buffer_capacity=1)))(key, hp)
-    for model in ("fixed", "uniform"):
-        lagged = jax.jit(make_train(TOY.replace(lag_model=model, buffer_capacity=8)))(key, hp)
+    lag_zero = [dict(lag_model=m) for m in ("fixed", "uniform", "bounded", "in_flight")]
+    for changes in lag_zero + [dict(lag_model="empirical", lag_probabilities=(1.0,))]:
+        lagged = jax.jit(make_train(TOY.replace(buffer_capacity=8, **changes)))(key, hp)
         _assert_trees_equal(lagged[0].params, synchronous[0].params)
         _assert_trees_equal(lagged[1], synchronous[1])
 

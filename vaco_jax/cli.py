@@ -9,17 +9,25 @@ from typing import Sequence
 from vaco_jax.config import LAG_MODELS, HParams, TrainConfig
 
 
-def parse_lag(text: str) -> tuple[str, float]:
-    """`MODEL:PARAM`, e.g. `fixed:0` (synchronous), `uniform:3`, `geometric:0.5`."""
+def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
+    """`MODEL:PARAM`, e.g. `fixed:0` (synchronous), `uniform:3`, `geometric:0.5`, `bounded:4`;
+    `empirical:P0,P1,...` gives the probabilities of lags 0, 1, ... (`lag` unused, 0).
+
+    Returns `(lag_model, lag, lag_probabilities)`.
+    """
     model, sep, param = text.partition(":")
     if not sep or model not in LAG_MODELS:
         raise argparse.ArgumentTypeError(
             f"--lag must be MODEL:PARAM with MODEL one of {', '.join(LAG_MODELS)} (e.g. fixed:0, "
-            f"uniform:3, geometric:0.5), got {text!r}")
+            f"uniform:3, geometric:0.5, bounded:4, empirical:0.5,0.3,0.2), got {text!r}")
     try:
-        return model, float(param)
+        if model == "empirical":
+            return model, 0.0, tuple(float(p) for p in param.split(","))
+        return model, float(param), ()
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--lag parameter must be a number, got {param!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--lag parameter must be a number (a comma-separated list of probabilities for "
+            f"empirical), got {param!r}") from None
 
 
 def parse_hparam(text: str) -> tuple[str, float]:
@@ -48,7 +56,7 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--env", default=defaults.env, help="task name")
     p.add_argument("--backend", default=None, help="physics backend (default: the task's, mjx)")
     p.add_argument("--algo", default=defaults.algo, help="algorithm from the registry")
-    p.add_argument("--lag", type=parse_lag, default=("fixed", 0.0),
+    p.add_argument("--lag", type=parse_lag, default=("fixed", 0.0, ()),
                    help="backward lag MODEL:PARAM; fixed:0 is synchronous")
     p.add_argument("--seeds", type=int, default=2, help="number of vmapped seeds (0..N-1)")
     p.add_argument("--seed-offset", type=int, default=0, help="first seed")
@@ -90,12 +98,12 @@ def _train(args) -> int:
                             progress=not args.no_progress)
         out = args.resume
     else:
-        lag_model, lag = args.lag
+        lag_model, lag, lag_probabilities = args.lag
         config = TrainConfig(
             env=args.env, backend=args.backend, algo=args.algo, num_envs=args.num_envs,
             rollout_length=args.rollout_length, total_steps=args.total_steps, epochs=args.epochs,
             minibatches=args.minibatches, buffer_capacity=args.buffer_capacity,
-            lag_model=lag_model, episode_length=args.episode_length, eval_every=args.eval_every,
+            lag_model=lag_model, lag_probabilities=lag_probabilities, episode_length=args.episode_length, eval_every=args.eval_every,
             num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
             critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
             tv_scope=args.tv_scope, acting=args.acting)

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor")
+LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor", "bounded", "in_flight",
+              "empirical")
 TV_REFERENCES = ("phase", "behaviour")
 TV_SCOPES = ("minibatch", "batch")
 ACTING_STRATEGIES = ("gather", "select")
@@ -36,6 +37,8 @@ class TrainConfig:
     minibatches: int = 4
     buffer_capacity: int = 16
     lag_model: str = "fixed"
+    # `empirical` only: P(lag = j) for j = 0..len-1, e.g. a histogram measured on a cluster.
+    lag_probabilities: tuple[float, ...] = ()
     episode_length: int = 1000
     actor_hidden: tuple[int, ...] = (64, 64)
     critic_hidden: tuple[int, ...] = (64, 64)
@@ -93,7 +96,9 @@ class HParams:
     """Numeric hyper-parameters; every field is a pytree leaf and may carry a leading vmap axis.
 
     `lag` is the parameter of the configured lag model: the (maximum) number of versions a
-    behaviour policy lags behind the learner for `fixed`, `uniform` and `per_actor`, and the
+    behaviour policy lags behind the learner for `fixed`, `uniform`, `per_actor` and (at the
+    start of a rollout) `in_flight`, the
+    staleness bound `eta` for `bounded`, unused for `empirical`, and the
     success probability `p` of the truncated geometric distribution for `geometric`.
     """
 
@@ -148,6 +153,28 @@ def _positive_int(field: str, value: Any) -> None:
         raise ValueError(f"{field} must be a positive integer, got {value!r}")
 
 
+def _lag_probabilities(config: TrainConfig) -> None:
+    probs = config.lag_probabilities
+    if config.lag_model != "empirical":
+        if probs:
+            raise ValueError(f"lag_probabilities is only used with lag_model='empirical', got "
+                             f"lag_model={config.lag_model!r} and lag_probabilities={probs!r}")
+        return
+    if not isinstance(probs, tuple) or not probs or any(
+            isinstance(p, bool) or not isinstance(p, (int, float)) for p in probs):
+        raise ValueError(f"lag_probabilities must be a non-empty tuple of numbers (P(lag = j) for "
+                         f"j = 0..len-1) for lag_model='empirical', got {probs!r}")
+    values = np.asarray(probs, np.float64)
+    if len(values) > config.buffer_capacity:
+        raise ValueError(f"lag_probabilities has {len(values)} entries; at most buffer_capacity="
+                         f"{config.buffer_capacity} (lags 0..{config.buffer_capacity - 1})")
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ValueError(f"lag_probabilities must be finite and >= 0, got {list(probs)}")
+    if abs(values.sum() - 1.0) > 1e-6:
+        raise ValueError(f"lag_probabilities must sum to 1 (within 1e-6), got sum "
+                         f"{values.sum():.8g} for {list(probs)}")
+
+
 def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
     """Raises `ValueError` naming the field and its allowed values; runs before any compilation."""
     from vaco_jax import algorithms, envs  # local: both registries import this module
@@ -157,6 +184,7 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
         _choice("backend", config.backend, envs.backends_for(config.env))
     _choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
     _choice("lag_model", config.lag_model, LAG_MODELS)
+    _lag_probabilities(config)
     _choice("tv_reference", config.tv_reference, TV_REFERENCES)
     _choice("tv_scope", config.tv_scope, TV_SCOPES)
     _choice("acting", config.acting, ACTING_STRATEGIES)
@@ -202,7 +230,7 @@ def validate_hparams(config: TrainConfig, hparams: HParams) -> None:
         if np.any((lag <= 0) | (lag > 1)):
             raise ValueError(f"lag for lag_model='geometric' is the probability p and must lie in "
                              f"(0, 1], got {lag.tolist()}")
-    else:
+    elif config.lag_model != "empirical":  # empirical lags come from lag_probabilities
         max_lag = config.buffer_capacity - 1
         if np.any((lag < 0) | (lag > max_lag) | (lag != np.round(lag))):
             raise ValueError(

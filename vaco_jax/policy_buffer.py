@@ -1,4 +1,4 @@
-"""The ring buffer of past policies, lag models, and acting with per-environment policies.
+"""The ring buffer of past policies and the lag models: generic over testbeds and policies.
 
 The buffer holds the last `K` policies (actor parameters with their normaliser statistics) as
 one pytree whose leaves carry a leading `[K]` axis. Every finished optimisation phase pushes the
@@ -10,16 +10,17 @@ policy available.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vaco_jax.networks import ActorCritic, Policy
 
 
 @struct.dataclass
 class PolicyBuffer:
-    policies: Policy  # leaves [K, ...]
+    policies: Any  # any policy pytree, leaves [K, ...]
     latest_version: jax.Array  # [] int32, version of the newest policy (pushes so far)
 
     @property
@@ -27,34 +28,40 @@ class PolicyBuffer:
         return jax.tree.leaves(self.policies)[0].shape[0]
 
 
-def init_buffer(policy: Policy, capacity: int) -> PolicyBuffer:
+def init_buffer(policy: Any, capacity: int) -> PolicyBuffer:
     policies = jax.tree.map(lambda x: jnp.broadcast_to(x, (capacity,) + x.shape), policy)
     return PolicyBuffer(policies=policies, latest_version=jnp.zeros((), jnp.int32))
 
 
-def push(buffer: PolicyBuffer, policy: Policy) -> PolicyBuffer:
+def push(buffer: PolicyBuffer, policy: Any) -> PolicyBuffer:
     version = buffer.latest_version + 1
     slot = version % buffer.capacity
     policies = jax.tree.map(lambda stack, x: stack.at[slot].set(x), buffer.policies, policy)
     return PolicyBuffer(policies=policies, latest_version=version)
 
 
-def newest(buffer: PolicyBuffer) -> Policy:
+def newest(buffer: PolicyBuffer) -> Any:
     slot = buffer.latest_version % buffer.capacity
     return jax.tree.map(lambda stack: stack[slot], buffer.policies)
 
 
 def sample_lags(key: jax.Array, lag_model: str, lag: jax.Array, num_envs: int, capacity: int,
-                per_actor_lags: jax.Array) -> jax.Array:
+                per_actor_lags: jax.Array, lag_probabilities: tuple[float, ...] = ()) -> jax.Array:
     """Draws each environment's lag (int32 `[E]`) for one rollout under `lag_model`.
 
-    `fixed`: every environment lags `lag` versions. `uniform`: lags uniform over `{0..lag}`.
+    `fixed`: every environment lags `lag` versions. `uniform`: lags uniform over `{0..lag}`;
+    `in_flight` draws its start lags so (the per-step lags follow `in_flight_lags`).
     `geometric`: `P(j) ∝ p (1-p)^j` for `j < K`, with `p = lag`. `per_actor`: the constant lags
-    drawn once per environment at initialisation (`per_actor_lags`).
+    drawn once per environment at initialisation (`per_actor_lags`). `bounded`: an asynchronous
+    pipeline whose unconstrained lag is uniform over the whole buffer `{0..K-1}`, admitted only
+    up to the staleness bound `eta = lag` (AReaL's `max_head_offpolicyness`): a generator that
+    would fall further behind waits at the bound, so the lag is `min(U, eta)`,
+    `P(j) = 1/K` for `j < eta` and `P(eta) = (K - eta)/K`. `empirical`: `P(j) =
+    lag_probabilities[j]`, a histogram measured elsewhere (`lag` is unused).
     """
     if lag_model == "fixed":
         return jnp.full((num_envs,), jnp.round(lag), jnp.int32)
-    if lag_model == "uniform":
+    if lag_model in ("uniform", "in_flight"):
         return jax.random.randint(key, (num_envs,), 0, jnp.round(lag).astype(jnp.int32) + 1)
     if lag_model == "geometric":
         steps = jnp.arange(capacity)
@@ -63,7 +70,26 @@ def sample_lags(key: jax.Array, lag_model: str, lag: jax.Array, num_envs: int, c
         return jax.random.categorical(key, logits, shape=(num_envs,)).astype(jnp.int32)
     if lag_model == "per_actor":
         return per_actor_lags
+    if lag_model == "bounded":
+        unconstrained = jax.random.randint(key, (num_envs,), 0, capacity)
+        return jnp.minimum(unconstrained, jnp.round(lag).astype(jnp.int32))
+    if lag_model == "empirical":
+        logits = jnp.log(jnp.asarray(lag_probabilities, jnp.float32))
+        return jax.random.categorical(key, logits, shape=(num_envs,)).astype(jnp.int32)
     raise ValueError(f"lag_model={lag_model!r} is not supported")
+
+
+def in_flight_lags(start_lags: jax.Array, length: int) -> jax.Array:
+    """Per-step lags `[length, E]` of rollouts whose behaviour policy is updated mid-rollout.
+
+    An environment starts `start_lags` versions behind and catches up to the newest version by
+    the end of the rollout, as if the learner published a new version every
+    `length / (start_lag + 1)` steps (PipelineRL): the lag at step `t` is
+    `start_lags - floor(t (start_lags + 1) / length)`, never below 0. Generic over testbeds.
+    """
+    steps = jnp.arange(length, dtype=jnp.int32)[:, None]
+    caught_up = (steps * (start_lags[None, :] + 1)) // length
+    return jnp.maximum(start_lags[None, :] - caught_up, 0).astype(jnp.int32)
 
 
 def init_per_actor_lags(key: jax.Array, lag: jax.Array, num_envs: int) -> jax.Array:
@@ -80,60 +106,19 @@ class Behaviour:
     """The behaviour policies of one rollout: the buffer and each environment's slot."""
 
     buffer: PolicyBuffer
-    slots: jax.Array  # [E] int32
-    versions: jax.Array  # [E] int32
-    gathered: Policy | None  # leaves [E, ...] for the `gather` strategy
+    slots: jax.Array  # [E] int32, or [T, E] when the policy changes within the rollout
+    versions: jax.Array  # [E] int32, or [T, E]
+    gathered: Any | None  # policy leaves [E, ...] for the `gather` strategy (one per rollout)
 
 
 def make_behaviour(buffer: PolicyBuffer, lags: jax.Array, acting: str) -> Behaviour:
+    """Behaviour policies for lags `[E]` (one per rollout) or `[T, E]` (one per step).
+
+    Per-step behaviour is gathered step by step during the rollout, never `[T, E]` at once.
+    """
     versions = buffer.latest_version - lags
     slots = versions % buffer.capacity
     gathered = None
-    if acting == "gather":
+    if acting == "gather" and lags.ndim == 1:
         gathered = jax.tree.map(lambda stack: stack[slots], buffer.policies)
     return Behaviour(buffer=buffer, slots=slots, versions=versions, gathered=gathered)
-
-
-def behaviour_distribution(model: ActorCritic, behaviour: Behaviour, obs: jax.Array,
-                           acting: str) -> tuple[jax.Array, jax.Array]:
-    """Action distribution of each environment's own behaviour policy for `obs` `[E, obs]`.
-
-    When every environment acts with the newest policy the shared-policy branch runs, which is
-    exactly the synchronous computation, so lag 0 reproduces synchronous training bit for bit.
-    """
-    def shared(_):
-        return model.distribution(newest(behaviour.buffer), obs)
-
-    def per_environment(_):
-        if acting == "gather":
-            return jax.vmap(model.distribution)(behaviour.gathered, obs)
-        # `select`: every snapshot acts on every environment, each keeps its own policy's output.
-        means, log_stds = jax.vmap(model.distribution, in_axes=(0, None))(
-            behaviour.buffer.policies, obs)
-        pick = lambda x: jnp.take_along_axis(x, behaviour.slots[None, :, None], axis=0)[0]
-        return pick(means), pick(log_stds)
-
-    def each_run_its_own(_):
-        # Under `vmap` over runs this inner `cond` becomes a select that computes both branches,
-        # so it is only reached when some run really acts with stale policies.
-        return jax.lax.cond(all_newest, shared, per_environment, None)
-
-    all_newest = jnp.all(behaviour.versions == behaviour.buffer.latest_version)
-    return jax.lax.cond(_in_every_run(all_newest), shared, each_run_its_own, None)
-
-
-@jax.custom_batching.custom_vmap
-def _in_every_run(flag: jax.Array) -> jax.Array:
-    """`flag` for one run; under `vmap` over runs, whether `flag` holds in every run.
-
-    A `lax.cond` whose predicate is batched runs both branches, so without this reduction
-    synchronous runs trained together under `vmap` (seeds, hyper-parameter sweeps) would pay
-    for per-environment acting on every step.
-    """
-    return flag
-
-
-@_in_every_run.def_vmap
-def _in_every_run_vmap(axis_size: int, in_batched: list[bool], flag: jax.Array):
-    del axis_size
-    return (jnp.all(flag) if in_batched[0] else flag), False

@@ -9,7 +9,7 @@ from flax import struct
 from vaco_jax.envs import Environment
 from vaco_jax.envs.episodes import EpisodeState, reset_episodes, step_episodes
 from vaco_jax.networks import ActorCritic, gaussian_log_prob
-from vaco_jax.policy_buffer import Behaviour, behaviour_distribution
+from vaco_jax.policy_buffer import Behaviour, make_behaviour, newest
 
 
 @struct.dataclass
@@ -22,13 +22,58 @@ class Transitions:
     terminated: jax.Array
     truncated: jax.Array
     next_obs: jax.Array  # true next observation, the final one where the episode ended
-    behaviour_log_prob: jax.Array
-    behaviour_version: jax.Array  # int32
+    behaviour_log_prob: jax.Array  # under the step's own behaviour policy
+    behaviour_version: jax.Array  # int32, the step's own behaviour version
     completed_return: jax.Array  # finished episode's return where it ended, else 0
 
     @property
     def done(self) -> jax.Array:
         return jnp.maximum(self.terminated, self.truncated)
+
+
+def behaviour_distribution(model: ActorCritic, behaviour: Behaviour, obs: jax.Array,
+                           acting: str) -> tuple[jax.Array, jax.Array]:
+    """Action distribution of each environment's own behaviour policy for `obs` `[E, obs]`.
+
+    When every environment acts with the newest policy the shared-policy branch runs, which is
+    exactly the synchronous computation, so lag 0 reproduces synchronous training bit for bit.
+    """
+    def shared(_):
+        return model.distribution(newest(behaviour.buffer), obs)
+
+    def per_environment(_):
+        if acting == "gather":
+            return jax.vmap(model.distribution)(behaviour.gathered, obs)
+        # `select`: every snapshot acts on every environment, each keeps its own policy's output.
+        means, log_stds = jax.vmap(model.distribution, in_axes=(0, None))(
+            behaviour.buffer.policies, obs)
+        pick = lambda x: jnp.take_along_axis(x, behaviour.slots[None, :, None], axis=0)[0]
+        return pick(means), pick(log_stds)
+
+    def each_run_its_own(_):
+        # Under `vmap` over runs this inner `cond` becomes a select that computes both branches,
+        # so it is only reached when some run really acts with stale policies.
+        return jax.lax.cond(all_newest, shared, per_environment, None)
+
+    all_newest = jnp.all(behaviour.versions == behaviour.buffer.latest_version)
+    return jax.lax.cond(_in_every_run(all_newest), shared, each_run_its_own, None)
+
+
+@jax.custom_batching.custom_vmap
+def _in_every_run(flag: jax.Array) -> jax.Array:
+    """`flag` for one run; under `vmap` over runs, whether `flag` holds in every run.
+
+    A `lax.cond` whose predicate is batched runs both branches, so without this reduction
+    synchronous runs trained together under `vmap` (seeds, hyper-parameter sweeps) would pay
+    for per-environment acting on every step.
+    """
+    return flag
+
+
+@_in_every_run.def_vmap
+def _in_every_run_vmap(axis_size: int, in_batched: list[bool], flag: jax.Array):
+    del axis_size
+    return (jnp.all(flag) if in_batched[0] else flag), False
 
 
 def rollout(env: Environment, model: ActorCritic, behaviour: Behaviour, episodes: EpisodeState,
@@ -37,10 +82,16 @@ def rollout(env: Environment, model: ActorCritic, behaviour: Behaviour, episodes
     reset_key, step_key = jax.random.split(key)
     num_envs = episodes.step_count.shape[0]
     reset_states = reset_episodes(env, jax.random.split(reset_key, num_envs)).env
+    # `in_flight`: versions `[T, E]`, the behaviour policy changes during the rollout.
+    per_step = behaviour.versions.ndim == 2
+    step_versions = behaviour.versions if per_step else jnp.zeros((length, 0), jnp.int32)
 
-    def step(state: EpisodeState, noise_key: jax.Array):
+    def step(state: EpisodeState, xs: tuple[jax.Array, jax.Array]):
+        noise_key, versions = xs
+        lags = behaviour.buffer.latest_version - versions
+        step_behaviour = make_behaviour(behaviour.buffer, lags, acting) if per_step else behaviour
         obs = state.env.obs
-        mean, log_std = behaviour_distribution(model, behaviour, obs, acting)
+        mean, log_std = behaviour_distribution(model, step_behaviour, obs, acting)
         action = mean + jnp.exp(log_std) * jax.random.normal(noise_key, mean.shape)
         log_prob = gaussian_log_prob(mean, log_std, action)
         state, outcome = step_episodes(env, state, jnp.clip(action, -1.0, 1.0), reset_states,
@@ -48,11 +99,11 @@ def rollout(env: Environment, model: ActorCritic, behaviour: Behaviour, episodes
         record = Transitions(obs=obs, action=action, reward=outcome.reward,
                              terminated=outcome.terminated, truncated=outcome.truncated,
                              next_obs=outcome.next_obs, behaviour_log_prob=log_prob,
-                             behaviour_version=behaviour.versions,
+                             behaviour_version=step_behaviour.versions,
                              completed_return=outcome.completed_return)
         return state, record
 
-    return jax.lax.scan(step, episodes, jax.random.split(step_key, length))
+    return jax.lax.scan(step, episodes, (jax.random.split(step_key, length), step_versions))
 
 
 def evaluate(env: Environment, model: ActorCritic, policy, key: jax.Array, *, num_envs: int,

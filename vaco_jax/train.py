@@ -27,7 +27,7 @@ from vaco_jax.envs import make_env
 from vaco_jax.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
                                gaussian_log_prob, init_stats, update_stats)
-from vaco_jax.policy_buffer import (PolicyBuffer, effective_lags, init_buffer,
+from vaco_jax.policy_buffer import (PolicyBuffer, effective_lags, in_flight_lags, init_buffer,
                                     init_per_actor_lags, make_behaviour, push, sample_lags)
 from vaco_jax.rollout import Transitions, evaluate, rollout
 
@@ -254,8 +254,11 @@ class Trainer:
         cfg = self.config
         lag_key, rollout_key = jax.random.split(key)
         lags = sample_lags(lag_key, cfg.lag_model, hp.lag, cfg.num_envs, cfg.buffer_capacity,
-                           state.per_actor_lags)
-        behaviour = make_behaviour(state.buffer, effective_lags(state.buffer, lags), cfg.acting)
+                           state.per_actor_lags, cfg.lag_probabilities)
+        lags = effective_lags(state.buffer, lags)
+        if cfg.lag_model == "in_flight":
+            lags = in_flight_lags(lags, cfg.rollout_length)
+        behaviour = make_behaviour(state.buffer, lags, cfg.acting)
         return rollout(self.env, self.model, behaviour, state.episodes, rollout_key,
                        length=cfg.rollout_length, episode_length=cfg.episode_length,
                        acting=cfg.acting)
