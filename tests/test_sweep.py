@@ -95,12 +95,13 @@ def test_named_experiments_cover_what_they_promise(named):
         return {r.lag for g in named[name].groups for r in g.runs}
 
     quick = named["quick"]
-    assert len(quick.groups) == 2 and len(values("quick", "algo")) == 2 and len(lags("quick")) >= 2
+    assert len(quick.groups) == 3 and len(values("quick", "algo")) == 3 and len(lags("quick")) >= 2
     paper = named["paper_lag_sweep"]
     assert values("paper_lag_sweep", "env") == {"ant", "halfcheetah", "hopper", "humanoid",
                                                 "walker2d"}
     assert values("paper_lag_sweep", "algo") == {"ppo", "ppo_kl", "spo", "impala", "vaco",
-                                                 "decoupled_ppo", "ppo_ess"}
+                                                 "decoupled_ppo", "decoupled_ppo_ess",
+                                                 "ppo_recompute"}
     assert 0 in lags("paper_lag_sweep") and len(lags("paper_lag_sweep")) >= 4
     assert all(len({r.seed for r in g.runs}) == 10 for g in paper.groups)
     assert values("paper_lag_sweep", "total_steps") == {100_000_000}
@@ -108,7 +109,8 @@ def test_named_experiments_cover_what_they_promise(named):
     vaco = [g for g in named["threshold_ablation"].groups if g.config.algo == "vaco"]
     assert all(len({r.hparams["tv_delta"] for r in g.runs}) >= 5 for g in vaco)
     assert values("component_ablation", "algo") == {"vaco", "vaco_filter_only",
-                                                    "vaco_realign_only", "ppo"}
+                                                    "vaco_realign_only", "ppo",
+                                                    "ppo_recompute"}
     assert len(lags("component_ablation")) >= 2
     forward = {(g.config.epochs, g.config.minibatches) for g in named["forward_lag"].groups}
     assert len(forward) >= 4 and len(lags("forward_lag")) == 1

@@ -9,6 +9,7 @@ from engine_configs import TOY
 from vaco_jax import estimators
 from vaco_jax.algorithms import ALGORITHMS
 from vaco_jax.config import HParams
+from vaco_jax.networks import Policy
 from vaco_jax.train import METRICS, Trainer, make_train
 
 
@@ -122,7 +123,8 @@ def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo):
         assert filtered.max() > 0
     else:
         assert (filtered == 0).all()
-    if algo in ("ppo", "vaco_realign_only", "decoupled_ppo", "ppo_ess"):
+    if algo in ("ppo", "vaco_realign_only", "decoupled_ppo", "decoupled_ppo_ess",
+                "ppo_recompute"):
         assert np.asarray(metrics["clip_fraction"]).max() > 0
     if algo == "ppo_kl":
         assert not np.allclose(metrics["kl_coef"], hp.kl_coef)  # adapted towards the target
@@ -133,10 +135,77 @@ def test_divergence_freezes_only_the_failing_run():
     hparams = HParams.stack([HParams.create(learning_rate=3e-4), HParams.create(learning_rate=1e30)])
     state, metrics = train(jnp.stack([jax.random.PRNGKey(0)] * 2), hparams)
     assert not bool(state.diverged[0]) and bool(state.diverged[1])
-    at = int(state.diverged_at[1])
-    assert 0 <= at < TOY.num_updates
+    at = int(state.diverged_at[1])  # 1-based, as the run table numbers updates
+    assert 1 <= at <= TOY.num_updates
+    assert int(state.diverged_at[0]) == -1
     diverged = np.asarray(metrics["diverged"])
-    np.testing.assert_array_equal(diverged[1], np.arange(TOY.num_updates) >= at)
-    assert np.isnan(np.asarray(metrics["policy_loss"])[1, at:]).all()
+    update_numbers = np.arange(1, TOY.num_updates + 1)
+    np.testing.assert_array_equal(diverged[1], update_numbers >= at)
+    assert update_numbers[np.argmax(diverged[1])] == at
+    assert np.isnan(np.asarray(metrics["policy_loss"])[1, at - 1:]).all()
     assert np.isfinite(np.asarray(metrics["policy_loss"])[0]).all()
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(state.params))  # frozen, finite
+
+
+def test_ppo_recompute_at_lag_zero_is_ppo_up_to_float():
+    # At lag 0 the behaviour policy is pi_T, but the rollout's log-prob of its sampled action
+    # and the phase-start recomputation are different float programs (differences of order
+    # 1e-7 in the log-prob), so the two runs agree to float precision, not bit for bit.
+    hp = HParams.create(lag=0.0, learning_rate=3e-3)
+    key = jax.random.PRNGKey(3)
+    config = TOY.replace(lag_model="fixed")
+    ppo = jax.jit(make_train(config))(key, hp)
+    recompute = jax.jit(make_train(config.replace(algo="ppo_recompute")))(key, hp)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7),
+                 recompute[0].params, ppo[0].params)
+    assert np.asarray(recompute[1]["tv_backward"]).max() < 1e-6
+    lagged = jax.jit(make_train(config.replace(algo="ppo_recompute")))(
+        key, hp.replace(lag=jnp.asarray(2.0)))
+    assert np.asarray(lagged[1]["tv_backward"]).max() > 1e-4  # the tolerance above can fail
+
+
+def test_non_finite_normaliser_statistics_stop_the_update_that_produced_them(monkeypatch):
+    from vaco_jax import train as train_module
+    trainer = Trainer(TOY)
+    hp = HParams.create()
+    state = trainer.init(jax.random.PRNGKey(0), hp)
+    monkeypatch.setattr(train_module, "update_stats",
+                        lambda stats, obs: stats.replace(var=stats.var * jnp.nan))
+    after, metrics = jax.jit(trainer.update)(state, hp)
+    assert bool(after.diverged) and int(after.diverged_at) == 1
+    assert float(metrics["diverged"]) == 1.0
+    assert np.isfinite(np.asarray(after.obs_stats.var)).all()  # frozen at the last finite state
+
+
+def test_batch_scope_filter_uses_the_current_parameters_at_every_step():
+    # One epoch: the batch TV under the phase-start parameters is TV(pi_T, pi_T) = 0, so a TV
+    # measured once per epoch never fires; measured at each step it fires from the second on.
+    config = TOY.replace(algo="vaco", lag_model="fixed", tv_scope="batch", epochs=1,
+                         minibatches=4)
+    hp = HParams.create(lag=2.0, tv_delta=0.0, learning_rate=3e-3)
+    _, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), hp)
+    assert np.asarray(metrics["filter_fraction"]).min() > 0
+
+
+def test_forward_diagnostics_are_weighted_to_the_phase_policy():
+    trainer, hp, state, _, batch = _collect_phase("ppo")
+    moved = jax.tree.map(lambda p: p * 1.3, state.params)
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+    _, metrics = trainer._loss(moved, flat, state.obs_stats, state.kl_coef, None, hp)
+    log_prob = trainer.model.log_prob(Policy(moved["actor"], state.obs_stats), flat.obs,
+                                      flat.action)
+    phase_ratio = np.asarray(log_prob - flat.phase_log_prob, np.float64)
+    w = np.exp(np.asarray(flat.phase_log_prob - flat.behaviour_log_prob, np.float64))
+    assert np.ptp(w) > 1e-3  # the weights matter here
+    rho = np.exp(phase_ratio)
+    np.testing.assert_allclose(metrics["tv_forward"],
+                               0.5 * np.sum(w * np.abs(rho - 1)) / np.sum(w), rtol=1e-4)
+    np.testing.assert_allclose(metrics["approx_kl"],
+                               np.sum(w * (rho - 1 - phase_ratio)) / np.sum(w), rtol=1e-3)
+    np.testing.assert_allclose(metrics["tv_forward_median"], np.median(0.5 * np.abs(rho - 1)),
+                               rtol=1e-4)
+
+
+def test_tv_estimator_is_validated_before_compilation():
+    with pytest.raises(ValueError, match="tv_estimator.*unweighted.*weighted"):
+        Trainer(TOY.replace(tv_estimator="importance"))

@@ -107,13 +107,16 @@ def _tv_filtered(surrogate_log_ratio: Callable[[PolicyTerms], jax.Array]) -> Pol
     return loss
 
 
-def _realigned_ppo(t: PolicyTerms, hp: HParams):
+def _phase_ppo(t: PolicyTerms, hp: HParams):
     return losses.ppo_clip_loss(_phase_ratio(t), t.advantages, hp.clip_eps)
 
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("ppo", "gae", _ppo,
               description="PPO-clip on the behaviour ratio pi_theta/beta (naive asynchronous PPO)"),
+    Algorithm("ppo_recompute", "gae", _phase_ppo,
+              description="PPO-clip on pi_theta/pi_T, old log-probs recomputed at phase start, "
+                          "no staleness correction (what most asynchronous systems run)"),
     Algorithm("ppo_kl", "gae", _ppo_kl, adaptive_kl=True,
               description="PPO with a KL(beta || pi_theta) penalty, adaptive coefficient"),
     Algorithm("spo", "gae", _spo, description="Simple policy optimisation (quadratic ratio penalty)"),
@@ -125,8 +128,11 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               description="VACO: V-trace realignment once per phase + TV filtering of gradients"),
     Algorithm("vaco_filter_only", "gae", _tv_filtered(_behaviour_ratio),
               description="VACO ablation: TV filter on GAE advantages, no realignment"),
-    Algorithm("vaco_realign_only", "vtrace_phase", _realigned_ppo,
+    Algorithm("vaco_realign_only", "vtrace_phase", _phase_ppo,
               description="VACO ablation: PPO-clip on realigned advantages, no filter"),
-    Algorithm("ppo_ess", "gae", _decoupled_ppo, ess_scaling=True,
-              description="Decoupled PPO with truncated IS (is_cap) and VCPO's ESS learning-rate scaling"),
+    # Not VCPO: VCPO targets an ESS ratio of 1 with clipping effectively off; this keeps
+    # decoupled PPO's clip and `ess_target` (default 0.5) and borrows only the ESS step scaling.
+    Algorithm("decoupled_ppo_ess", "gae", _decoupled_ppo, ess_scaling=True,
+              description="Decoupled PPO (clip, truncated IS) with an ESS-scaled learning rate "
+                          "(sqrt(min(1, ess/ess_target)))"),
 )}

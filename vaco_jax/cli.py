@@ -76,6 +76,7 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--critic-hidden", type=_int_tuple, default=defaults.critic_hidden)
     p.add_argument("--tv-reference", default=defaults.tv_reference)
     p.add_argument("--tv-scope", default=defaults.tv_scope)
+    p.add_argument("--tv-estimator", default=defaults.tv_estimator)
     p.add_argument("--acting", default=defaults.acting,
                    help="per-environment policy strategy: gather or select")
     p.add_argument("--hparam", type=parse_hparam, action="append", default=[],
@@ -106,7 +107,8 @@ def _train(args) -> int:
             lag_model=lag_model, lag_probabilities=lag_probabilities, episode_length=args.episode_length, eval_every=args.eval_every,
             num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
             critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
-            tv_scope=args.tv_scope, acting=args.acting)
+            tv_scope=args.tv_scope, tv_estimator=args.tv_estimator,
+            acting=args.acting)
         hparams = HParams.create(lag=lag, **dict(args.hparam))
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         driver = Driver(config, hparams, seeds)

@@ -19,6 +19,7 @@ LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor", "bounded", "in_fligh
               "empirical")
 TV_REFERENCES = ("phase", "behaviour")
 TV_SCOPES = ("minibatch", "batch")
+TV_ESTIMATORS = ("unweighted", "weighted")
 ACTING_STRATEGIES = ("gather", "select")
 ADVANTAGE_NORMALIZATIONS = ("scale", "standardize", "none")
 
@@ -52,6 +53,10 @@ class TrainConfig:
     num_eval_envs: int = 16
     tv_reference: str = "phase"
     tv_scope: str = "minibatch"
+    # VACO's filter TV: `unweighted` is the paper's `0.5 mean_beta |pi_theta/ref - 1|`;
+    # `weighted` importance-weights each sample by `ref/beta` (self-normalised) so that it
+    # estimates TV(pi_theta, ref) itself.
+    tv_estimator: str = "unweighted"
     acting: str = "gather"
 
     @property
@@ -187,6 +192,7 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
     _lag_probabilities(config)
     _choice("tv_reference", config.tv_reference, TV_REFERENCES)
     _choice("tv_scope", config.tv_scope, TV_SCOPES)
+    _choice("tv_estimator", config.tv_estimator, TV_ESTIMATORS)
     _choice("acting", config.acting, ACTING_STRATEGIES)
     _choice("advantage_normalization", config.advantage_normalization, ADVANTAGE_NORMALIZATIONS)
     for name in ("num_envs", "rollout_length", "total_steps", "epochs", "minibatches",

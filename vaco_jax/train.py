@@ -31,10 +31,21 @@ from vaco_jax.policy_buffer import (PolicyBuffer, effective_lags, in_flight_lags
                                     init_per_actor_lags, make_behaviour, push, sample_lags)
 from vaco_jax.rollout import Transitions, evaluate, rollout
 
+# Divergence diagnostics (samples come from the behaviour policy beta; pi_T is the learner at
+# the start of the phase):
+# - `tv_backward` = TV(pi_T, beta) = 0.5 E_beta|pi_T/beta - 1|, over the whole phase batch.
+# - `tv_forward` = TV(pi_theta, pi_T) and `approx_kl` = KL(pi_T || pi_theta), each sample
+#   weighted by pi_T/beta (self-normalised), so they estimate divergences under pi_T itself;
+#   `behaviour_kl` = KL(beta || pi_theta) = E_beta[r - 1 - log r], r = pi_theta/beta. These three
+#   are taken before each gradient step and averaged over the phase's steps.
+# - `*_median` and `*_p90`: median and 90th percentile of the per-sample deviations
+#   0.5 |ratio - 1| (unweighted); for `tv_forward` the per-minibatch quantiles averaged over the
+#   phase's steps, for `tv_backward` those of the whole phase batch.
 METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "version_gap_max",
-           "tv_backward", "tv_forward", "approx_kl", "behaviour_kl", "ess_ratio", "clip_fraction",
-           "filter_fraction", "policy_loss", "value_loss", "entropy", "grad_norm", "kl_coef",
-           "diverged")
+           "tv_backward", "tv_backward_median", "tv_backward_p90", "tv_forward",
+           "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl", "ess_ratio",
+           "clip_fraction", "filter_fraction", "policy_loss", "value_loss", "entropy", "grad_norm",
+           "kl_coef", "diverged")
 
 
 @struct.dataclass
@@ -50,7 +61,9 @@ class TrainState:
     update: jax.Array  # int32, updates done
     env_steps: jax.Array  # int32
     diverged: jax.Array  # bool
-    diverged_at: jax.Array  # int32 update index of the first non-finite update, -1 if none
+    # int32, -1 if none: the number (1-based, as the run table's `update` column counts) of the
+    # first update that produced a non-finite value; its metrics row is `diverged_at - 1`.
+    diverged_at: jax.Array
 
     @property
     def policy(self) -> Policy:
@@ -154,10 +167,19 @@ class Trainer:
             return batch
         return batch.replace(advantages=adv, value_targets=targets)
 
+    def _tv_reference_log_prob(self, mb: PhaseBatch) -> jax.Array:
+        return mb.phase_log_prob if self.config.tv_reference == "phase" else mb.behaviour_log_prob
+
     def _tv_log_rho(self, log_prob, mb: PhaseBatch) -> jax.Array:
-        reference = (mb.phase_log_prob if self.config.tv_reference == "phase"
-                     else mb.behaviour_log_prob)
-        return log_prob - reference
+        return log_prob - self._tv_reference_log_prob(mb)
+
+    def _filter_tv(self, log_prob, mb: PhaseBatch) -> jax.Array:
+        """The TV estimate VACO's filter compares with `tv_delta` (`tv_estimator`)."""
+        log_rho = self._tv_log_rho(log_prob, mb)
+        if self.config.tv_estimator == "weighted":
+            return losses.weighted_tv_estimate(
+                log_rho, self._tv_reference_log_prob(mb) - mb.behaviour_log_prob)
+        return losses.tv_estimate(log_rho)
 
     def minibatch_advantages(self, params: dict, mb: PhaseBatch, stats: RunningStats,
                              hp: HParams) -> tuple[jax.Array, jax.Array]:
@@ -180,23 +202,29 @@ class Trainer:
         advantages = normalize_advantages(advantages, self.config.advantage_normalization)
         terms = PolicyTerms(log_prob=log_prob, behaviour_log_prob=mb.behaviour_log_prob,
                             phase_log_prob=mb.phase_log_prob, advantages=advantages,
-                            tv_log_rho=self._tv_log_rho(log_prob, mb), tv=tv, kl_coef=kl_coef)
+                            tv_log_rho=self._tv_log_rho(log_prob, mb),
+                            tv=self._filter_tv(log_prob, mb) if tv is None else tv,
+                            kl_coef=kl_coef)
         policy_loss, policy_metrics = self.algorithm.policy_loss(terms, hp)
         value_loss, _ = losses.value_loss(values, targets)
         entropy_loss, _ = losses.entropy_loss(gaussian_entropy(log_std))
         total = policy_loss + hp.value_coef * value_loss + hp.entropy_coef * entropy_loss
         behaviour_ratio = jax.lax.stop_gradient(log_prob - mb.behaviour_log_prob)
         phase_ratio = jax.lax.stop_gradient(log_prob - mb.phase_log_prob)
+        staleness = mb.phase_log_prob - mb.behaviour_log_prob
+        forward_median, forward_p90 = losses.median_and_p90(losses.ratio_deviation(phase_ratio))
         metrics = {
             "policy_loss": policy_loss,
             "value_loss": value_loss,
             "entropy": -entropy_loss,
             "clip_fraction": policy_metrics.get("clip_fraction", jnp.zeros(())),
             "filter_fraction": policy_metrics.get("filter_fraction", jnp.zeros(())),
-            "tv_forward": losses.tv_estimate(phase_ratio),
-            "approx_kl": jnp.mean(jnp.expm1(phase_ratio) - phase_ratio),
+            "tv_forward": losses.weighted_tv_estimate(phase_ratio, staleness),
+            "tv_forward_median": forward_median,
+            "tv_forward_p90": forward_p90,
+            "approx_kl": losses.weighted_kl_estimate(phase_ratio, staleness),
             "behaviour_kl": jnp.mean(jnp.expm1(behaviour_ratio) - behaviour_ratio),
-            "ess_ratio": losses.ess_ratio(mb.phase_log_prob - mb.behaviour_log_prob),
+            "ess_ratio": losses.ess_ratio(staleness),
         }
         return total, metrics
 
@@ -220,28 +248,26 @@ class Trainer:
 
     def _batch_tv(self, params: dict, batch: PhaseBatch, stats: RunningStats) -> jax.Array:
         log_prob = self.model.log_prob(Policy(params["actor"], stats), batch.obs, batch.action)
-        return losses.tv_estimate(self._tv_log_rho(log_prob, batch))
+        return self._filter_tv(log_prob, batch)
 
     def _optimise(self, state: TrainState, batch: PhaseBatch, key: jax.Array, hp: HParams):
         tx = self.optimizer(hp)
         grad_fn = jax.value_and_grad(self._loss, has_aux=True)
 
         def minibatch_step(carry, mb):
-            params, opt_state, tv = carry
+            params, opt_state = carry
+            # `batch` scope: the whole phase batch's TV under the current parameters, every step.
+            tv = (self._batch_tv(params, batch, state.obs_stats)
+                  if self.config.tv_scope == "batch" else None)
             (_, metrics), grads = grad_fn(params, mb, state.obs_stats, state.kl_coef, tv, hp)
             extra = ({"ess": metrics["ess_ratio"], "ess_target": hp.ess_target}
                      if self.algorithm.ess_scaling else {})
             updates, opt_state = tx.update(grads, opt_state, params, **extra)
             metrics["grad_norm"] = optax.global_norm(grads)
-            return (optax.apply_updates(params, updates), opt_state, tv), metrics
+            return (optax.apply_updates(params, updates), opt_state), metrics
 
         def epoch(carry, epoch_key):
-            params, opt_state = carry
-            tv = (self._batch_tv(params, batch, state.obs_stats)
-                  if self.config.tv_scope == "batch" else None)
-            (params, opt_state, _), metrics = jax.lax.scan(
-                minibatch_step, (params, opt_state, tv), self._minibatches(batch, epoch_key))
-            return (params, opt_state), metrics
+            return jax.lax.scan(minibatch_step, carry, self._minibatches(batch, epoch_key))
 
         (params, opt_state), metrics = jax.lax.scan(
             epoch, (state.params, state.opt_state), jax.random.split(key, self.config.epochs))
@@ -282,15 +308,19 @@ class Trainer:
             episodes=episodes, kl_coef=kl_coef, key=key, update=state.update + 1,
             env_steps=state.env_steps + cfg.steps_per_update)
 
-        finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]
-                                   + [jnp.isfinite(metrics["policy_loss"]),
-                                      jnp.isfinite(metrics["value_loss"])]))
+        # Everything the next update reads: a NaN in the optimiser state or the normaliser
+        # statistics is caught now, not one update late.
+        checked = (params, opt_state, obs_stats, metrics["policy_loss"], metrics["value_loss"])
+        finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(checked)
+                                    if jnp.issubdtype(x.dtype, jnp.inexact)]))
         failed = state.diverged | ~finite
-        frozen = state.replace(diverged=failed,
-                               diverged_at=jnp.where(state.diverged, state.diverged_at, state.update))
+        frozen = state.replace(diverged=failed, diverged_at=jnp.where(state.diverged,
+                                                                      state.diverged_at,
+                                                                      state.update + 1))
         out = jax.tree.map(lambda old, new: jnp.where(failed, old, new), frozen, new_state)
 
         staleness = batch.phase_log_prob - batch.behaviour_log_prob
+        backward_median, backward_p90 = losses.median_and_p90(losses.ratio_deviation(staleness))
         version_gap = (state.buffer.latest_version - data.behaviour_version).astype(jnp.float32)
         finished = data.done.sum()
         metrics.update(
@@ -301,6 +331,8 @@ class Trainer:
             version_gap_mean=version_gap.mean(),
             version_gap_max=version_gap.max(),
             tv_backward=losses.tv_estimate(staleness),
+            tv_backward_median=backward_median,
+            tv_backward_p90=backward_p90,
             kl_coef=kl_coef,
         )
         metrics = jax.tree.map(lambda m: jnp.where(failed, jnp.nan, m), metrics)

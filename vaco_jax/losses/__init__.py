@@ -3,6 +3,13 @@ the ESS step-size transformation. Pure functions, element-wise over any shape, s
 serves `[T, B]` control batches and `[B, L]` token batches."""
 
 from vaco_jax.losses.aggregation import AGGREGATIONS, aggregate
+from vaco_jax.losses.diagnostics import (
+    median_and_p90,
+    ratio_deviation,
+    self_normalised_weights,
+    weighted_kl_estimate,
+    weighted_tv_estimate,
+)
 from vaco_jax.losses.filters import (
     MAX_LOG_RATIO,
     bapo_clip_bounds,
@@ -49,14 +56,19 @@ __all__ = [
     "importance_sampled_loss",
     "m2po_mask",
     "masked_is_mask",
+    "median_and_p90",
     "policy_gradient_loss",
     "ppo_clip_loss",
     "ppo_kl_loss",
+    "ratio_deviation",
     "scale_by_ess",
+    "self_normalised_weights",
     "spo_loss",
     "topr_weights",
     "truncated_is_weights",
     "tv_estimate",
     "tv_filter_mask",
     "value_loss",
+    "weighted_kl_estimate",
+    "weighted_tv_estimate",
 ]
