@@ -1,5 +1,7 @@
 """Reward scaling by the return std, value clipping and the initial log-std in the engine."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -102,3 +104,19 @@ def test_bad_reward_scaling_and_value_clip_are_rejected_by_name():
         validate(TOY.replace(reward_scaling="std"))
     with pytest.raises(ValueError, match="value_clip_eps must be >= 0"):
         validate_hparams(TOY, HParams.create(value_clip_eps=-0.1))
+
+
+def test_cli_passes_reward_scaling_and_advantage_normalization(tmp_path, capsys):
+    from vaco_jax import cli
+
+    out = tmp_path / "cli"
+    args = ["train", "--env", "toy_reach", "--seeds", "1", "--total-steps", "128",
+            "--num-envs", "8", "--rollout-length", "16", "--epochs", "1", "--minibatches", "1",
+            "--episode-length", "40", "--eval-every", "1", "--num-eval-envs", "2",
+            "--actor-hidden", "8", "--critic-hidden", "8", "--no-progress", "--out", str(out)]
+    assert cli.main(args + ["--reward-scaling", "none",
+                            "--advantage-normalization", "standardize"]) == 0
+    saved = json.loads((out / "config.json").read_text())["config"]
+    assert (saved["reward_scaling"], saved["advantage_normalization"]) == ("none", "standardize")
+    assert cli.main(args + ["--overwrite", "--reward-scaling", "std"]) == 2
+    assert "reward_scaling='std' is not supported" in capsys.readouterr().err

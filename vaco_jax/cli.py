@@ -70,6 +70,10 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--tv-scope", default=defaults.tv_scope)
     p.add_argument("--acting", default=defaults.acting,
                    help="per-environment policy strategy: gather or select")
+    p.add_argument("--reward-scaling", default=defaults.reward_scaling,
+                   help="learner's reward scaling: return_std or none")
+    p.add_argument("--advantage-normalization", default=defaults.advantage_normalization,
+                   help="minibatch advantages: scale, standardize or none")
     p.add_argument("--hparam", type=parse_hparam, action="append", default=[],
                    metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
     p.add_argument("--chunk-periods", type=int, default=None,
@@ -98,7 +102,8 @@ def _train(args) -> int:
             lag_model=lag_model, episode_length=args.episode_length, eval_every=args.eval_every,
             num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
             critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
-            tv_scope=args.tv_scope, acting=args.acting)
+            tv_scope=args.tv_scope, acting=args.acting, reward_scaling=args.reward_scaling,
+            advantage_normalization=args.advantage_normalization)
         hparams = HParams.create(lag=lag, **dict(args.hparam))
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         driver = Driver(config, hparams, seeds)
