@@ -5,6 +5,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from engine_configs import TOY
@@ -120,3 +121,23 @@ def test_cli_passes_reward_scaling_and_advantage_normalization(tmp_path, capsys)
     assert (saved["reward_scaling"], saved["advantage_normalization"]) == ("none", "standardize")
     assert cli.main(args + ["--overwrite", "--reward-scaling", "std"]) == 2
     assert "reward_scaling='std' is not supported" in capsys.readouterr().err
+
+
+
+# Norms: actor 1, critic 100, joint sqrt(10001).
+@pytest.mark.parametrize("grad_clip, actor_scale, critic_scale",
+                         [("global", 10001 ** -0.5, 10001 ** -0.5), ("per_network", 1.0, 0.01)])
+def test_grad_clip_selects_the_norm_max_grad_norm_bounds(grad_clip, actor_scale, critic_scale):
+    trainer = Trainer(TOY.replace(grad_clip=grad_clip))
+    grads = {"actor": {"w": jnp.array([0.6, 0.8])}, "critic": {"w": jnp.array([60.0, 80.0])}}
+    clipped, _ = trainer.gradient_clip(HParams.create(max_grad_norm=1.0)).update(
+        grads, optax.EmptyState())
+    np.testing.assert_allclose(clipped["actor"]["w"], actor_scale * np.array([0.6, 0.8]),
+                               rtol=1e-5)
+    np.testing.assert_allclose(clipped["critic"]["w"], critic_scale * np.array([60.0, 80.0]),
+                               rtol=1e-5)
+
+
+def test_bad_grad_clip_is_rejected_by_name():
+    with pytest.raises(ValueError, match="grad_clip='actor'.*global, per_network"):
+        validate(TOY.replace(grad_clip="actor"))

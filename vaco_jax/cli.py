@@ -72,6 +72,8 @@ def _add_train_parser(subparsers) -> None:
                    help="per-environment policy strategy: gather or select")
     p.add_argument("--reward-scaling", default=defaults.reward_scaling,
                    help="learner's reward scaling: return_std or none")
+    p.add_argument("--grad-clip", default=defaults.grad_clip,
+                   help="max_grad_norm over both networks (global) or each (per_network)")
     p.add_argument("--advantage-normalization", default=defaults.advantage_normalization,
                    help="minibatch advantages: scale, standardize or none")
     p.add_argument("--hparam", type=parse_hparam, action="append", default=[],
@@ -103,7 +105,7 @@ def _train(args) -> int:
             num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
             critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
             tv_scope=args.tv_scope, acting=args.acting, reward_scaling=args.reward_scaling,
-            advantage_normalization=args.advantage_normalization)
+            advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip)
         hparams = HParams.create(lag=lag, **dict(args.hparam))
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         driver = Driver(config, hparams, seeds)

@@ -21,6 +21,7 @@ TV_SCOPES = ("minibatch", "batch")
 ACTING_STRATEGIES = ("gather", "select")
 ADVANTAGE_NORMALIZATIONS = ("scale", "standardize", "none")
 REWARD_SCALINGS = ("return_std", "none")  # see vaco_jax.reward_scaling
+GRAD_CLIPS = ("global", "per_network")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,8 @@ class TrainConfig:
     advantage_normalization: str = "scale"
     # `return_std` divides the learner's rewards by the running std of discounted returns.
     reward_scaling: str = "return_std"
+    # `max_grad_norm` bounds one norm over actor and critic (`global`) or each network's own.
+    grad_clip: str = "global"
     adaptive_kl: bool = True
     eval_every: int = 10
     num_eval_envs: int = 16
@@ -167,6 +170,7 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
     _choice("acting", config.acting, ACTING_STRATEGIES)
     _choice("advantage_normalization", config.advantage_normalization, ADVANTAGE_NORMALIZATIONS)
     _choice("reward_scaling", config.reward_scaling, REWARD_SCALINGS)
+    _choice("grad_clip", config.grad_clip, GRAD_CLIPS)
     for name in ("num_envs", "rollout_length", "total_steps", "epochs", "minibatches",
                  "buffer_capacity", "episode_length", "eval_every", "num_eval_envs"):
         _positive_int(name, getattr(config, name))

@@ -97,8 +97,13 @@ class Trainer:
                                  config.normalize_observations)
 
     # ----------------------------------------------------------------------------- set-up
+    def gradient_clip(self, hp: HParams) -> optax.GradientTransformation:
+        if self.config.grad_clip == "per_network":
+            return losses.clip_by_global_norm_per_subtree(hp.max_grad_norm)
+        return optax.clip_by_global_norm(hp.max_grad_norm)
+
     def optimizer(self, hp: HParams) -> optax.GradientTransformationExtraArgs:
-        transforms = [optax.clip_by_global_norm(hp.max_grad_norm),
+        transforms = [self.gradient_clip(hp),
                       optax.adam(hp.learning_rate, eps=1e-5)]
         if self.algorithm.ess_scaling:
             transforms.append(losses.scale_by_ess())
