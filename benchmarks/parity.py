@@ -39,6 +39,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--variant", action="append", default=[], help="HParams overrides, repeatable")
     p.add_argument("--config", default="{}", help="JSON TrainConfig overrides")
+    p.add_argument("--label", default="vaco_jax", help="curve label in the figure")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     variants = args.variant or ["default"]
@@ -55,7 +56,7 @@ def main() -> None:
     returns = np.asarray(metrics["episode_return"], np.float64)
     steps = config.num_updates * config.steps_per_update * len(runs)
     result = {
-        "impl": "vaco_jax", "env": args.env, "config": config.to_dict(), "variants": variants,
+        "impl": "vaco_jax", "label": args.label, "env": args.env, "config": config.to_dict(), "variants": variants,
         "runs": [{"variant": v, "seed": s} for v, s in runs], "compile_s": compile_s,
         "run_s": run_s, "steps_per_s": steps / run_s,
         "env_steps": np.asarray(metrics["env_steps"][0]).tolist(),

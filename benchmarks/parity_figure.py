@@ -4,7 +4,7 @@
 
 Each result file holds `env_steps` and per-run `episode_return` curves (as written by
 `benchmarks/parity.py`, or by any other implementation in the same format), and optionally
-`runs` naming each curve's variant.
+`label` (else `impl`) and `runs` naming each curve's variant.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ def curves(result: dict) -> dict[str, np.ndarray]:
     """`label -> [runs, updates]`, grouping runs by variant."""
     returns = np.array([[np.nan if v is None else v for v in run]
                         for run in result["episode_return"]], np.float64)
-    variants = [r["variant"] for r in result.get("runs", [{}] * len(returns))]
+    variants = [r.get("variant") for r in result.get("runs", [{}] * len(returns))]
     grouped: dict[str, list[np.ndarray]] = {}
     for variant, run in zip(variants, returns):
-        label = result["impl"] + ("" if variant in (None, "default") else f" ({variant})")
+        label = result.get("label", result["impl"]) + ("" if variant in (None, "default") else f" ({variant})")
         grouped.setdefault(label, []).append(run)
     return {label: np.stack(runs) for label, runs in grouped.items()}
 
