@@ -8,7 +8,8 @@ import optax
 import pytest
 
 from loss_helpers import f32
-from vaco_jax.losses import entropy_loss, ess_ratio, scale_by_ess, value_loss
+from vaco_jax.losses import (clip_by_global_norm_per_subtree, entropy_loss, ess_ratio,
+                             scale_by_ess, value_loss)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,3 +150,15 @@ def test_scale_by_ess_needs_ess():
     tx = optax.chain(optax.adam(1e-3), scale_by_ess())
     with pytest.raises(ValueError, match="ess"):
         tx.update(PARAMS, tx.init(PARAMS), PARAMS)
+
+
+def test_clip_per_subtree_bounds_each_network_on_its_own():
+    grads = {"actor": {"w": jnp.array([0.3, 0.4])},  # norm 0.5: under the bound, kept
+             "critic": {"w": jnp.array([30.0, 0.0]), "b": jnp.array([40.0])}}  # norm 50
+    clipped, _ = clip_by_global_norm_per_subtree(1.0).update(grads, optax.EmptyState())
+    np.testing.assert_allclose(clipped["actor"]["w"], [0.3, 0.4], rtol=1e-6)
+    np.testing.assert_allclose(clipped["critic"]["w"], [0.6, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(clipped["critic"]["b"], [0.8], rtol=1e-6)
+    # One joint norm (about 50) would have shrunk the actor's step a hundredfold.
+    joint, _ = optax.clip_by_global_norm(1.0).update(grads, optax.EmptyState())
+    assert float(joint["actor"]["w"][1]) < 0.01

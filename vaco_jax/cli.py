@@ -79,6 +79,12 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--tv-estimator", default=defaults.tv_estimator)
     p.add_argument("--acting", default=defaults.acting,
                    help="per-environment policy strategy: gather or select")
+    p.add_argument("--reward-scaling", default=defaults.reward_scaling,
+                   help="learner's reward scaling: return_std or none")
+    p.add_argument("--grad-clip", default=defaults.grad_clip,
+                   help="max_grad_norm over both networks (global) or each (per_network)")
+    p.add_argument("--advantage-normalization", default=defaults.advantage_normalization,
+                   help="minibatch advantages: scale, standardize or none")
     p.add_argument("--hparam", type=parse_hparam, action="append", default=[],
                    metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
     p.add_argument("--chunk-periods", type=int, default=None,
@@ -104,11 +110,13 @@ def _train(args) -> int:
             env=args.env, backend=args.backend, algo=args.algo, num_envs=args.num_envs,
             rollout_length=args.rollout_length, total_steps=args.total_steps, epochs=args.epochs,
             minibatches=args.minibatches, buffer_capacity=args.buffer_capacity,
-            lag_model=lag_model, lag_probabilities=lag_probabilities, episode_length=args.episode_length, eval_every=args.eval_every,
+            lag_model=lag_model, lag_probabilities=lag_probabilities,
+            episode_length=args.episode_length, eval_every=args.eval_every,
             num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
             critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
-            tv_scope=args.tv_scope, tv_estimator=args.tv_estimator,
-            acting=args.acting)
+            tv_scope=args.tv_scope, tv_estimator=args.tv_estimator, acting=args.acting,
+            reward_scaling=args.reward_scaling,
+            advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip)
         hparams = HParams.create(lag=lag, **dict(args.hparam))
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         driver = Driver(config, hparams, seeds)

@@ -22,6 +22,8 @@ TV_SCOPES = ("minibatch", "batch")
 TV_ESTIMATORS = ("unweighted", "weighted")
 ACTING_STRATEGIES = ("gather", "select")
 ADVANTAGE_NORMALIZATIONS = ("scale", "standardize", "none")
+REWARD_SCALINGS = ("return_std", "none")  # see vaco_jax.reward_scaling
+GRAD_CLIPS = ("global", "per_network")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +50,10 @@ class TrainConfig:
     # mean (`standardize`) biases surrogates whose ratio is not taken to the behaviour policy
     # (VACO, decoupled PPO): E_beta[grad pi_theta/pi_T] != 0 once beta != pi_T.
     advantage_normalization: str = "scale"
+    # `return_std` divides the learner's rewards by the running std of discounted returns.
+    reward_scaling: str = "return_std"
+    # `max_grad_norm` bounds one norm over actor and critic (`global`) or each network's own.
+    grad_clip: str = "global"
     adaptive_kl: bool = True
     eval_every: int = 10
     num_eval_envs: int = 16
@@ -124,6 +130,8 @@ class HParams:
     entropy_coef: Any = 0.0
     value_coef: Any = 0.5
     max_grad_norm: Any = 0.5
+    value_clip_eps: Any = 0.0  # PPO2's value clipping around the phase-start values; 0: off
+    init_log_std: Any = -0.5  # the policy's initial (state-independent) log standard deviation
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -195,6 +203,8 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
     _choice("tv_estimator", config.tv_estimator, TV_ESTIMATORS)
     _choice("acting", config.acting, ACTING_STRATEGIES)
     _choice("advantage_normalization", config.advantage_normalization, ADVANTAGE_NORMALIZATIONS)
+    _choice("reward_scaling", config.reward_scaling, REWARD_SCALINGS)
+    _choice("grad_clip", config.grad_clip, GRAD_CLIPS)
     for name in ("num_envs", "rollout_length", "total_steps", "epochs", "minibatches",
                  "buffer_capacity", "episode_length", "eval_every", "num_eval_envs"):
         _positive_int(name, getattr(config, name))
@@ -225,7 +235,8 @@ def validate_hparams(config: TrainConfig, hparams: HParams) -> None:
                  "ess_target", "max_grad_norm"):
         if np.any(values[name] <= 0):
             raise ValueError(f"hyper-parameter {name} must be > 0, got {values[name].tolist()}")
-    for name in ("tv_delta", "kl_coef", "kl_target", "entropy_coef", "value_coef"):
+    for name in ("tv_delta", "kl_coef", "kl_target", "entropy_coef", "value_coef",
+                 "value_clip_eps"):
         if np.any(values[name] < 0):
             raise ValueError(f"hyper-parameter {name} must be >= 0, got {values[name].tolist()}")
     for name in ("gamma", "gae_lambda", "vtrace_lambda"):

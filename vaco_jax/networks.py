@@ -85,6 +85,14 @@ class Critic(nn.Module):
         return MLP(self.hidden, 1, out_scale=1.0)(obs)[..., 0]
 
 
+def with_log_std(actor_params: dict, log_std: jax.Array) -> dict:
+    """`actor_params` with every action dimension's log standard deviation set to `log_std`
+    (a traced scalar, so the initial exploration noise is a vmappable hyper-parameter)."""
+    inner = actor_params["params"]
+    return {**actor_params,
+            "params": {**inner, "log_std": jnp.full_like(inner["log_std"], log_std)}}
+
+
 @struct.dataclass
 class RunningStats:
     """Observation mean and variance, merged batch by batch (Chan et al. parallel update)."""

@@ -26,9 +26,10 @@ from vaco_jax.config import HParams, TrainConfig, validate
 from vaco_jax.envs import make_env
 from vaco_jax.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
-                               gaussian_log_prob, init_stats, update_stats)
+                               gaussian_log_prob, init_stats, update_stats, with_log_std)
 from vaco_jax.policy_buffer import (PolicyBuffer, effective_lags, in_flight_lags, init_buffer,
                                     init_per_actor_lags, make_behaviour, push, sample_lags)
+from vaco_jax.reward_scaling import RewardScaling, init_reward_scaling, scale_rewards
 from vaco_jax.rollout import Transitions, evaluate, rollout
 
 # Divergence diagnostics (samples come from the behaviour policy beta; pi_T is the learner at
@@ -53,6 +54,7 @@ class TrainState:
     params: dict  # {"actor": ..., "critic": ...}
     opt_state: Any
     obs_stats: RunningStats
+    reward_scaling: RewardScaling
     buffer: PolicyBuffer
     episodes: EpisodeState
     per_actor_lags: jax.Array  # [E] int32, used by the `per_actor` lag model
@@ -82,6 +84,7 @@ class PhaseBatch:
     next_obs: jax.Array
     behaviour_log_prob: jax.Array
     phase_log_prob: jax.Array
+    values: jax.Array  # phase-start values, the centre of value clipping
     advantages: jax.Array
     value_targets: jax.Array
 
@@ -107,8 +110,13 @@ class Trainer:
                                  config.normalize_observations)
 
     # ----------------------------------------------------------------------------- set-up
+    def gradient_clip(self, hp: HParams) -> optax.GradientTransformation:
+        if self.config.grad_clip == "per_network":
+            return losses.clip_by_global_norm_per_subtree(hp.max_grad_norm)
+        return optax.clip_by_global_norm(hp.max_grad_norm)
+
     def optimizer(self, hp: HParams) -> optax.GradientTransformationExtraArgs:
-        transforms = [optax.clip_by_global_norm(hp.max_grad_norm),
+        transforms = [self.gradient_clip(hp),
                       optax.adam(hp.learning_rate, eps=1e-5)]
         if self.algorithm.ess_scaling:
             transforms.append(losses.scale_by_ess())
@@ -118,6 +126,7 @@ class Trainer:
         cfg = self.config
         key, model_key, env_key, lag_key = jax.random.split(key, 4)
         actor_params, critic_params = self.model.init(model_key)
+        actor_params = with_log_std(actor_params, hp.init_log_std)
         params = {"actor": actor_params, "critic": critic_params}
         stats = init_stats(self.env.observation_size)
         per_actor = (init_per_actor_lags(lag_key, hp.lag, cfg.num_envs)
@@ -126,6 +135,7 @@ class Trainer:
             params=params,
             opt_state=self.optimizer(hp).init(params),
             obs_stats=stats,
+            reward_scaling=init_reward_scaling(cfg.num_envs),
             buffer=init_buffer(Policy(actor_params, stats), cfg.buffer_capacity),
             episodes=reset_episodes(self.env, jax.random.split(env_key, cfg.num_envs)),
             per_actor_lags=per_actor,
@@ -154,7 +164,7 @@ class Trainer:
                            discounts=hp.gamma * (1.0 - data.terminated),
                            continuations=1.0 - data.done, next_obs=data.next_obs,
                            behaviour_log_prob=data.behaviour_log_prob,
-                           phase_log_prob=phase_log_prob,
+                           phase_log_prob=phase_log_prob, values=values,
                            advantages=jnp.zeros_like(values), value_targets=jnp.zeros_like(values))
         kind = self.algorithm.advantages
         if kind == "gae":
@@ -206,7 +216,9 @@ class Trainer:
                             tv=self._filter_tv(log_prob, mb) if tv is None else tv,
                             kl_coef=kl_coef)
         policy_loss, policy_metrics = self.algorithm.policy_loss(terms, hp)
-        value_loss, _ = losses.value_loss(values, targets)
+        # value_clip_eps = 0 switches clipping off: an infinite range leaves the values unclipped.
+        clip_eps = jnp.where(hp.value_clip_eps > 0, hp.value_clip_eps, jnp.inf)
+        value_loss, _ = losses.value_loss(values, targets, old_values=mb.values, clip_eps=clip_eps)
         entropy_loss, _ = losses.entropy_loss(gaussian_entropy(log_std))
         total = policy_loss + hp.value_coef * value_loss + hp.entropy_coef * entropy_loss
         behaviour_ratio = jax.lax.stop_gradient(log_prob - mb.behaviour_log_prob)
@@ -289,11 +301,20 @@ class Trainer:
                        length=cfg.rollout_length, episode_length=cfg.episode_length,
                        acting=cfg.acting)
 
+    def scale_rewards(self, scaling: RewardScaling, data: Transitions,
+                      hp: HParams) -> tuple[RewardScaling, Transitions]:
+        """The learner's view of the rollout: rewards divided by the return scale if configured."""
+        if self.config.reward_scaling == "none":
+            return scaling, data
+        scaling, reward = scale_rewards(scaling, data.reward, data.done, hp.gamma)
+        return scaling, data.replace(reward=reward)
+
     def update(self, state: TrainState, hp: HParams) -> tuple[TrainState, dict]:
         """One rollout and one optimisation phase; a non-finite result freezes the run."""
         cfg = self.config
         key, collect_key, optimise_key = jax.random.split(state.key, 3)
         episodes, data = self.collect(state, collect_key, hp)
+        reward_scaling, data = self.scale_rewards(state.reward_scaling, data, hp)
         batch = self.phase_batch(state, data, hp)
         params, opt_state, metrics = self._optimise(state, batch, optimise_key, hp)
 
@@ -303,14 +324,15 @@ class Trainer:
         if self.algorithm.adaptive_kl and cfg.adaptive_kl:
             kl_coef = losses.adaptive_kl_coef(kl_coef, metrics["behaviour_kl"], hp.kl_target)
         new_state = state.replace(
-            params=params, opt_state=opt_state, obs_stats=obs_stats,
+            params=params, opt_state=opt_state, obs_stats=obs_stats, reward_scaling=reward_scaling,
             buffer=push(state.buffer, Policy(params["actor"], obs_stats)),
             episodes=episodes, kl_coef=kl_coef, key=key, update=state.update + 1,
             env_steps=state.env_steps + cfg.steps_per_update)
 
-        # Everything the next update reads: a NaN in the optimiser state or the normaliser
-        # statistics is caught now, not one update late.
-        checked = (params, opt_state, obs_stats, metrics["policy_loss"], metrics["value_loss"])
+        # Everything the next update reads: a NaN in the optimiser state, the normaliser
+        # statistics or the reward scale is caught now, not one update late.
+        checked = (params, opt_state, obs_stats, reward_scaling, metrics["policy_loss"],
+                   metrics["value_loss"])
         finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(checked)
                                     if jnp.issubdtype(x.dtype, jnp.inexact)]))
         failed = state.diverged | ~finite

@@ -24,7 +24,7 @@ from vaco_jax.losses.filters import (
     tv_estimate,
     tv_filter_mask,
 )
-from vaco_jax.losses.optim import ess_ratio, scale_by_ess
+from vaco_jax.losses.optim import clip_by_global_norm_per_subtree, ess_ratio, scale_by_ess
 from vaco_jax.losses.surrogates import (
     adaptive_kl_coef,
     cispo_loss,
@@ -47,6 +47,7 @@ __all__ = [
     "cispo_loss",
     "clamp_log_ratio",
     "clamped_ratio",
+    "clip_by_global_norm_per_subtree",
     "decoupled_ppo_loss",
     "entropy_loss",
     "ess_ratio",

@@ -1,4 +1,5 @@
-"""VCPO's effective-sample-size learning-rate scaling as an optax transformation."""
+"""Optimiser transformations: VCPO's effective-sample-size learning-rate scaling and gradient
+clipping per network."""
 
 from __future__ import annotations
 
@@ -72,3 +73,18 @@ def scale_by_ess(ess_target: ArrayLike = 1.0) -> optax.GradientTransformationExt
         return jax.tree.map(lambda u: (u * scale).astype(u.dtype), updates), state
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def clip_by_global_norm_per_subtree(max_norm: ArrayLike) -> optax.GradientTransformation:
+    """Clips each top-level entry of a dict of updates (e.g. `{"actor": ..., "critic": ...}`) to
+    global norm `max_norm` on its own, so that one network's large gradient (the critic's, on
+    tasks with large returns) cannot shrink the other's step as one joint norm would."""
+    clip = optax.clip_by_global_norm(max_norm)
+
+    def update_fn(updates: optax.Updates, state: optax.EmptyState,
+                  params: optax.Params | None = None) -> tuple[optax.Updates, optax.EmptyState]:
+        del params
+        return {name: clip.update(tree, optax.EmptyState())[0]
+                for name, tree in updates.items()}, state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)

@@ -1,0 +1,76 @@
+"""vaco_jax's side of the parity check with PureJaxRL's continuous PPO (see README.md).
+
+Runs synchronous `ppo` at PureJaxRL's settings (64 envs x 32 steps, 4 epochs x 4 minibatches,
+256x256 tanh networks, lr 3e-4, 244 updates = 499,712 steps), every variant x seed vmapped into
+one compiled program, and writes per-update training-episode returns and the throughput.
+
+    PYTHONPATH=$PWD python -m benchmarks.parity --env inverted_double_pendulum --seeds 2 \\
+        --variant default --variant 'value_clip_eps=0.2' --out benchmarks/results/parity_x.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vaco_jax.config import HParams, TrainConfig
+from vaco_jax.train import make_train
+
+PUREJAXRL_SETTINGS = dict(algo="ppo", num_envs=64, rollout_length=32, epochs=4, minibatches=4,
+                          total_steps=499_712, actor_hidden=(256, 256), critic_hidden=(256, 256),
+                          lag_model="fixed", eval_every=244)
+
+
+def parse_variant(text: str) -> dict[str, float]:
+    """`default` or `name=value,name=value` over `HParams` fields."""
+    if text == "default":
+        return {}
+    return {k: float(v) for k, v in (item.split("=") for item in text.split(","))}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="inverted_double_pendulum")
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--variant", action="append", default=[], help="HParams overrides, repeatable")
+    p.add_argument("--config", default="{}", help="JSON TrainConfig overrides")
+    p.add_argument("--label", default="vaco_jax", help="curve label in the figure")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    variants = args.variant or ["default"]
+    config = TrainConfig(env=args.env, **{**PUREJAXRL_SETTINGS, **json.loads(args.config)})
+    runs = [(v, s) for v in variants for s in range(args.seeds)]
+    hparams = HParams.stack([HParams.create(**parse_variant(v)) for v, _ in runs])
+    keys = jnp.stack([jax.random.PRNGKey(s) for _, s in runs])
+    start = time.time()
+    train = jax.jit(jax.vmap(make_train(config))).lower(keys, hparams).compile()
+    compile_s = time.time() - start
+    start = time.time()
+    _, metrics = jax.block_until_ready(train(keys, hparams))
+    run_s = time.time() - start
+    returns = np.asarray(metrics["episode_return"], np.float64)
+    steps = config.num_updates * config.steps_per_update * len(runs)
+    result = {
+        "impl": "vaco_jax", "label": args.label, "env": args.env, "config": config.to_dict(), "variants": variants,
+        "runs": [{"variant": v, "seed": s} for v, s in runs], "compile_s": compile_s,
+        "run_s": run_s, "steps_per_s": steps / run_s,
+        "env_steps": np.asarray(metrics["env_steps"][0]).tolist(),
+        "episode_return": [[None if np.isnan(x) else float(x) for x in r] for r in returns],
+        "eval_return": np.asarray(metrics["eval_return"])[:, -1].tolist(),
+    }
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+    for (v, s), r, e in zip(runs, returns, result["eval_return"]):
+        print(f"{args.env} {v:40s} seed {s}: final training return {r[~np.isnan(r)][-1]:9.1f}"
+              f"  eval {e:9.1f}")
+    print(f"compile {compile_s:.0f} s, run {run_s:.0f} s, {steps / run_s:,.0f} steps/s "
+          f"({len(runs)} runs)")
+
+
+if __name__ == "__main__":
+    main()
