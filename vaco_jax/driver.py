@@ -244,7 +244,7 @@ class Driver:
                 self._write(out, self._result(metrics, state, periods_done))
             result = self._train(state, metrics, periods_done, per_chunk, max_chunks, out,
                                  checkpoints, stop, progress, on_chunk)
-        if stop.signum is not None:
+        if stop.signum is not None and not result.complete:
             raise Interrupted(stop.signum, result.updates_done)
         return result
 
