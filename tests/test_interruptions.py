@@ -87,8 +87,10 @@ def test_resume_with_a_chunk_length_that_does_not_divide_the_rest(reference, tmp
     shutil.copytree(reference, out)
     shutil.rmtree(out / "checkpoint" / "4")
     # Three periods are checkpointed and one remains: the chunk of 2 is cut to 1.
-    assert cli.main(["train", "--resume", str(out), "--chunk-periods", "2", "--no-progress"]) == 0
+    assert cli.main(["train", "--resume", str(out), "--chunk-periods", "2",
+                     "--keep-checkpoints", "1", "--no-progress"]) == 0
     pd.testing.assert_frame_equal(metrics(out), metrics(reference))
+    assert checkpoint_steps(out) == ["4"]
 
 
 def test_sweep_killed_mid_batch_and_in_a_checkpoint_write_resumes_bit_identical(
