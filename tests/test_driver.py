@@ -131,10 +131,11 @@ def test_checkpoints_round_trip_trees_with_zero_size_arrays(tmp_path):
 
     tree = {"state": {"qpos": np.arange(3.0), "contacts": np.zeros((0, 4), np.float32)},
             "step": np.int32(7)}
-    checkpoints = Checkpoints(tmp_path / "ckpt")
+    checkpoints = Checkpoints(tmp_path / "ckpt", identity="run")
     checkpoints.save(1, tree)
     like = jax.tree.map(np.zeros_like, tree)
-    restored = checkpoints.restore(1, like)
+    step, restored = checkpoints.restore_latest(like, warn=print)
     checkpoints.close()
+    assert step == 1
     jax.tree.map(np.testing.assert_array_equal, restored, tree)
     assert restored["state"]["contacts"].shape == (0, 4)

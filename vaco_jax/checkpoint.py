@@ -1,39 +1,117 @@
-"""Orbax checkpoints of the complete training state between chunks."""
+"""Checkpoints of the complete training state between chunks, each tied to its run.
+
+`checkpoint/<step>/` holds the Orbax tree (`tree/`) and `identity.json`, the identity of the
+run that wrote it. A checkpoint is written into `<step>.partial/` and renamed into place only
+once complete, so a process killed mid-write leaves a `.partial` folder (removed when the run
+folder is next opened) and never a half-written `<step>/`. Only the newest `keep` checkpoints
+are kept, the older ones deleted after a new one is committed.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import orbax.checkpoint as ocp
 
+from vaco_jax import io
+
+IDENTITY_FILE = "identity.json"
+PARTIAL_SUFFIX = ".partial"
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (full disk, ...); the previous ones are intact."""
+
 
 class Checkpoints:
-    """Keeps the newest checkpoints of a run folder; every save is atomic (Orbax commits a
-    finished temporary folder by renaming it)."""
+    """The checkpoints of the run `identity` in `directory`, the newest `keep` kept."""
 
-    def __init__(self, directory: str | os.PathLike, max_to_keep: int = 2):
-        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep,
-                                               enable_async_checkpointing=False)
-        self._manager = ocp.CheckpointManager(Path(directory).absolute(), options=options)
+    def __init__(self, directory: str | os.PathLike, identity: str, keep: int = 2,
+                 writer: bool = True):
+        if keep < 1:
+            raise ValueError(f"keep_checkpoints must be a positive integer, got {keep}")
+        self.directory = Path(directory).absolute()
+        self.identity, self.keep, self._writer = identity, keep, writer
+        self._checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
+        if writer and self.directory.is_dir():
+            for partial in self.directory.glob(f"*{PARTIAL_SUFFIX}"):
+                shutil.rmtree(partial, ignore_errors=True)
 
-    def latest_step(self) -> int | None:
-        return self._manager.latest_step()
+    def steps(self) -> list[int]:
+        """The committed steps, newest first."""
+        if not self.directory.is_dir():
+            return []
+        return sorted((int(p.name) for p in self.directory.iterdir()
+                       if p.is_dir() and p.name.isdigit()), reverse=True)
 
-    def save(self, step: int, tree: Any) -> None:
-        self._manager.save(step, args=ocp.args.StandardSave(_without_empty(tree)))
-        self._manager.wait_until_finished()
+    def save(self, step: int, tree: Any, before_commit: Callable[[], None] | None = None) -> None:
+        """Writes `tree` as checkpoint `step`; `before_commit` runs once it is complete but not
+        yet committed (a fault-injection point)."""
+        if not self._writer:
+            return
+        final = self.directory / str(step)
+        partial = self.directory / f"{step}{PARTIAL_SUFFIX}"
+        try:
+            shutil.rmtree(partial, ignore_errors=True)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._checkpointer.save(partial / "tree", args=ocp.args.StandardSave(
+                _without_empty(tree)))
+            io.write_json(partial / IDENTITY_FILE, {"run_identity": self.identity, "step": step})
+            if before_commit is not None:
+                before_commit()
+            if final.exists():  # the same step written again by a resumed run
+                shutil.rmtree(final)
+            os.replace(partial, final)
+        except Exception as error:
+            shutil.rmtree(partial, ignore_errors=True)
+            kept = self.steps()
+            raise CheckpointWriteError(
+                f"could not write checkpoint {str(final)!r}: {_first_line(error)}; "
+                + (f"the previous checkpoint (step {kept[0]}) is intact, free some space and "
+                   f"resume" if kept else "no checkpoint was kept")) from error
+        for old in self.steps()[self.keep:]:
+            shutil.rmtree(self.directory / str(old), ignore_errors=True)
 
-    def restore(self, step: int, like: Any) -> Any:
-        """Restores `step` into the structure, shapes and dtypes of `like` (arrays)."""
+    def restore_latest(self, like: Any, warn: Callable[[str], None]) -> tuple[int, Any] | None:
+        """The newest readable checkpoint as `(step, tree)` in the structure, shapes and dtypes
+        of `like` (arrays), or None if there is none; a damaged one is skipped with a warning,
+        one of another run refused."""
+        for step in self.steps():
+            path = self.directory / str(step)
+            try:
+                owner = json.loads((path / IDENTITY_FILE).read_text())["run_identity"]
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                warn(f"skipping damaged checkpoint {str(path)!r} ({IDENTITY_FILE} unreadable: "
+                     f"{_first_line(error)}); trying the previous one")
+                continue
+            if owner != self.identity:
+                raise ValueError(
+                    f"cannot resume: checkpoint {str(path)!r} belongs to another run (identity "
+                    f"{owner}, this run is {self.identity}); start the run again with --overwrite")
+            try:
+                return step, self._restore(path / "tree", like)
+            except Exception as error:  # Orbax/TensorStore raise many types for damaged files
+                warn(f"skipping damaged checkpoint {str(path)!r} ({_first_line(error)}); "
+                     f"trying the previous one")
+        return None
+
+    def _restore(self, path: Path, like: Any) -> Any:
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _without_empty(like))
-        restored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+        restored = self._checkpointer.restore(path, args=ocp.args.StandardRestore(abstract))
         return jax.tree.map(lambda empty, x: empty if x is None else x, like, restored)
 
     def close(self) -> None:
-        self._manager.close()
+        self._checkpointer.close()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
 def _without_empty(tree: Any) -> Any:

@@ -31,11 +31,15 @@ def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
 
 
 def parse_hparam(text: str) -> tuple[str, float]:
+    """`NAME=VALUE` for any hyper-parameter but `lag`, which `--lag MODEL:PARAM` sets."""
     name, sep, value = text.partition("=")
-    if not sep or name not in HParams.field_names():
+    names = [n for n in HParams.field_names() if n != "lag"]
+    if name == "lag":
         raise argparse.ArgumentTypeError(
-            f"--hparam must be NAME=VALUE with NAME one of {', '.join(HParams.field_names())}, "
-            f"got {text!r}")
+            "--hparam cannot set lag: set it with --lag MODEL:PARAM (e.g. --lag uniform:3)")
+    if not sep or name not in names:
+        raise argparse.ArgumentTypeError(
+            f"--hparam must be NAME=VALUE with NAME one of {', '.join(names)}, got {text!r}")
     try:
         return name, float(value)
     except ValueError:
@@ -89,19 +93,27 @@ def _add_train_parser(subparsers) -> None:
                    metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
     p.add_argument("--chunk-periods", type=int, default=None,
                    help="evaluation periods per compiled chunk (checkpoint interval)")
+    p.add_argument("--keep-checkpoints", type=int, default=None,
+                   help="newest checkpoints kept (default 2; a resumed run keeps its own)")
     p.add_argument("--out", default="runs/train", help="output folder")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run in an existing output folder (other files are kept)")
     p.add_argument("--resume", metavar="DIR", default=None,
-                   help="continue the interrupted run in DIR (its config.json is used)")
+                   help="continue the interrupted run in DIR from its newest intact checkpoint, "
+                        "with the settings saved there")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def _train(args) -> int:
     from vaco_jax.driver import Driver, TrainingResult
 
+    if args.keep_checkpoints is not None and args.keep_checkpoints < 1:
+        raise ValueError(f"--keep-checkpoints must be a positive integer, got "
+                         f"{args.keep_checkpoints}")
     if args.resume:
         driver = Driver.from_run_dir(args.resume)
         result = driver.run(args.resume, chunk_periods=args.chunk_periods, resume=True,
+                            keep_checkpoints=args.keep_checkpoints,
                             progress=not args.no_progress)
         out = args.resume
     else:
@@ -121,7 +133,7 @@ def _train(args) -> int:
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         driver = Driver(config, hparams, seeds)
         result = driver.run(args.out, chunk_periods=args.chunk_periods, overwrite=args.overwrite,
-                            progress=not args.no_progress)
+                            keep_checkpoints=args.keep_checkpoints, progress=not args.no_progress)
         out = args.out
     _print_summary(result, out)
     return 0
@@ -208,11 +220,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_train_parser(subparsers)
     _add_sweep_parsers(subparsers)
     args = parser.parse_args(argv)
+    from vaco_jax.driver import Interrupted
+
     try:
         return {"train": _train, "sweep": _sweep, "report": _report}[args.command](args)
     except (ValueError, FileExistsError, FileNotFoundError) as error:
         print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except Interrupted as stop:
+        resume = (f"vaco-jax train --resume {args.resume or args.out}" if args.command == "train"
+                  else f"vaco-jax sweep --resume --out {args.out}")
+        print(f"vaco-jax {args.command}: {stop}; continue with: {resume}", file=sys.stderr)
+        return 128 + stop.signum
+    except OSError as error:  # a full disk, among others
+        print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

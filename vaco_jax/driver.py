@@ -10,7 +10,22 @@ Files written to the output folder:
 - `metrics.csv` and `metrics.parquet`: one row per run per update, plus an update-0 row holding
   the initial policy's evaluation;
 - `status.json`: progress and, per run, whether and when it diverged;
-- `checkpoint/`: the newest checkpoints.
+- `checkpoint/`: the newest checkpoints (`vaco_jax.checkpoint`).
+
+Config, status and every checkpoint carry the run's identity, a hash of its config, seeds and
+hyper-parameters; `config.json` also holds the run options a resume needs (the chunk length and
+the number of checkpoints kept), so `resume=True` needs nothing but the folder. Overwriting
+removes exactly these files. Resuming restores the newest intact checkpoint of this run
+(skipping damaged ones with a warning), cuts the metrics back to it and shortens the last chunk
+to the run's end.
+
+The first SIGTERM or SIGINT during `run` stops it after the current chunk and its checkpoint
+(`Interrupted` is raised); a second one exits at once, which every write survives since each is
+atomic. Test hook: `VACO_JAX_TEST_FAULT=SIGNAL@POINT:STEP` (e.g. `SIGKILL@checkpoint:2`) makes
+the process send itself SIGNAL at POINT, one of `compile` (before the first chunk is compiled;
+STEP 0), `chunk` (after chunk STEP ran, before anything of it is written) and `checkpoint`
+(inside the write of the checkpoint of period STEP, before its commit). Fault-injection tests use
+it to interrupt a run at exact points.
 
 Several accelerators: the runs axis is sharded over a 1-D mesh `("runs",)` of devices (by
 default all of `jax.devices()`, the largest number of them that divides the number of runs), so
@@ -25,8 +40,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import os
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -43,6 +62,21 @@ from vaco_jax import io
 from vaco_jax.checkpoint import Checkpoints
 from vaco_jax.config import HParams, TrainConfig, validate
 from vaco_jax.train import METRICS, Trainer, TrainState
+
+
+RUN_FILES = ("config.json", "metrics.csv", "metrics.parquet", "status.json", "checkpoint")
+"""What a run writes into its folder; `overwrite` removes these and nothing else."""
+FAULT_ENV = "VACO_JAX_TEST_FAULT"
+DEFAULT_KEEP_CHECKPOINTS = 2
+
+
+class Interrupted(Exception):
+    """A run stopped on SIGTERM/SIGINT after checkpointing its last completed chunk."""
+
+    def __init__(self, signum: int, updates_done: int):
+        super().__init__(f"interrupted by {signal.Signals(signum).name} after update "
+                         f"{updates_done}; its checkpoint is saved")
+        self.signum, self.updates_done = signum, updates_done
 
 
 @dataclasses.dataclass
@@ -120,12 +154,15 @@ class Driver:
     @classmethod
     def from_run_dir(cls, out_dir: str | os.PathLike) -> "Driver":
         """Rebuilds the driver of the run saved in `out_dir` (from its `config.json`)."""
-        path = Path(out_dir) / "config.json"
-        if not path.exists():
-            raise FileNotFoundError(f"cannot resume: {str(path)!r} does not exist")
-        saved = json.loads(path.read_text())
-        hparams = HParams(**{k: jnp.asarray(v, jnp.float32) for k, v in saved["hparams"].items()})
-        return cls(TrainConfig.from_dict(saved["config"]), hparams, saved["seeds"])
+        saved = _saved_config(Path(out_dir))
+        try:
+            hparams = HParams(**{k: jnp.asarray(v, jnp.float32)
+                                 for k, v in saved["hparams"].items()})
+            return cls(TrainConfig.from_dict(saved["config"]), hparams, saved["seeds"])
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"cannot resume: {str(Path(out_dir) / 'config.json')!r} does not "
+                             f"describe a run ({type(error).__name__}: {error}); start the run "
+                             f"again with --overwrite") from None
 
     @property
     def num_runs(self) -> int:
@@ -164,58 +201,89 @@ class Driver:
 
     def run(self, out_dir: str | os.PathLike | None = None, *, chunk_periods: int | None = None,
             max_chunks: int | None = None, resume: bool = False, overwrite: bool = False,
-            progress: bool = True,
+            keep_checkpoints: int | None = None, progress: bool = True,
             on_chunk: Callable[[TrainingResult], None] | None = None) -> TrainingResult:
         """Trains every run to `config.num_updates` (or `max_chunks` chunks), writing results
-        and checkpoints into `out_dir` when given; `on_chunk` sees the result after each chunk
-        (written and checkpointed)."""
+        and checkpoints (the newest `keep_checkpoints`, default 2) into `out_dir` when given;
+        `on_chunk` sees the result after each chunk (written and checkpointed). A resumed run
+        takes the chunk length and checkpoint count it was started with unless given."""
         cfg = self.config
         out = Path(out_dir) if out_dir is not None else None
+        options = {"chunk_periods": chunk_periods, "keep_checkpoints": keep_checkpoints}
+        if out is not None and resume:
+            saved = self._check_resumable(out)
+            options = {k: v if v is not None else saved.get("run_options", {}).get(k)
+                       for k, v in options.items()}
+        per_chunk = _chunk_periods(cfg.num_periods, options["chunk_periods"])
+        keep = options["keep_checkpoints"] or DEFAULT_KEEP_CHECKPOINTS
         checkpoints = None
         if out is not None:
-            if resume:
-                self._check_resumable(out)
-            elif _is_writer():
+            if not resume and _is_writer():
                 io.prepare_output_dir(out, overwrite=overwrite)
-                io.write_json(out / "config.json", self.describe())
-            checkpoints = Checkpoints(out / "checkpoint")
-        state, metrics = self.initial()
-        periods_done = 0
-        if resume and checkpoints is not None and checkpoints.latest_step() is not None:
-            periods_done = checkpoints.latest_step()
-            restored = checkpoints.restore(periods_done, {"state": state, "metrics": metrics})
-            # Placed like a fresh state (Orbax commits arrays to a device), so the compiled
-            # chunk program of a fresh run serves a resumed one too.
-            state = self._place(jax.tree.map(_to_host, restored["state"]))
-            metrics = {k: np.asarray(v) for k, v in restored["metrics"].items()}
+                io.remove_written(out, RUN_FILES)
+                io.write_json(out / "config.json", {
+                    **self.describe(), "run_identity": self.identity,
+                    "run_options": {"chunk_periods": per_chunk, "keep_checkpoints": keep}})
+            checkpoints = Checkpoints(out / "checkpoint", self.identity, keep=keep,
+                                      writer=_is_writer())
+        with _StopRequests() as stop:
+            _fault_point("compile", 0)
+            state, metrics = self.initial()
+            periods_done = 0
+            restored = (checkpoints.restore_latest({"state": state, "metrics": metrics}, _warn)
+                        if resume and checkpoints is not None else None)
+            if restored is not None:
+                periods_done, tree = restored
+                # Placed like a fresh state (Orbax commits arrays to a device), so the compiled
+                # chunk program of a fresh run serves a resumed one too.
+                state = self._place(jax.tree.map(_to_host, tree["state"]))
+                metrics = _cut_back({k: np.asarray(v) for k, v in tree["metrics"].items()},
+                                    periods_done * cfg.updates_per_period)
+            if resume and out is not None:
+                _read_status(out)  # warns about a damaged one, rewritten below
+                self._write(out, self._result(metrics, state, periods_done))
+            result = self._train(state, metrics, periods_done, per_chunk, max_chunks, out,
+                                 checkpoints, stop, progress, on_chunk)
+        if stop.signum is not None and not result.complete:
+            raise Interrupted(stop.signum, result.updates_done)
+        return result
 
-        per_chunk = _chunk_periods(cfg.num_periods, chunk_periods)
-        updates_per_chunk = per_chunk * cfg.updates_per_period
-        total_steps = cfg.num_updates * cfg.steps_per_update * self.num_runs
-        bar = tqdm(total=total_steps, initial=periods_done * cfg.updates_per_period
-                   * cfg.steps_per_update * self.num_runs, unit="step", unit_scale=True,
+    def _train(self, state, metrics, periods_done, per_chunk, max_chunks, out, checkpoints,
+               stop, progress, on_chunk) -> TrainingResult:
+        cfg = self.config
+        steps_per_period = cfg.updates_per_period * cfg.steps_per_update * self.num_runs
+        bar = tqdm(total=cfg.num_periods * steps_per_period,
+                   initial=periods_done * steps_per_period, unit="step", unit_scale=True,
                    disable=not progress, dynamic_ncols=True, desc=f"{cfg.algo} on {cfg.env}")
         reported = set()
         chunks = 0
         hparams = self._place(self.hparams)
         try:
-            while periods_done < cfg.num_periods and (max_chunks is None or chunks < max_chunks):
+            while (periods_done < cfg.num_periods and (max_chunks is None or chunks < max_chunks)
+                   and stop.signum is None):
                 start = time.perf_counter()
-                state, chunk_metrics = self._run(state, hparams, per_chunk)
+                # The last chunk stops at the run's end (a resumed run's chunk length need not
+                # divide the periods left).
+                periods = min(per_chunk, cfg.num_periods - periods_done)
+                state, chunk_metrics = self._run(state, hparams, periods)
                 first = periods_done * cfg.updates_per_period + 1
                 for name, values in chunk_metrics.items():
-                    metrics[name][:, first:first + updates_per_chunk] = _to_host(values)
-                periods_done += per_chunk
+                    metrics[name][:, first:first + periods * cfg.updates_per_period] = (
+                        _to_host(values))
+                periods_done += periods
                 chunks += 1
+                _fault_point("chunk", periods_done)
                 result = self._result(metrics, state, periods_done)
                 self._report_divergence(result, reported, bar)
-                steps = updates_per_chunk * cfg.steps_per_update * self.num_runs
-                bar.update(steps)
-                bar.set_postfix(steps_per_s=f"{steps / (time.perf_counter() - start):,.0f}",
-                                eval_return=f"{np.nanmean(_latest(metrics['eval_return'])):.2f}")
+                bar.update(periods * steps_per_period)
+                bar.set_postfix(
+                    steps_per_s=f"{periods * steps_per_period / (time.perf_counter() - start):,.0f}",
+                    eval_return=f"{np.nanmean(_latest(metrics['eval_return'])):.2f}")
                 if out is not None:
                     self._write(out, result)
-                    checkpoints.save(periods_done, {"state": state, "metrics": metrics})
+                    step = periods_done
+                    checkpoints.save(step, {"state": state, "metrics": metrics},
+                                     before_commit=lambda: _fault_point("checkpoint", step))
                 if on_chunk is not None:
                     on_chunk(result)
                 if result.diverged.all():
@@ -231,20 +299,25 @@ class Driver:
         return result
 
     # ---------------------------------------------------------------------------------------
+    @property
+    def identity(self) -> str:
+        """A hash of `describe()`: config, seeds and hyper-parameters, whatever fields they have."""
+        text = json.dumps(self.describe(), sort_keys=True, default=io.jsonable)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     def describe(self) -> dict[str, Any]:
         cfg = self.config
         return {"config": cfg.to_dict(), "seeds": self.seeds, "hparams": self.hparams.to_dict(),
                 "num_updates": cfg.num_updates, "steps_per_update": cfg.steps_per_update,
                 "updates_per_period": cfg.updates_per_period}
 
-    def _check_resumable(self, out: Path) -> None:
-        path = out / "config.json"
-        if not path.exists():
-            raise FileNotFoundError(f"cannot resume: {str(path)!r} does not exist")
-        saved = json.loads(path.read_text())
-        current = json.loads(json.dumps(self.describe()))
-        if saved != current:
+    def _check_resumable(self, out: Path) -> dict[str, Any]:
+        """The saved `config.json`, if it describes this run."""
+        saved = _saved_config(out)
+        current = json.loads(json.dumps(self.describe(), default=io.jsonable))
+        if {k: saved.get(k) for k in current} != current:
             raise ValueError(f"cannot resume {str(out)!r}: its config.json describes a different run")
+        return saved
 
     def _result(self, metrics, state, periods_done) -> TrainingResult:
         diverged_at = _to_host(state.diverged_at)
@@ -269,12 +342,109 @@ class Driver:
         io.write_table(out / "metrics.csv", table)
         io.write_table(out / "metrics.parquet", table)
         io.write_json(out / "status.json", {
-            "updates_done": result.updates_done, "num_updates": self.config.num_updates,
+            "run_identity": self.identity, "updates_done": result.updates_done, "num_updates": self.config.num_updates,
             "complete": result.complete,
             "runs": [{"run": i, "seed": s, "diverged": bool(result.diverged[i]),
                       "diverged_at": int(result.diverged_at[i]),
                       "final_eval_return": float(_latest(result.metrics["eval_return"])[i])}
                      for i, s in enumerate(self.seeds)]})
+
+
+def _saved_config(out: Path) -> dict[str, Any]:
+    path = out / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"cannot resume: {str(path)!r} does not exist")
+    saved = io.read_json(path, "the run cannot be resumed; start it again with --overwrite")
+    if not isinstance(saved, dict):
+        raise ValueError(f"cannot resume: {str(path)!r} does not describe a run; start the run "
+                         f"again with --overwrite")
+    return saved
+
+
+def _read_status(folder: Path) -> dict[str, Any] | None:
+    """A run folder's `status.json`, or None if it is missing or unreadable (with a warning:
+    it is rebuilt from the run's checkpoint when the run is resumed)."""
+    path = folder / "status.json"
+    if not path.is_file():
+        return None
+    try:
+        status = io.read_json(path, "it is rewritten from the checkpoint when the run resumes")
+        if isinstance(status, dict) and "updates_done" in status:
+            return status
+        raise ValueError(f"{str(path)!r} is not a run status; it is rewritten from the "
+                         f"checkpoint when the run resumes")
+    except ValueError as error:
+        _warn(str(error))
+        return None
+
+
+def read_status(folder: str | os.PathLike) -> dict[str, Any] | None:
+    return _read_status(Path(folder))
+
+
+def _cut_back(metrics: dict[str, np.ndarray], updates_done: int) -> dict[str, np.ndarray]:
+    """The metrics with every update after `updates_done` blanked (NaN)."""
+    for values in metrics.values():
+        values[:, updates_done + 1:] = np.nan
+    return metrics
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _fault_point(point: str, step: int) -> None:
+    """Test hook: sends this process the signal `VACO_JAX_TEST_FAULT` names for this point."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    name, _, where = spec.partition("@")
+    if where == f"{point}:{step}":
+        os.kill(os.getpid(), signal.Signals[name])
+
+
+class _StopRequests:
+    """Within the block, the first SIGTERM/SIGINT is recorded (`signum`) for the driver to stop
+    after the current chunk; a second one exits at once. A watcher thread reads the signals
+    from the wakeup file descriptor, so the second one acts even while a compiled call runs."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __enter__(self) -> "_StopRequests":
+        self.signum = None
+        self._active = threading.current_thread() is threading.main_thread()
+        if not self._active:
+            return self
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._previous_fd = signal.set_wakeup_fd(self._write)
+        self._previous = {s: signal.signal(s, lambda *_: None) for s in self.SIGNALS}
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+        return self
+
+    def _watch(self) -> None:
+        while data := os.read(self._read, 1):
+            signum = data[0]
+            if signum not in self.SIGNALS:
+                continue
+            if self.signum is not None:
+                print(f"\n{signal.Signals(signum).name} again: stopping at once", file=sys.stderr,
+                      flush=True)
+                os._exit(128 + signum)
+            self.signum = signum
+            print(f"\n{signal.Signals(signum).name}: stopping after the current chunk and its "
+                  f"checkpoint (send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if not self._active:
+            return
+        signal.set_wakeup_fd(self._previous_fd)
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        os.close(self._write)
+        self._watcher.join()
+        os.close(self._read)
 
 
 def _run_devices(num_runs: int, devices: Sequence[jax.Device] | None) -> list[jax.Device]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -36,7 +37,7 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def write_json(path: str | os.PathLike, data: Any) -> Path:
-    return write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
+    return write_text(path, json.dumps(data, indent=2, sort_keys=False, default=jsonable) + "\n")
 
 
 def write_table(path: str | os.PathLike, table: pd.DataFrame) -> Path:
@@ -49,18 +50,64 @@ def write_table(path: str | os.PathLike, table: pd.DataFrame) -> Path:
     raise ValueError(f"table path {str(path)!r} must end in .csv or .parquet")
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+def read_json(path: str | os.PathLike, remedy: str) -> Any:
+    """The JSON in `path`; an unreadable file raises a ValueError naming it and `remedy`."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read {str(path)!r} ({type(error).__name__}: {error}); "
+                         f"{remedy}") from None
+
+
+def check_output_dir(path: str | os.PathLike) -> Path:
+    """Refuses (ValueError) an output folder that names a file, lies under a file or cannot be
+    created, before anything is computed."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"output folder {str(path)!r} is an existing file; choose another folder")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"cannot create output folder {str(path)!r}: {str(existing)!r} is a "
+                         f"file; choose another folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot create output folder {str(path)!r}: {str(existing)!r} is not "
+                         f"writable; choose another folder")
+    return path
+
+
 def prepare_output_dir(path: str | os.PathLike, *, overwrite: bool) -> Path:
     """Creates `path`, refusing a non-empty existing folder unless `overwrite` is set."""
-    path = Path(path)
+    path = check_output_dir(path)
     if path.exists() and any(path.iterdir()) and not overwrite:
         raise FileExistsError(
             f"output folder {str(path)!r} already exists and is not empty; pass overwrite "
             f"(--overwrite) to replace its results or resume (--resume) to continue the run")
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"cannot create output folder {str(path)!r} ({error.strerror}); choose "
+                         f"another folder") from None
     return path
+
+
+def remove_written(path: str | os.PathLike, names: tuple[str, ...]) -> None:
+    """Removes the files and folders `names` in `path` and the temporary files of interrupted
+    atomic writes of them, leaving every other file alone."""
+    path = Path(path)
+    for name in names:
+        target = path / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+        for tmp in path.glob(f".{name}.*.tmp"):
+            tmp.unlink()

@@ -28,7 +28,6 @@ import collections
 import contextlib
 import dataclasses
 import itertools
-import json
 import math
 import os
 import shutil
@@ -49,7 +48,7 @@ from tqdm.auto import tqdm
 from vaco_jax import envs, io, report
 from vaco_jax.algorithms import ALGORITHMS
 from vaco_jax.config import HParams, TrainConfig, validate
-from vaco_jax.driver import Driver, TrainingResult
+from vaco_jax.driver import Driver, TrainingResult, read_status
 from vaco_jax.train import METRICS, Trainer
 
 TOP_LEVEL_KEYS = ("name", "description", "tasks", "algos", "seeds", "focus_algo", "lag",
@@ -516,14 +515,12 @@ def batch_dir(out_dir: str | os.PathLike, batch: Batch) -> Path:
     return Path(out_dir) / RUNS_DIR / batch.name
 
 
-def _status(folder: Path) -> dict[str, Any] | None:
-    path = folder / "status.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
 def batch_finished(folder: Path) -> bool:
     """Finished: complete, or stopped early because every run diverged."""
-    status = _status(folder)
+    return _finished(read_status(folder))
+
+
+def _finished(status: Mapping[str, Any] | None) -> bool:
     return status is not None and (status["complete"] or all(r["diverged"] for r in status["runs"]))
 
 
@@ -551,7 +548,8 @@ def load_sweep(out_dir: str | os.PathLike) -> Plan:
     for name in (EXPERIMENT_FILE, PLAN_FILE):
         if not (out / name).is_file():
             raise FileNotFoundError(f"{str(out)!r} is not a sweep folder: {name} is missing")
-    saved = json.loads((out / PLAN_FILE).read_text())
+    saved = io.read_json(out / PLAN_FILE, "the sweep cannot be resumed; start it again with "
+                         "--overwrite")
     experiment = parse_experiment((out / EXPERIMENT_FILE).read_text(encoding="utf-8"),
                                   name=saved["experiment"])
     return Plan.from_json(experiment, saved)
@@ -563,10 +561,12 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
     checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed)."""
     steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
              for b in plan.batches}
-    done = {b.name: steps[b.name] if batch_finished(batch_dir(out_dir, b)) else
-            _batch_steps(plan, b, (_status(batch_dir(out_dir, b)) or {}).get("updates_done", 0))
+    # A missing or unreadable status counts as unfinished: the batch resumes from its checkpoint.
+    statuses = {b.name: read_status(batch_dir(out_dir, b)) for b in plan.batches}
+    done = {b.name: steps[b.name] if _finished(statuses[b.name]) else
+            _batch_steps(plan, b, (statuses[b.name] or {}).get("updates_done", 0))
             for b in plan.batches}
-    pending = [b for b in plan.batches if not batch_finished(batch_dir(out_dir, b))]
+    pending = [b for b in plan.batches if not _finished(statuses[b.name])]
     with tqdm(total=sum(steps.values()), initial=sum(done.values()), unit="step",
               unit_scale=True, dynamic_ncols=True, disable=not progress,
               desc=f"sweep {plan.experiment.name}") as bar:
@@ -632,7 +632,7 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
     Evaluation points are update 0 (the initial policy) and every `updates_per_period`-th
     update; a diverged run keeps its later points, with NaN evaluations.
     """
-    status = _status(folder)
+    status = read_status(folder)
     if status is None:
         return None
     group = experiment.group(batch.group)
