@@ -30,14 +30,25 @@ def test_bad_settings_fail_before_compilation(changes, hparams, message):
         validate(TINY.replace(**changes), hparams)
 
 
-def run(config, hp=HP, seed=0):
-    return jax.jit(make_train(config, PARAMS))(jax.random.PRNGKey(seed), hp)
+# Partial credit gives even the untrained policy non-zero advantages, so versions differ.
+STALE = TINY.replace(partial_credit=True)
 
 
-@pytest.mark.parametrize("group_unit", ["prompt", "sample"])
-def test_lag_zero_equals_on_policy_bit_for_bit(group_unit):
-    on_policy_state, on_policy = run(TINY.replace(buffer_capacity=1, group_unit=group_unit))
-    state, metrics = run(TINY.replace(lag_model="uniform", group_unit=group_unit))
+def lagged(lag):
+    return TokenHParams.create(lag=lag, learning_rate=3e-3)
+
+
+@pytest.fixture(scope="module")
+def train_stale():
+    """One compiled program for every lag: `lag` is a traced hyper-parameter."""
+    return jax.jit(make_train(STALE, PARAMS))
+
+
+def test_lag_zero_equals_on_policy_bit_for_bit(train_stale):
+    key = jax.random.PRNGKey(0)
+    on_policy_state, on_policy = jax.jit(make_train(STALE.replace(buffer_capacity=1), PARAMS))(
+        key, lagged(0.0))
+    state, metrics = train_stale(key, lagged(0.0))
     assert set(metrics) == set(METRICS)
     for name in METRICS:
         np.testing.assert_array_equal(metrics[name], on_policy[name], err_msg=name)
@@ -48,12 +59,23 @@ def test_lag_zero_equals_on_policy_bit_for_bit(group_unit):
     assert np.isnan(evals[::2]).all() and np.isfinite(evals[1::2]).all()
 
 
-def test_fixed_lag_reaches_its_value_once_pushed():
-    # Partial credit gives the untrained policy non-zero advantages, so its versions differ.
-    _, metrics = run(TINY.replace(lag_model="fixed", partial_credit=True),
-                     TokenHParams.create(lag=2.0, learning_rate=3e-3))
+def test_fixed_lag_reaches_its_value_once_pushed(train_stale):
+    _, metrics = train_stale(jax.random.PRNGKey(0), lagged(2.0))
     np.testing.assert_array_equal(metrics["version_gap_mean"], [0, 1, 2, 2])
     assert float(metrics["tv_backward"][-1]) > 1e-4
+
+
+def test_vmap_over_seeds_and_hparams_equals_single_runs(train_stale):
+    keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
+    hps = [TokenHParams.create(lag=1.0, learning_rate=1e-3),
+           TokenHParams.create(lag=2.0, learning_rate=3e-3)]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *hps)
+    _, batched = jax.jit(jax.vmap(make_train(STALE, PARAMS)))(keys, stacked)
+    for i in range(2):
+        _, metrics = train_stale(keys[i], hps[i])
+        for name in METRICS:
+            np.testing.assert_allclose(batched[name][i], metrics[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=name)
 
 
 def test_each_sequence_records_the_log_probs_of_its_own_version():
@@ -74,19 +96,3 @@ def test_each_sequence_records_the_log_probs_of_its_own_version():
         expected, _ = trainer.policy.response_log_probs(
             params, batch.prompt[rows], batch.response[rows], hp.temperature)
         np.testing.assert_allclose(batch.behaviour_log_prob[rows], expected, atol=2e-5)
-
-
-def test_vmap_over_seeds_and_hparams_equals_single_runs():
-    config = TINY.replace(lag_model="uniform")
-    train = make_train(config, PARAMS)
-    keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
-    hps = [TokenHParams.create(lag=1.0, learning_rate=1e-3),
-           TokenHParams.create(lag=2.0, learning_rate=3e-3)]
-    stacked = jax.tree.map(lambda *x: jnp.stack(x), *hps)
-    _, batched = jax.jit(jax.vmap(train))(keys, stacked)
-    single = jax.jit(train)
-    for i in range(2):
-        _, metrics = single(keys[i], hps[i])
-        for name in METRICS:
-            np.testing.assert_allclose(batched[name][i], metrics[name], rtol=1e-4, atol=1e-5,
-                                       err_msg=name)

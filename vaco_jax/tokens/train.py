@@ -168,9 +168,11 @@ class TokenTrainer:
             updates, opt_state = tx.update(grads, opt_state, params)
             grad_norm = optax.global_norm(grads)
             metrics["grad_norm"] = grad_norm
-            # The step length per unit of gradient: Adam's and clipping's combined scaling.
-            metrics["effective_learning_rate"] = (optax.global_norm(updates)
-                                                  / jnp.maximum(grad_norm, 1e-12))
+            # The step length per unit of gradient (Adam's and clipping's combined scaling);
+            # undefined, so NaN, for a zero gradient (every group's rewards equal).
+            metrics["effective_learning_rate"] = jnp.where(
+                grad_norm > 0, optax.global_norm(updates) / jnp.maximum(grad_norm, 1e-30),
+                jnp.nan)
             return (optax.apply_updates(params, updates), opt_state), metrics
 
         def epoch(carry, epoch_key):
@@ -178,7 +180,7 @@ class TokenTrainer:
 
         (params, opt_state), metrics = jax.lax.scan(
             epoch, (state.params, state.opt_state), jax.random.split(key, self.config.epochs))
-        return params, opt_state, jax.tree.map(jnp.mean, metrics)
+        return params, opt_state, jax.tree.map(jnp.nanmean, metrics)
 
     def update(self, state: TokenState, hp: TokenHParams) -> tuple[TokenState, dict]:
         key, generate_key, optimise_key = jax.random.split(state.key, 3)
