@@ -10,27 +10,26 @@ from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.tokens.warm_start import WarmStart
 
 
-def _lag(text: str) -> tuple[str, float]:
-    model, sep, param = text.partition(":")
-    try:
-        if sep and model in TOKEN_LAG_MODELS:
-            return model, float(param)
-    except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(f"--lag must be MODEL:PARAM with MODEL one of "
-                                     f"{', '.join(TOKEN_LAG_MODELS)}, got {text!r}")
-
-
-def _hparam(text: str) -> tuple[str, float]:
-    names = [f.name for f in dataclasses.fields(TokenHParams) if f.name != "lag"]
-    name, sep, value = text.partition("=")
+def _named_number(text: str, flag: str, label: str, separator: str,
+                  names) -> tuple[str, float]:
+    """`text` read as `label<separator>NUMBER` with `label` one of `names`."""
+    name, sep, value = text.partition(separator)
     try:
         if sep and name in names:
             return name, float(value)
     except ValueError:
         pass
-    raise argparse.ArgumentTypeError(f"--hparam must be NAME=NUMBER with NAME one of "
-                                     f"{', '.join(names)}, got {text!r}")
+    raise argparse.ArgumentTypeError(f"{flag} must be {label}{separator}NUMBER with {label} one "
+                                     f"of {', '.join(names)}, got {text!r}")
+
+
+def _lag(text: str) -> tuple[str, float]:
+    return _named_number(text, "--lag", "MODEL", ":", TOKEN_LAG_MODELS)
+
+
+def _hparam(text: str) -> tuple[str, float]:
+    names = [f.name for f in dataclasses.fields(TokenHParams) if f.name != "lag"]
+    return _named_number(text, "--hparam", "NAME", "=", names)
 
 
 def add_parser(subparsers) -> None:
