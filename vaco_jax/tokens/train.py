@@ -61,13 +61,9 @@ class Batch:
     behaviour_version: jax.Array  # [N] int32
 
 
-def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    return losses.aggregate(x, mask)
-
-
 def _kl(log_ratio: jax.Array, mask: jax.Array) -> jax.Array:
     """The `k3` estimate `E[r - 1 - log r]`, `r = exp(log_ratio)`, over valid tokens."""
-    return _masked_mean(jnp.expm1(log_ratio) - log_ratio, mask)
+    return losses.aggregate(jnp.expm1(log_ratio) - log_ratio, mask)
 
 
 class TokenTrainer:
@@ -194,7 +190,7 @@ class TokenTrainer:
         metrics.update(
             reward_mean=batch.reward.mean(),
             response_length=batch.mask.sum(axis=1).mean(),
-            entropy=_masked_mean(batch.entropy, batch.mask),
+            entropy=losses.aggregate(batch.entropy, batch.mask),
             version_gap_mean=gap.mean(),
             version_gap_max=gap.max(),
             tv_backward=losses.tv_estimate(staleness, batch.mask),
