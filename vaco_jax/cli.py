@@ -1,4 +1,4 @@
-"""Command line: `vaco-jax train | sweep | report`."""
+"""Command line: `vaco-jax train | sweep | report | tokens`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from typing import Sequence
 
 from vaco_jax.config import LAG_MODELS, HParams, TrainConfig
+from vaco_jax.tokens import cli as token_cli
 
 
 def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
@@ -219,11 +220,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(subparsers)
     _add_sweep_parsers(subparsers)
+    token_cli.add_parser(subparsers)
     args = parser.parse_args(argv)
     from vaco_jax.driver import Interrupted
 
     try:
-        return {"train": _train, "sweep": _sweep, "report": _report}[args.command](args)
+        return {"train": _train, "sweep": _sweep, "report": _report,
+                "tokens": token_cli.run}[args.command](args)
     except (ValueError, FileExistsError, FileNotFoundError) as error:
         print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
         return 2

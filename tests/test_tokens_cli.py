@@ -1,0 +1,18 @@
+import pytest
+
+from vaco_jax.cli import main
+
+
+def test_bad_token_settings_are_reported_before_any_work(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["tokens", "--group-size", "1", "--out", str(out)]) == 2
+    assert "group_size=1" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["tokens", "--lag", "fixed:9", "--out", str(out)]) == 2
+    assert "lag for lag_model='fixed' must be an integer in [0, 3]" in capsys.readouterr().err
+
+
+def test_unknown_lag_model_is_rejected_by_the_parser(capsys):
+    with pytest.raises(SystemExit):
+        main(["tokens", "--lag", "in_flight:1"])
+    assert "MODEL one of fixed, uniform, geometric, per_actor" in capsys.readouterr().err

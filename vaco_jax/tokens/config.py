@@ -1,0 +1,165 @@
+"""Settings of the token testbed: static `TokenConfig` and traced `TokenHParams`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from vaco_jax.losses import AGGREGATIONS
+from vaco_jax.tokens.model import ModelSpec
+from vaco_jax.tokens.tasks import TASKS, Task, make_task
+from vaco_jax.tokens.warm_start import WarmStart
+
+TOKEN_LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor")
+GROUP_UNITS = ("prompt", "sample")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenConfig:
+    """Everything that shapes the compiled program.
+
+    One update samples `prompts` training prompts, `group_size` responses each. A generator is
+    one prompt group (`group_unit="prompt"`) or one sample (`"sample"`); each draws its own
+    behaviour policy from the last `buffer_capacity` policies under `lag_model`. The phase then
+    takes `epochs x minibatches` gradient steps (the forward lag). Every `eval_every` updates
+    the learner's greedy accuracy on `eval_prompts` held-out prompts is measured.
+    """
+
+    task: str = "add"
+    task_size: int = 2
+    layers: int = 2
+    width: int = 64
+    heads: int = 4
+    context: int = 16
+    response_slack: int = 1  # tokens a response may run beyond the answer's length
+    prompts: int = 8
+    group_size: int = 8
+    group_unit: str = "prompt"
+    scale_advantages_by_std: bool = True
+    lag_model: str = "fixed"
+    buffer_capacity: int = 4
+    epochs: int = 1
+    minibatches: int = 1
+    aggregation: str = "token-mean"
+    bf16_behaviour: bool = False
+    partial_credit: bool = False
+    format_penalty: float = 0.0
+    num_updates: int = 40
+    eval_every: int = 10
+    eval_prompts: int = 128
+    warm_start: WarmStart = WarmStart()
+    warm_start_dir: str | None = None
+
+    @property
+    def task_spec(self) -> Task:
+        return make_task(self.task, self.task_size)
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        return ModelSpec(self.layers, self.width, self.heads, self.context)
+
+    @property
+    def response_length(self) -> int:
+        return self.task_spec.answer_length + self.response_slack
+
+    @property
+    def batch_size(self) -> int:
+        return self.prompts * self.group_size
+
+    @property
+    def generators(self) -> int:
+        return self.prompts if self.group_unit == "prompt" else self.batch_size
+
+    @property
+    def num_periods(self) -> int:
+        return self.num_updates // self.eval_every
+
+    def replace(self, **changes: Any) -> "TokenConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@struct.dataclass
+class TokenHParams:
+    """Numeric hyper-parameters, traced: vmappable over runs without recompiling. `lag` is the
+    lag model's parameter (versions behind for `fixed`, `uniform`, `per_actor`; the
+    probability `p` for `geometric`)."""
+
+    learning_rate: Any = 1e-3
+    lag: Any = 0.0
+    clip_eps: Any = 0.2
+    temperature: Any = 1.0
+    max_grad_norm: Any = 1.0
+
+    @classmethod
+    def create(cls, **values: Any) -> "TokenHParams":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown hyper-parameter(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**{k: jnp.asarray(v, jnp.float32) for k, v in values.items()})
+
+
+def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{field}={value!r} is not supported; allowed values: "
+                         f"{', '.join(allowed)}")
+
+
+def _positive(field: str, value: Any) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{field} must be a positive integer, got {value!r}")
+
+
+def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
+    """Raises a `ValueError` naming the field and its allowed values, before any tracing."""
+    _choice("task", config.task, TASKS)
+    _choice("lag_model", config.lag_model, TOKEN_LAG_MODELS)
+    _choice("group_unit", config.group_unit, GROUP_UNITS)
+    _choice("aggregation", config.aggregation, AGGREGATIONS)
+    for field in ("task_size", "layers", "width", "heads", "context", "prompts", "group_size",
+                  "buffer_capacity", "epochs", "minibatches", "num_updates", "eval_every",
+                  "eval_prompts"):
+        _positive(field, getattr(config, field))
+    if config.width % config.heads:
+        raise ValueError(f"width={config.width} must be a multiple of heads={config.heads}")
+    if config.response_slack < 0:
+        raise ValueError(f"response_slack must be >= 0, got {config.response_slack}")
+    needed = config.task_spec.prompt_length + config.response_length
+    if config.context < needed:
+        raise ValueError(
+            f"context={config.context} is too short for task={config.task!r} with "
+            f"task_size={config.task_size}: prompt ({config.task_spec.prompt_length}) + response "
+            f"({config.response_length}) need context >= {needed}")
+    if config.group_size < 2:
+        raise ValueError(f"group_size={config.group_size} leaves group-relative advantages "
+                         f"always 0; allowed: group_size >= 2")
+    if config.batch_size % config.minibatches:
+        raise ValueError(f"minibatches={config.minibatches} must divide prompts x group_size "
+                         f"= {config.batch_size}")
+    if config.num_updates % config.eval_every:
+        raise ValueError(f"eval_every={config.eval_every} must divide "
+                         f"num_updates={config.num_updates}")
+    if hparams is not None:
+        validate_hparams(config, hparams)
+
+
+def validate_hparams(config: TokenConfig, hparams: TokenHParams) -> None:
+    values = {k: np.asarray(v, np.float64) for k, v in dataclasses.asdict(hparams).items()}
+    for name in ("learning_rate", "clip_eps", "temperature", "max_grad_norm"):
+        if not np.all(values[name] > 0):
+            raise ValueError(f"hyper-parameter {name} must be > 0, got {values[name].tolist()}")
+    lag = values["lag"]
+    if config.lag_model == "geometric":
+        if np.any((lag <= 0) | (lag > 1)):
+            raise ValueError(f"lag for lag_model='geometric' is the probability p and must lie "
+                             f"in (0, 1], got {lag.tolist()}")
+        return
+    max_lag = config.buffer_capacity - 1
+    if np.any((lag < 0) | (lag > max_lag) | (lag != np.round(lag))):
+        raise ValueError(f"lag for lag_model={config.lag_model!r} must be an integer in "
+                         f"[0, {max_lag}] (buffer_capacity - 1, buffer_capacity="
+                         f"{config.buffer_capacity}), got {lag.tolist()}")

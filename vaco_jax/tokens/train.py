@@ -1,0 +1,230 @@
+"""GRPO from stale generators on a token task, as one compiled program.
+
+`make_train(config)` returns `train(key, hparams) -> (state, metrics)`; every loop is a
+`lax.scan`, so `jax.jit(jax.vmap(train))` runs seeds and hyper-parameters together.
+
+One update: `P` training prompts, `G` responses each. Every generator (a prompt group or a single
+sample, `group_unit`) draws a lag from the lag model and generates with the policy of that
+version from the policy buffer, recording each token's behaviour log-prob (optionally computed
+in bfloat16). Rewards are verified, advantages are group-relative, and `epochs x minibatches`
+steps of token-level PPO-clip on the behaviour ratio follow; the learner's parameters are then
+pushed into the buffer. Generators receive their parameters as a pytree with a leading
+generator axis, so a per-token behaviour version only needs to change which parameters each
+decoding step reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from vaco_jax import estimators, losses
+from vaco_jax.policy_buffer import (PolicyBuffer, effective_lags, init_buffer,
+                                    init_per_actor_lags, push, sample_lags)
+from vaco_jax.tokens import tasks
+from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
+from vaco_jax.tokens.evaluation import greedy_accuracy, held_out_set
+from vaco_jax.tokens.model import Samples, TokenPolicy, to_bfloat16
+from vaco_jax.tokens.warm_start import warm_start
+
+METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "version_gap_mean",
+           "version_gap_max", "tv_backward", "tv_forward", "ess_ratio", "clip_fraction",
+           "grad_norm", "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss")
+
+
+@struct.dataclass
+class TokenState:
+    params: Any
+    opt_state: Any
+    buffer: PolicyBuffer  # past parameters, leaves [K, ...]
+    per_actor_lags: jax.Array  # [generators] int32, for the `per_actor` lag model
+    key: jax.Array
+    update: jax.Array  # int32, updates done
+
+
+@struct.dataclass
+class Batch:
+    """One update's sequences `[N, ...]`, `N = P x G`, prompt-major."""
+
+    prompt: jax.Array
+    response: jax.Array
+    mask: jax.Array
+    behaviour_log_prob: jax.Array
+    phase_log_prob: jax.Array
+    advantages: jax.Array  # [N]
+    reward: jax.Array  # [N]
+    entropy: jax.Array  # behaviour entropy per token
+    behaviour_version: jax.Array  # [N] int32
+
+
+def _kl(log_ratio: jax.Array, mask: jax.Array) -> jax.Array:
+    """The `k3` estimate `E[r - 1 - log r]`, `r = exp(log_ratio)`, over valid tokens."""
+    return losses.aggregate(jnp.expm1(log_ratio) - log_ratio, mask)
+
+
+class TokenTrainer:
+    """The pieces of the program for one `TokenConfig` (validated before anything is traced)."""
+
+    def __init__(self, config: TokenConfig, initial_params=None):
+        validate(config)
+        self.config = config
+        self.task = config.task_spec
+        self.policy = TokenPolicy(config.model_spec)
+        self.eval_prompts, self.eval_answers = held_out_set(self.task, config.eval_prompts)
+        self.initial_params = (initial_params if initial_params is not None else
+                               warm_start(self.task, config.model_spec, config.warm_start,
+                                          config.warm_start_dir))
+
+    def optimizer(self, hp: TokenHParams) -> optax.GradientTransformation:
+        return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm),
+                           optax.adam(hp.learning_rate))
+
+    def init(self, key: jax.Array, hp: TokenHParams) -> TokenState:
+        cfg = self.config
+        key, lag_key = jax.random.split(key)
+        params = self.initial_params
+        per_actor = (init_per_actor_lags(lag_key, hp.lag, cfg.generators)
+                     if cfg.lag_model == "per_actor" else jnp.zeros(cfg.generators, jnp.int32))
+        return TokenState(params=params, opt_state=self.optimizer(hp).init(params),
+                          buffer=init_buffer(params, cfg.buffer_capacity),
+                          per_actor_lags=per_actor, key=key,
+                          update=jnp.zeros((), jnp.int32))
+
+    # ------------------------------------------------------------------------ generation
+    def generate(self, state: TokenState, key: jax.Array, hp: TokenHParams) -> Batch:
+        """Samples `P x G` responses, each generator acting with its own stale policy."""
+        cfg = self.config
+        prompt_key, lag_key, sample_key = jax.random.split(key, 3)
+        prompts, answers = tasks.sample(self.task, prompt_key, cfg.prompts)
+        prompt = jnp.repeat(prompts, cfg.group_size, axis=0)
+        answer = jnp.repeat(answers, cfg.group_size, axis=0)
+        lags = sample_lags(lag_key, cfg.lag_model, hp.lag, cfg.generators, cfg.buffer_capacity,
+                           state.per_actor_lags)
+        versions = state.buffer.latest_version - effective_lags(state.buffer, lags)
+        behaviour = jax.tree.map(lambda stack: stack[versions % cfg.buffer_capacity],
+                                 state.buffer.policies)
+        if cfg.bf16_behaviour:
+            behaviour = to_bfloat16(behaviour)
+        per_generator = cfg.batch_size // cfg.generators
+        samples = jax.vmap(
+            lambda params, p, k: self.policy.sample(params, p, k, cfg.response_length,
+                                                    hp.temperature)
+        )(behaviour, prompt.reshape(cfg.generators, per_generator, -1),
+          jax.random.split(sample_key, cfg.generators))
+        samples = jax.tree.map(lambda x: x.reshape((cfg.batch_size,) + x.shape[2:]), samples)
+        return self._batch(state, hp, prompt, answer, samples,
+                           jnp.repeat(versions, per_generator))
+
+    def _batch(self, state: TokenState, hp: TokenHParams, prompt, answer, samples: Samples,
+               versions) -> Batch:
+        cfg = self.config
+        reward = tasks.reward(answer, samples.response, partial_credit=cfg.partial_credit,
+                              format_penalty=cfg.format_penalty)
+        advantages = estimators.group_relative_advantages(
+            reward.reshape(cfg.prompts, cfg.group_size),
+            scale_by_std=cfg.scale_advantages_by_std).reshape(-1)
+        phase_log_prob, _ = self.policy.response_log_probs(state.params, prompt,
+                                                           samples.response, hp.temperature)
+        return Batch(prompt=prompt, response=samples.response, mask=samples.mask,
+                     behaviour_log_prob=samples.log_prob, phase_log_prob=phase_log_prob,
+                     advantages=advantages, reward=reward, entropy=samples.entropy,
+                     behaviour_version=versions)
+
+    # ------------------------------------------------------------------------ optimisation
+    def _loss(self, params, mb: Batch, hp: TokenHParams):
+        log_prob, _ = self.policy.response_log_probs(params, mb.prompt, mb.response,
+                                                     hp.temperature)
+        advantages = jnp.broadcast_to(mb.advantages[:, None], log_prob.shape)
+        loss, clip_metrics = losses.ppo_clip_loss(
+            log_prob - mb.behaviour_log_prob, advantages, hp.clip_eps, mask=mb.mask,
+            aggregation=self.config.aggregation)
+        behaviour_ratio = jax.lax.stop_gradient(log_prob - mb.behaviour_log_prob)
+        phase_ratio = jax.lax.stop_gradient(log_prob - mb.phase_log_prob)
+        return loss, {"policy_loss": loss, "clip_fraction": clip_metrics["clip_fraction"],
+                      "tv_forward": losses.tv_estimate(phase_ratio, mb.mask),
+                      "approx_kl": _kl(phase_ratio, mb.mask),
+                      "behaviour_kl": _kl(behaviour_ratio, mb.mask)}
+
+    def _minibatches(self, batch: Batch, key: jax.Array) -> Batch:
+        m = self.config.minibatches
+        order = jax.random.permutation(key, self.config.batch_size)
+        return jax.tree.map(lambda x: x[order].reshape((m, -1) + x.shape[1:]), batch)
+
+    def optimise(self, state: TokenState, batch: Batch, key: jax.Array, hp: TokenHParams):
+        tx = self.optimizer(hp)
+        grad_fn = jax.value_and_grad(self._loss, has_aux=True)
+
+        def minibatch_step(carry, mb):
+            params, opt_state = carry
+            (_, metrics), grads = grad_fn(params, mb, hp)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            grad_norm = optax.global_norm(grads)
+            metrics["grad_norm"] = grad_norm
+            # The step length per unit of gradient (Adam's and clipping's combined scaling);
+            # undefined, so NaN, for a zero gradient (every group's rewards equal).
+            metrics["effective_learning_rate"] = jnp.where(
+                grad_norm > 0, optax.global_norm(updates) / jnp.maximum(grad_norm, 1e-30),
+                jnp.nan)
+            return (optax.apply_updates(params, updates), opt_state), metrics
+
+        def epoch(carry, epoch_key):
+            return jax.lax.scan(minibatch_step, carry, self._minibatches(batch, epoch_key))
+
+        (params, opt_state), metrics = jax.lax.scan(
+            epoch, (state.params, state.opt_state), jax.random.split(key, self.config.epochs))
+        return params, opt_state, jax.tree.map(jnp.nanmean, metrics)
+
+    def update(self, state: TokenState, hp: TokenHParams) -> tuple[TokenState, dict]:
+        key, generate_key, optimise_key = jax.random.split(state.key, 3)
+        batch = self.generate(state, generate_key, hp)
+        params, opt_state, metrics = self.optimise(state, batch, optimise_key, hp)
+        new_state = state.replace(params=params, opt_state=opt_state,
+                                  buffer=push(state.buffer, params), key=key,
+                                  update=state.update + 1)
+        staleness = batch.phase_log_prob - batch.behaviour_log_prob
+        gap = (state.buffer.latest_version - batch.behaviour_version).astype(jnp.float32)
+        metrics.update(
+            reward_mean=batch.reward.mean(),
+            response_length=batch.mask.sum(axis=1).mean(),
+            entropy=losses.aggregate(batch.entropy, batch.mask),
+            version_gap_mean=gap.mean(),
+            version_gap_max=gap.max(),
+            tv_backward=losses.tv_estimate(staleness, batch.mask),
+            ess_ratio=losses.ess_ratio(staleness.sum(axis=1)),
+        )
+        return new_state, metrics
+
+    # ------------------------------------------------------------------------ evaluation
+    def evaluate(self, params) -> jax.Array:
+        """Greedy accuracy of `params` on the fixed held-out prompts."""
+        return greedy_accuracy(self.policy, params, self.eval_prompts, self.eval_answers,
+                               self.config.response_length)
+
+    def run(self, state: TokenState, hp: TokenHParams,
+            num_periods: int) -> tuple[TokenState, dict]:
+        """`num_periods` x (`eval_every` updates, then one evaluation); per-update scalar
+        metrics, `eval_accuracy` NaN except at the last update of each period."""
+        per_period = self.config.eval_every
+
+        def period(state, _):
+            state, metrics = jax.lax.scan(lambda s, _: self.update(s, hp), state, None,
+                                          length=per_period)
+            metrics["eval_accuracy"] = jnp.full(per_period, jnp.nan).at[-1].set(
+                self.evaluate(state.params))
+            return state, metrics
+
+        state, metrics = jax.lax.scan(period, state, None, length=num_periods)
+        return state, jax.tree.map(lambda m: m.reshape((-1,) + m.shape[2:]), metrics)
+
+    def train(self, key: jax.Array, hp: TokenHParams) -> tuple[TokenState, dict]:
+        return self.run(self.init(key, hp), hp, self.config.num_periods)
+
+
+def make_train(config: TokenConfig, initial_params=None):
+    """`train(key, hparams) -> (state, metrics)` for `config` (validated now), starting from
+    `initial_params`, or else from the configured warm start."""
+    return TokenTrainer(config, initial_params).train
