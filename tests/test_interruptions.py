@@ -133,7 +133,10 @@ def test_overwrite_then_resume_never_restores_the_old_run(reference, tmp_path, c
     assert "belongs to another run" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("damage", ["truncate", "metadata", "identity"])
+# A damaged checkpoint must be recognised before Orbax reads it: a failed Orbax read leaves
+# background reads that print stray tracebacks later.
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("damage", ["truncate", "flip", "metadata", "identity"])
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(reference, tmp_path, capsys,
                                                                damage):
     out = tmp_path / "run"
@@ -142,6 +145,11 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(reference, tmp_p
     if damage == "truncate":
         for data in (newest / "tree").rglob("d/*"):
             data.write_bytes(data.read_bytes()[:10])
+    elif damage == "flip":  # same size, one byte changed
+        data = max((newest / "tree").rglob("d/*"), key=lambda f: f.stat().st_size)
+        content = bytearray(data.read_bytes())
+        content[len(content) // 2] ^= 0xFF
+        data.write_bytes(bytes(content))
     elif damage == "metadata":
         (newest / "tree" / "_METADATA").write_text("{garbled")
     else:

@@ -1,7 +1,9 @@
 """Checkpoints of the complete training state between chunks, each tied to its run.
 
-`checkpoint/<step>/` holds the Orbax tree (`tree/`) and `identity.json`, the identity of the
-run that wrote it. A checkpoint is written into `<step>.partial/` and renamed into place only
+`checkpoint/<step>/` holds the Orbax tree (`tree/`) and `identity.json`: the identity of the
+run that wrote it and the size and SHA-256 of every file of the tree, checked before the tree
+is handed to Orbax, so a truncated or altered checkpoint is recognised (and skipped) without
+reading it. A checkpoint is written into `<step>.partial/` and renamed into place only
 once complete, so a process killed mid-write leaves a `.partial` folder (removed when the run
 folder is next opened) and never a half-written `<step>/`. Only the newest `keep` checkpoints
 are kept, the older ones deleted after a new one is committed.
@@ -9,6 +11,7 @@ are kept, the older ones deleted after a new one is committed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -61,7 +64,8 @@ class Checkpoints:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._checkpointer.save(partial / "tree", args=ocp.args.StandardSave(
                 _without_empty(tree)))
-            io.write_json(partial / IDENTITY_FILE, {"run_identity": self.identity, "step": step})
+            io.write_json(partial / IDENTITY_FILE, {"run_identity": self.identity, "step": step,
+                                                    "files": _manifest(partial / "tree")})
             if before_commit is not None:
                 before_commit()
             if final.exists():  # the same step written again by a resumed run
@@ -84,7 +88,8 @@ class Checkpoints:
         for step in self.steps():
             path = self.directory / str(step)
             try:
-                owner = json.loads((path / IDENTITY_FILE).read_text())["run_identity"]
+                identity = json.loads((path / IDENTITY_FILE).read_text())
+                owner, files = identity["run_identity"], identity["files"]
             except (OSError, ValueError, KeyError, TypeError) as error:
                 warn(f"skipping damaged checkpoint {str(path)!r} ({IDENTITY_FILE} unreadable: "
                      f"{_first_line(error)}); trying the previous one")
@@ -93,6 +98,11 @@ class Checkpoints:
                 raise ValueError(
                     f"cannot resume: checkpoint {str(path)!r} belongs to another run (identity "
                     f"{owner}, this run is {self.identity}); start the run again with --overwrite")
+            damaged = _first_mismatch(path / "tree", files)
+            if damaged is not None:
+                warn(f"skipping damaged checkpoint {str(path)!r} ({damaged}); "
+                     f"trying the previous one")
+                continue
             try:
                 return step, self._restore(path / "tree", like)
             except Exception as error:  # Orbax/TensorStore raise many types for damaged files
@@ -109,9 +119,37 @@ class Checkpoints:
         self._checkpointer.close()
 
 
-def _first_line(error: BaseException) -> str:
+def _first_line(error: BaseException, limit: int = 240) -> str:
     text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+    line = f"{type(error).__name__}: {text[0] if text else ''}"
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _manifest(tree: Path) -> dict[str, list]:
+    """`{relative path: [size, sha256]}` of every file under `tree`."""
+    return {str(f.relative_to(tree)): [f.stat().st_size, _sha256(f)]
+            for f in sorted(tree.rglob("*")) if f.is_file()}
+
+
+def _first_mismatch(tree: Path, manifest: dict[str, list]) -> str | None:
+    """What differs first between the files under `tree` and `manifest`, or None."""
+    for name, (size, digest) in manifest.items():
+        f = tree / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != size:
+            return f"{name} has {f.stat().st_size} bytes, {size} were written"
+        if _sha256(f) != digest:
+            return f"{name} differs from what was written"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _without_empty(tree: Any) -> Any:
