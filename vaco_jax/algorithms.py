@@ -118,7 +118,8 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               description="PPO-clip on pi_theta/pi_T, old log-probs recomputed at phase start, "
                           "no staleness correction (what most asynchronous systems run)"),
     Algorithm("ppo_kl", "gae", _ppo_kl, adaptive_kl=True,
-              description="PPO with a KL(beta || pi_theta) penalty, adaptive coefficient"),
+              description="PPO with a KL(beta || pi_theta) penalty, its coefficient adapted to "
+                          "the phase's KL(pi_T || pi_T+1)"),
     Algorithm("spo", "gae", _spo, description="Simple policy optimisation (quadratic ratio penalty)"),
     Algorithm("decoupled_ppo", "gae", _decoupled_ppo,
               description="Clip pi_theta/pi_T, weight by truncated staleness pi_T/beta (Hilton et al.)"),

@@ -127,6 +127,10 @@ class HParams:
     ess_target: Any = 0.5
     kl_coef: Any = 0.2
     kl_target: Any = 0.01
+    # The range of the adaptive KL coefficient: without it a KL the penalty cannot lower would
+    # double or halve the coefficient without end.
+    kl_coef_min: Any = 1e-4
+    kl_coef_max: Any = 1e3
     entropy_coef: Any = 0.0
     value_coef: Any = 0.5
     max_grad_norm: Any = 0.5
@@ -226,13 +230,20 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
         validate_hparams(config, hparams)
 
 
+def adapts_kl_coef(config: TrainConfig) -> bool:
+    """Whether the run adapts its KL coefficient between phases (`adaptive_kl` algorithms)."""
+    from vaco_jax import algorithms  # local: the registry imports this module
+
+    return config.adaptive_kl and algorithms.ALGORITHMS[config.algo].adaptive_kl
+
+
 def validate_hparams(config: TrainConfig, hparams: HParams) -> None:
     values = {n: np.asarray(getattr(hparams, n), np.float64) for n in HParams.field_names()}
     for name, array in values.items():
         if not np.all(np.isfinite(array)):
             raise ValueError(f"hyper-parameter {name} must be finite, got {array.tolist()}")
     for name in ("learning_rate", "clip_eps", "rho_bar", "c_bar", "rho_bar_pg", "is_cap",
-                 "ess_target", "max_grad_norm"):
+                 "ess_target", "max_grad_norm", "kl_coef_min"):
         if np.any(values[name] <= 0):
             raise ValueError(f"hyper-parameter {name} must be > 0, got {values[name].tolist()}")
     for name in ("tv_delta", "kl_coef", "kl_target", "entropy_coef", "value_coef",
@@ -242,6 +253,15 @@ def validate_hparams(config: TrainConfig, hparams: HParams) -> None:
     for name in ("gamma", "gae_lambda", "vtrace_lambda"):
         if np.any((values[name] < 0) | (values[name] > 1)):
             raise ValueError(f"hyper-parameter {name} must lie in [0, 1], got {values[name].tolist()}")
+    low, high = values["kl_coef_min"], values["kl_coef_max"]
+    if np.any(low > high):
+        raise ValueError(f"hyper-parameter kl_coef_min must be <= kl_coef_max, got kl_coef_min="
+                         f"{low.tolist()} and kl_coef_max={high.tolist()}")
+    if adapts_kl_coef(config) and np.any((values["kl_coef"] < low) | (values["kl_coef"] > high)):
+        raise ValueError(f"hyper-parameter kl_coef must lie in [kl_coef_min, kl_coef_max] for the "
+                         f"adaptive coefficient of algo={config.algo!r}, got kl_coef="
+                         f"{values['kl_coef'].tolist()}, kl_coef_min={low.tolist()} and "
+                         f"kl_coef_max={high.tolist()}")
     lag = values["lag"]
     if config.lag_model == "geometric":
         if np.any((lag <= 0) | (lag > 1)):

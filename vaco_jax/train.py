@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -22,7 +23,7 @@ from flax import struct
 
 from vaco_jax import estimators, losses
 from vaco_jax.algorithms import ALGORITHMS, PolicyTerms
-from vaco_jax.config import HParams, TrainConfig, validate
+from vaco_jax.config import HParams, TrainConfig, adapts_kl_coef, validate
 from vaco_jax.envs import make_env
 from vaco_jax.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
@@ -285,6 +286,21 @@ class Trainer:
             epoch, (state.params, state.opt_state), jax.random.split(key, self.config.epochs))
         return params, opt_state, jax.tree.map(jnp.mean, metrics)
 
+    def phase_kl(self, state: TrainState, params: dict, batch: PhaseBatch) -> jax.Array:
+        """KL(pi_T || pi_T+1) between the learner before and after a phase, on its batch.
+
+        The KL the adaptive penalty rule is defined on: it measures the phase's own step, which
+        the penalty controls, and none of the backward lag KL(beta || pi_T), which no step can
+        remove. The samples come from the behaviour policies, so each is weighted by
+        `pi_T / beta`, self-normalised (`losses.weighted_kl_estimate`). Both policies use the
+        phase's normaliser statistics: the KL is that of the optimisation alone.
+        """
+        log_prob = self.model.log_prob(Policy(params["actor"], state.obs_stats), batch.obs,
+                                       batch.action)
+        chex.assert_equal_shape([log_prob, batch.phase_log_prob, batch.behaviour_log_prob])
+        return losses.weighted_kl_estimate(log_prob - batch.phase_log_prob,
+                                           batch.phase_log_prob - batch.behaviour_log_prob)
+
     # ----------------------------------------------------------------------------- update
     def collect(self, state: TrainState, key: jax.Array,
                 hp: HParams) -> tuple[EpisodeState, Transitions]:
@@ -321,8 +337,9 @@ class Trainer:
         obs_stats = update_stats(state.obs_stats, data.obs) if cfg.normalize_observations \
             else state.obs_stats
         kl_coef = state.kl_coef
-        if self.algorithm.adaptive_kl and cfg.adaptive_kl:
-            kl_coef = losses.adaptive_kl_coef(kl_coef, metrics["behaviour_kl"], hp.kl_target)
+        if adapts_kl_coef(cfg):
+            kl_coef = losses.adaptive_kl_coef(kl_coef, self.phase_kl(state, params, batch),
+                                              hp.kl_target, hp.kl_coef_min, hp.kl_coef_max)
         new_state = state.replace(
             params=params, opt_state=opt_state, obs_stats=obs_stats, reward_scaling=reward_scaling,
             buffer=push(state.buffer, Policy(params["actor"], obs_stats)),
