@@ -58,6 +58,7 @@ def test_lag_zero_is_synchronous_training_bit_for_bit():
     key = jax.random.PRNGKey(7)
     synchronous = jax.jit(make_train(TOY.replace(lag_model="fixed", buffer_capacity=1)))(key, hp)
     lag_zero = [dict(lag_model=m) for m in ("fixed", "uniform", "bounded", "in_flight")]
+    lag_zero += [dict(lag_model="uniform", lag_warmup="redraw")]
     for changes in lag_zero + [dict(lag_model="empirical", lag_probabilities=(1.0,))]:
         lagged = jax.jit(make_train(TOY.replace(buffer_capacity=8, **changes)))(key, hp)
         _assert_trees_equal(lagged[0].params, synchronous[0].params)
@@ -210,6 +211,12 @@ def test_forward_diagnostics_are_weighted_to_the_phase_policy():
 def test_tv_estimator_is_validated_before_compilation():
     with pytest.raises(ValueError, match="tv_estimator.*unweighted.*weighted"):
         Trainer(TOY.replace(tv_estimator="importance"))
+
+
+@pytest.mark.parametrize("field,value,allowed", [("lag_warmup", "wait", "clip, redraw")])
+def test_options_are_validated_before_compilation(field, value, allowed):
+    with pytest.raises(ValueError, match=f"{field}='{value}'.*{allowed}"):
+        Trainer(TOY.replace(**{field: value}))
 
 
 # ---------------------------------------------------------------- adaptive KL coefficient

@@ -17,6 +17,7 @@ from flax import struct
 
 LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor", "bounded", "in_flight",
               "empirical")
+LAG_WARMUPS = ("clip", "redraw")  # see vaco_jax.policy_buffer.draw_lags
 TV_REFERENCES = ("phase", "behaviour")
 TV_SCOPES = ("minibatch", "batch")
 TV_ESTIMATORS = ("unweighted", "weighted")
@@ -42,6 +43,10 @@ class TrainConfig:
     lag_model: str = "fixed"
     # `empirical` only: P(lag = j) for j = 0..len-1, e.g. a histogram measured on a cluster.
     lag_probabilities: tuple[float, ...] = ()
+    # Lags drawn beyond the versions pushed so far (the first `buffer_capacity - 1` updates):
+    # `clip` acts with the oldest version, piling the excess probability there; `redraw` draws
+    # them again from the lag model restricted to the existing versions (`draw_lags`).
+    lag_warmup: str = "clip"
     episode_length: int = 1000
     actor_hidden: tuple[int, ...] = (64, 64)
     critic_hidden: tuple[int, ...] = (64, 64)
@@ -201,6 +206,7 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
         _choice("backend", config.backend, envs.backends_for(config.env))
     _choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
     _choice("lag_model", config.lag_model, LAG_MODELS)
+    _choice("lag_warmup", config.lag_warmup, LAG_WARMUPS)
     _lag_probabilities(config)
     _choice("tv_reference", config.tv_reference, TV_REFERENCES)
     _choice("tv_scope", config.tv_scope, TV_SCOPES)

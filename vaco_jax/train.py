@@ -28,8 +28,8 @@ from vaco_jax.envs import make_env
 from vaco_jax.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
                                gaussian_log_prob, init_stats, update_stats, with_log_std)
-from vaco_jax.policy_buffer import (PolicyBuffer, effective_lags, in_flight_lags, init_buffer,
-                                    init_per_actor_lags, make_behaviour, push, sample_lags)
+from vaco_jax.policy_buffer import (PolicyBuffer, draw_lags, in_flight_lags, init_buffer,
+                                    init_per_actor_lags, make_behaviour, push)
 from vaco_jax.reward_scaling import RewardScaling, init_reward_scaling, scale_rewards
 from vaco_jax.rollout import Transitions, evaluate, rollout
 
@@ -307,9 +307,8 @@ class Trainer:
         """One rollout, each environment acting with the behaviour policy its lag selects."""
         cfg = self.config
         lag_key, rollout_key = jax.random.split(key)
-        lags = sample_lags(lag_key, cfg.lag_model, hp.lag, cfg.num_envs, cfg.buffer_capacity,
-                           state.per_actor_lags, cfg.lag_probabilities)
-        lags = effective_lags(state.buffer, lags)
+        lags = draw_lags(lag_key, cfg.lag_model, hp.lag, cfg.num_envs, state.buffer,
+                         state.per_actor_lags, cfg.lag_probabilities, cfg.lag_warmup)
         if cfg.lag_model == "in_flight":
             lags = in_flight_lags(lags, cfg.rollout_length)
         behaviour = make_behaviour(state.buffer, lags, cfg.acting)
