@@ -11,7 +11,9 @@ class _Recorded(Exception):
     pass
 
 
-@pytest.mark.parametrize("flag,field,value", [("--lag-warmup", "lag_warmup", "redraw")])
+@pytest.mark.parametrize("flag,field,value", [("--lag-warmup", "lag_warmup", "redraw"),
+                                              ("--filter-normalization", "filter_normalization",
+                                               "kept")])
 def test_train_options_reach_the_config(monkeypatch, tmp_path, flag, field, value):
     recorded = {}
 
@@ -26,7 +28,9 @@ def test_train_options_reach_the_config(monkeypatch, tmp_path, flag, field, valu
 
 
 @pytest.mark.parametrize("flag,message", [
-    ("--lag-warmup", "lag_warmup='bogus' is not supported; allowed values: clip, redraw")])
+    ("--lag-warmup", "lag_warmup='bogus' is not supported; allowed values: clip, redraw"),
+    ("--filter-normalization",
+     "filter_normalization='bogus' is not supported; allowed values: all, kept")])
 def test_train_refuses_an_unknown_value_naming_the_field(tmp_path, capsys, flag, message):
     assert cli.main([*ARGS, flag, "bogus", "--out", str(tmp_path / "run")]) == 2
     assert message in capsys.readouterr().err

@@ -7,11 +7,11 @@ import pytest
 
 from engine_configs import TOY
 from vaco_jax import estimators
-from vaco_jax.algorithms import ALGORITHMS
+from vaco_jax.algorithms import ALGORITHMS, PolicyTerms
 from vaco_jax.config import HParams, validate
 from vaco_jax.networks import Policy
 from vaco_jax.policy_buffer import push
-from vaco_jax.train import METRICS, Trainer, make_train
+from vaco_jax.train import METRICS, PhaseBatch, Trainer, make_train
 
 
 def _assert_trees_equal(a, b):
@@ -213,7 +213,48 @@ def test_tv_estimator_is_validated_before_compilation():
         Trainer(TOY.replace(tv_estimator="importance"))
 
 
-@pytest.mark.parametrize("field,value,allowed", [("lag_warmup", "wait", "clip, redraw")])
+def test_tv_estimator_changes_the_filter_decision():
+    # Support {0, 1, 2} enumerated with the behaviour policy's frequencies (as in
+    # test_losses_diagnostics): the plain mean over beta's samples gives TV = 0.15625 > delta,
+    # TV(pi_theta, pi_T) itself is 0.1 < delta, so only the unweighted filter drops samples.
+    behaviour = jnp.log(jnp.array([0.5, 0.5, 0.25, 0.25]))
+    phase = jnp.log(jnp.array([0.2, 0.2, 0.4, 0.4]))  # pi_T
+    log_prob = jnp.log(jnp.array([0.3, 0.3, 0.3, 0.4]))  # pi_theta
+    mb = PhaseBatch(**{name: None for name in PhaseBatch.__dataclass_fields__}).replace(
+        phase_log_prob=phase, behaviour_log_prob=behaviour)
+    hp = HParams.create(tv_delta=0.12)
+    decisions = {}
+    for estimator in ("unweighted", "weighted"):
+        trainer = Trainer(TOY.replace(algo="vaco", tv_estimator=estimator))
+        terms = PolicyTerms(log_prob=log_prob, behaviour_log_prob=behaviour, phase_log_prob=phase,
+                            advantages=jnp.ones(4), tv_log_rho=trainer._tv_log_rho(log_prob, mb),
+                            tv=trainer._filter_tv(log_prob, mb), kl_coef=jnp.asarray(0.0))
+        _, decisions[estimator] = ALGORITHMS["vaco"].policy_loss(terms, hp)
+    np.testing.assert_allclose(decisions["unweighted"]["tv"], 0.15625, rtol=1e-6)
+    np.testing.assert_allclose(decisions["weighted"]["tv"], 0.1, rtol=1e-6)
+    # rho = (1.5, 1.5, 0.75, 1) with A = 1: the two samples with rho > 1 raise TV.
+    assert float(decisions["unweighted"]["filter_fraction"]) == 0.5
+    assert float(decisions["weighted"]["filter_fraction"]) == 0.0
+
+
+def test_filter_normalization_divides_by_the_kept_samples():
+    trainer, hp, state, _, batch = _collect_phase("vaco")
+    moved = jax.tree.map(lambda p: p * 1.3, state.params)
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+    hp = hp.replace(tv_delta=jnp.asarray(0.0))
+    losses = {}
+    for normalization in ("all", "kept"):
+        trainer = Trainer(trainer.config.replace(filter_normalization=normalization))
+        losses[normalization] = trainer._loss(moved, flat, state.obs_stats, state.kl_coef, None,
+                                              hp)[1]
+    kept = 1.0 - float(losses["all"]["filter_fraction"])
+    assert 0.0 < kept < 1.0
+    np.testing.assert_allclose(losses["all"]["policy_loss"], kept * losses["kept"]["policy_loss"],
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("field,value,allowed", [
+    ("lag_warmup", "wait", "clip, redraw"), ("filter_normalization", "kept_only", "all, kept")])
 def test_options_are_validated_before_compilation(field, value, allowed):
     with pytest.raises(ValueError, match=f"{field}='{value}'.*{allowed}"):
         Trainer(TOY.replace(**{field: value}))

@@ -85,6 +85,8 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--tv-reference", default=defaults.tv_reference)
     p.add_argument("--tv-scope", default=defaults.tv_scope)
     p.add_argument("--tv-estimator", default=defaults.tv_estimator)
+    p.add_argument("--filter-normalization", default=defaults.filter_normalization,
+                   help="VACO's filtered mean divides by all samples (all) or the kept ones (kept)")
     p.add_argument("--acting", default=defaults.acting,
                    help="per-environment policy strategy: gather or select")
     p.add_argument("--reward-scaling", default=defaults.reward_scaling,
@@ -130,7 +132,8 @@ def _train(args) -> int:
             episode_length=args.episode_length, eval_every=args.eval_every,
             num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
             critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
-            tv_scope=args.tv_scope, tv_estimator=args.tv_estimator, acting=args.acting,
+            tv_scope=args.tv_scope, tv_estimator=args.tv_estimator,
+            filter_normalization=args.filter_normalization, acting=args.acting,
             reward_scaling=args.reward_scaling,
             advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip)
         hparams = HParams.create(lag=lag, **dict(args.hparam))

@@ -21,6 +21,7 @@ LAG_WARMUPS = ("clip", "redraw")  # see vaco_jax.policy_buffer.draw_lags
 TV_REFERENCES = ("phase", "behaviour")
 TV_SCOPES = ("minibatch", "batch")
 TV_ESTIMATORS = ("unweighted", "weighted")
+FILTER_NORMALIZATIONS = ("all", "kept")
 ACTING_STRATEGIES = ("gather", "select")
 ADVANTAGE_NORMALIZATIONS = ("scale", "standardize", "none")
 REWARD_SCALINGS = ("return_std", "none")  # see vaco_jax.reward_scaling
@@ -68,6 +69,10 @@ class TrainConfig:
     # `weighted` importance-weights each sample by `ref/beta` (self-normalised) so that it
     # estimates TV(pi_theta, ref) itself.
     tv_estimator: str = "unweighted"
+    # The denominator of VACO's filtered surrogate: `all` divides by every sample of the
+    # minibatch (filtering zeroes terms, so it also shrinks the step), `kept` by the samples the
+    # filter keeps (filtering changes the step's direction only; 0 when nothing is kept).
+    filter_normalization: str = "all"
     acting: str = "gather"
 
     @property
@@ -211,6 +216,7 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
     _choice("tv_reference", config.tv_reference, TV_REFERENCES)
     _choice("tv_scope", config.tv_scope, TV_SCOPES)
     _choice("tv_estimator", config.tv_estimator, TV_ESTIMATORS)
+    _choice("filter_normalization", config.filter_normalization, FILTER_NORMALIZATIONS)
     _choice("acting", config.acting, ACTING_STRATEGIES)
     _choice("advantage_normalization", config.advantage_normalization, ADVANTAGE_NORMALIZATIONS)
     _choice("reward_scaling", config.reward_scaling, REWARD_SCALINGS)

@@ -215,7 +215,7 @@ class Trainer:
                             phase_log_prob=mb.phase_log_prob, advantages=advantages,
                             tv_log_rho=self._tv_log_rho(log_prob, mb),
                             tv=self._filter_tv(log_prob, mb) if tv is None else tv,
-                            kl_coef=kl_coef)
+                            kl_coef=kl_coef, filter_normalization=self.config.filter_normalization)
         policy_loss, policy_metrics = self.algorithm.policy_loss(terms, hp)
         # value_clip_eps = 0 switches clipping off: an infinite range leaves the values unclipped.
         clip_eps = jnp.where(hp.value_clip_eps > 0, hp.value_clip_eps, jnp.inf)
