@@ -1,5 +1,6 @@
-"""Registry entries that differ only in which ratio they clip."""
+"""Registry entries: the ratio each one clips, VACO's filtered mean."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -35,3 +36,51 @@ def test_ppo_recompute_clips_the_phase_ratio_and_ppo_the_behaviour_ratio():
     np.testing.assert_allclose(
         recompute, losses.ppo_clip_loss(terms.log_prob - phase, terms.advantages, 0.2)[0], rtol=1e-6)
     assert ALGORITHMS["ppo_recompute"].advantages == ALGORITHMS["ppo"].advantages == "gae"
+
+
+def _filtered_terms(ratio, advantages, filter_normalization):
+    """VACO's inputs with `pi_T = beta` and `pi_T` as the filter's reference: `rho = r_T = r`."""
+    log_prob = jnp.log(jnp.array(ratio))
+    return PolicyTerms(log_prob=log_prob, behaviour_log_prob=jnp.zeros(4),
+                       phase_log_prob=jnp.zeros(4), advantages=jnp.array(advantages),
+                       tv_log_rho=log_prob, tv=None, kl_coef=jnp.asarray(0.0),
+                       filter_normalization=filter_normalization)
+
+
+def _vaco_loss_and_grad(terms, hp):
+    def loss(log_prob):
+        return ALGORITHMS["vaco"].policy_loss(
+            terms.replace(log_prob=log_prob, tv_log_rho=log_prob), hp)
+    (value, metrics), grad = jax.value_and_grad(loss, has_aux=True)(terms.log_prob)
+    return value, metrics, grad
+
+
+def test_filter_normalization_divides_by_all_or_by_the_kept_samples():
+    # rho = (1, 1.5, 0.7, 1.1): TV = 0.5 mean|rho - 1| = 0.1125 > delta = 0.1, so the filter
+    # drops the samples with A sign(rho - 1) > 0, the second and third; it keeps rho = 1 (no
+    # sign) and the fourth, which pulls rho back towards 1.
+    hp = HParams.create(tv_delta=0.1)
+    ratio, advantages = [1.0, 1.5, 0.7, 1.1], [1.0, 1.0, -1.0, -2.0]
+    kept_terms = -(1.0 * 1.0 + 1.1 * -2.0)
+    results = {n: _vaco_loss_and_grad(_filtered_terms(ratio, advantages, n), hp)
+               for n in ("all", "kept")}
+    for normalization, count in (("all", 4), ("kept", 2)):
+        value, metrics, grad = results[normalization]
+        np.testing.assert_allclose(metrics["tv"], 0.1125, rtol=1e-6)
+        np.testing.assert_allclose(metrics["filter_fraction"], 0.5)
+        np.testing.assert_allclose(value, kept_terms / count, rtol=1e-6)
+        # d(-rho A)/d log rho = -rho A on the kept samples, divided by the count; 0 elsewhere.
+        np.testing.assert_allclose(grad, [-1.0 / count, 0.0, 0.0, 2.2 / count], rtol=1e-6)
+    # Below the threshold nothing is dropped and the two normalisations agree.
+    quiet = HParams.create(tv_delta=0.2)
+    np.testing.assert_allclose(
+        *(_vaco_loss_and_grad(_filtered_terms(ratio, advantages, n), quiet)[0]
+          for n in ("all", "kept")), rtol=1e-6)
+
+
+def test_kept_normalization_gives_zero_when_the_filter_drops_every_sample():
+    # Every sample has A sign(rho - 1) > 0, so all are dropped: no step, not 0 / 0.
+    terms = _filtered_terms([1.5, 0.7, 1.2, 0.6], [1.0, -1.0, 1.0, -1.0], "kept")
+    value, metrics, grad = _vaco_loss_and_grad(terms, HParams.create(tv_delta=0.1))
+    assert float(metrics["filter_fraction"]) == 1.0
+    assert float(value) == 0.0 and np.all(np.asarray(grad) == 0.0)

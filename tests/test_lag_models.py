@@ -1,4 +1,5 @@
-"""Lag models: every model's drawn lags follow its stated distribution (chi-square tests)."""
+"""Lag models: every model's drawn lags follow its stated distribution (chi-square tests), on a
+full buffer and, under both `lag_warmup` options, before it is full."""
 
 import jax
 import jax.numpy as jnp
@@ -7,9 +8,9 @@ import pytest
 from scipy import stats
 
 from engine_configs import TOY
-from vaco_jax.config import HParams, TrainConfig, validate
-from vaco_jax.policy_buffer import in_flight_lags, sample_lags
-from vaco_jax.train import make_train
+from vaco_jax.config import LAG_WARMUPS, HParams, TrainConfig, validate
+from vaco_jax.policy_buffer import PolicyBuffer, draw_lags, in_flight_lags, push, sample_lags
+from vaco_jax.train import Trainer, make_train
 
 CAPACITY = 8
 DRAWS = 20_000
@@ -21,7 +22,7 @@ def _expected(lag_model, lag, probabilities=()):
     j = np.arange(CAPACITY)
     if lag_model == "fixed":
         return (j == lag).astype(float)
-    if lag_model in ("uniform", "per_actor"):
+    if lag_model in ("uniform", "per_actor", "in_flight"):
         return (j <= lag) / (lag + 1)
     if lag_model == "geometric":
         weights = lag * (1 - lag) ** j
@@ -34,12 +35,12 @@ def _expected(lag_model, lag, probabilities=()):
 
 
 def _p_value(lags, expected):
-    counts = np.bincount(np.asarray(lags), minlength=CAPACITY)
+    counts = np.bincount(np.ravel(lags), minlength=CAPACITY)
     support = expected > 0
     assert counts[~support].sum() == 0, "a lag outside the model's support was drawn"
     if support.sum() == 1:
         return 1.0
-    return stats.chisquare(counts[support], DRAWS * expected[support]).pvalue
+    return stats.chisquare(counts[support], counts.sum() * expected[support]).pvalue
 
 
 CASES = [("fixed", 3, ()), ("uniform", 4, ()), ("geometric", 0.3, ()), ("per_actor", 2, ()),
@@ -138,4 +139,85 @@ def test_sweeps_and_cli_accept_an_empirical_histogram(tmp_path):
         0.5, 0.3, 0.2)
     (tmp_path / "bad.toml").write_text(text.format("[0.5, 0.6]"))
     with pytest.raises(ValueError, match="lag_probabilities must sum to 1"):
+        load_experiment(tmp_path / "bad.toml")
+
+
+# ---------------------------------------------------------------- before the buffer is full
+
+AVAILABLE = 3  # versions pushed so far: lags 0..2 exist, 3..CAPACITY-1 do not yet
+WARMUP_CASES = [("uniform", 5, ()), ("in_flight", 5, ()), ("geometric", 0.3, ()),
+                ("bounded", 5, ()), ("bounded", 1, ()), ("empirical", 0, (0.1, 0.2, 0.0, 0.3, 0.4)),
+                ("empirical", 0, (0.0, 0.0, 0.0, 0.5, 0.5)), ("fixed", 5, ()), ("per_actor", 5, ())]
+
+
+def _buffer(versions):
+    """A buffer after `versions - 1` pushes (the lags only read its version and capacity)."""
+    return PolicyBuffer(policies=jnp.zeros((CAPACITY, 1)), latest_version=jnp.int32(versions - 1))
+
+
+def _warmup_expected(lag_model, lag, probabilities, warmup):
+    """The distribution over existing lags: the excess piled onto the oldest version (`clip`)
+    or the model restricted and renormalised (`redraw`; a point mass, or a model without mass
+    on the existing versions, has nothing to renormalise and piles as `clip` does)."""
+    expected = _expected(lag_model, lag, probabilities)
+    head = expected[:AVAILABLE].copy()
+    if warmup == "clip" or lag_model in ("fixed", "per_actor") or head.sum() == 0:
+        head[-1] += expected[AVAILABLE:].sum()
+    else:
+        head /= head.sum()
+    return np.pad(head, (0, CAPACITY - AVAILABLE))
+
+
+def _draw_lags(lag_model, lag, probabilities, buffer, warmup, key=jax.random.PRNGKey(0)):
+    per_actor = jax.random.randint(jax.random.PRNGKey(1), (DRAWS,), 0, int(lag) + 1)
+    return draw_lags(key, lag_model, jnp.float32(lag), DRAWS, buffer, per_actor, probabilities,
+                     warmup)
+
+
+@pytest.mark.parametrize("lag_model,lag,probabilities", WARMUP_CASES)
+def test_lags_before_the_buffer_is_full_are_clipped_or_redrawn(lag_model, lag, probabilities):
+    drawn = {w: _draw_lags(lag_model, lag, probabilities, _buffer(AVAILABLE), w)
+             for w in LAG_WARMUPS}
+    expected = {w: _warmup_expected(lag_model, lag, probabilities, w) for w in LAG_WARMUPS}
+    for warmup in LAG_WARMUPS:
+        assert _p_value(drawn[warmup], expected[warmup]) > 1e-3, warmup
+    if not np.allclose(expected["clip"], expected["redraw"]):  # the test tells them apart
+        assert _p_value(drawn["redraw"], expected["clip"]) < 1e-6
+
+
+LAG_ZERO_CASES = [("uniform", 0, ()), ("in_flight", 0, ()), ("geometric", 1.0, ()),
+                  ("bounded", 0, ()), ("empirical", 0, (1.0,)), ("fixed", 0, ()),
+                  ("per_actor", 0, ())]
+
+
+@pytest.mark.parametrize("case,versions",
+                         [(c, v) for c in LAG_ZERO_CASES for v in (1, AVAILABLE, CAPACITY)] +
+                         [(c, v) for c in WARMUP_CASES for v in (CAPACITY, 3 * CAPACITY + 1)])
+def test_redraw_equals_clip_at_lag_zero_and_on_a_full_buffer(case, versions):
+    clip, redraw = (_draw_lags(*case, _buffer(versions), w) for w in LAG_WARMUPS)
+    np.testing.assert_array_equal(clip, redraw)
+
+
+def test_the_trainer_draws_its_lags_with_the_configured_warmup():
+    config = TOY.replace(lag_model="uniform", num_envs=DRAWS, rollout_length=1, minibatches=1)
+    hp = HParams.create(lag=5.0)
+    for warmup in LAG_WARMUPS:
+        trainer = Trainer(config.replace(buffer_capacity=CAPACITY, lag_warmup=warmup))
+        state = trainer.init(jax.random.PRNGKey(0), hp)
+        for _ in range(AVAILABLE - 1):
+            state = state.replace(buffer=push(state.buffer, state.policy))
+        _, data = trainer.collect(state, jax.random.PRNGKey(1), hp)
+        gaps = state.buffer.latest_version - data.behaviour_version
+        assert _p_value(gaps, _warmup_expected("uniform", 5, (), warmup)) > 1e-3, warmup
+
+
+def test_sweeps_accept_a_lag_warmup(tmp_path):
+    from vaco_jax.sweep import load_experiment
+
+    text = ('name = "w"\ntasks = ["toy_reach"]\nalgos = ["ppo"]\nseeds = 1\n'
+            '[lag]\nmodel = "uniform"\nlevels = [2]\n[config]\nlag_warmup = "{}"\n')
+    (tmp_path / "good.toml").write_text(text.format("redraw"))
+    assert load_experiment(tmp_path / "good.toml").groups[0].config.lag_warmup == "redraw"
+    (tmp_path / "bad.toml").write_text(text.format("renormalise"))
+    with pytest.raises(ValueError, match="lag_warmup='renormalise'.*clip, redraw"):
         load_experiment(tmp_path / "bad.toml")

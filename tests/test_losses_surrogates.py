@@ -115,6 +115,12 @@ def test_adaptive_kl_coef(call):
     np.testing.assert_allclose(call(adaptive_kl_coef, 1.0, observed, 2.0), [2, 1, 1, 1, 0.5])
 
 
+def test_adaptive_kl_coef_is_clipped_to_its_bounds(call):
+    # Target 2, bounds [0.5, 2]: 2 doubled to 4 -> 2, 0.5 halved to 0.25 -> 0.5, 1 unchanged.
+    coefs = call(adaptive_kl_coef, f32(2.0, 0.5, 1.0), f32(9.0, 0.1, 2.0), 2.0, 0.5, 2.0)
+    np.testing.assert_allclose(coefs, [2.0, 0.5, 1.0])
+
+
 def test_adaptive_kl_coef_vmaps_over_its_state():
     coefs = jax.vmap(adaptive_kl_coef, (0, 0, None))(f32(1.0, 4.0, 0.2), f32(9.0, 0.1, 2.0), 2.0)
     np.testing.assert_allclose(coefs, [2.0, 2.0, 0.2])

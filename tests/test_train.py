@@ -7,10 +7,11 @@ import pytest
 
 from engine_configs import TOY
 from vaco_jax import estimators
-from vaco_jax.algorithms import ALGORITHMS
-from vaco_jax.config import HParams
+from vaco_jax.algorithms import ALGORITHMS, PolicyTerms
+from vaco_jax.config import HParams, validate
 from vaco_jax.networks import Policy
-from vaco_jax.train import METRICS, Trainer, make_train
+from vaco_jax.policy_buffer import push
+from vaco_jax.train import METRICS, PhaseBatch, Trainer, make_train
 
 
 def _assert_trees_equal(a, b):
@@ -57,6 +58,7 @@ def test_lag_zero_is_synchronous_training_bit_for_bit():
     key = jax.random.PRNGKey(7)
     synchronous = jax.jit(make_train(TOY.replace(lag_model="fixed", buffer_capacity=1)))(key, hp)
     lag_zero = [dict(lag_model=m) for m in ("fixed", "uniform", "bounded", "in_flight")]
+    lag_zero += [dict(lag_model="uniform", lag_warmup="redraw")]
     for changes in lag_zero + [dict(lag_model="empirical", lag_probabilities=(1.0,))]:
         lagged = jax.jit(make_train(TOY.replace(buffer_capacity=8, **changes)))(key, hp)
         _assert_trees_equal(lagged[0].params, synchronous[0].params)
@@ -209,3 +211,116 @@ def test_forward_diagnostics_are_weighted_to_the_phase_policy():
 def test_tv_estimator_is_validated_before_compilation():
     with pytest.raises(ValueError, match="tv_estimator.*unweighted.*weighted"):
         Trainer(TOY.replace(tv_estimator="importance"))
+
+
+def test_tv_estimator_changes_the_filter_decision():
+    # Support {0, 1, 2} enumerated with the behaviour policy's frequencies (as in
+    # test_losses_diagnostics): the plain mean over beta's samples gives TV = 0.15625 > delta,
+    # TV(pi_theta, pi_T) itself is 0.1 < delta, so only the unweighted filter drops samples.
+    behaviour = jnp.log(jnp.array([0.5, 0.5, 0.25, 0.25]))
+    phase = jnp.log(jnp.array([0.2, 0.2, 0.4, 0.4]))  # pi_T
+    log_prob = jnp.log(jnp.array([0.3, 0.3, 0.3, 0.4]))  # pi_theta
+    mb = PhaseBatch(**{name: None for name in PhaseBatch.__dataclass_fields__}).replace(
+        phase_log_prob=phase, behaviour_log_prob=behaviour)
+    hp = HParams.create(tv_delta=0.12)
+    decisions = {}
+    for estimator in ("unweighted", "weighted"):
+        trainer = Trainer(TOY.replace(algo="vaco", tv_estimator=estimator))
+        terms = PolicyTerms(log_prob=log_prob, behaviour_log_prob=behaviour, phase_log_prob=phase,
+                            advantages=jnp.ones(4), tv_log_rho=trainer._tv_log_rho(log_prob, mb),
+                            tv=trainer._filter_tv(log_prob, mb), kl_coef=jnp.asarray(0.0))
+        _, decisions[estimator] = ALGORITHMS["vaco"].policy_loss(terms, hp)
+    np.testing.assert_allclose(decisions["unweighted"]["tv"], 0.15625, rtol=1e-6)
+    np.testing.assert_allclose(decisions["weighted"]["tv"], 0.1, rtol=1e-6)
+    # rho = (1.5, 1.5, 0.75, 1) with A = 1: the two samples with rho > 1 raise TV.
+    assert float(decisions["unweighted"]["filter_fraction"]) == 0.5
+    assert float(decisions["weighted"]["filter_fraction"]) == 0.0
+
+
+def test_filter_normalization_divides_by_the_kept_samples():
+    trainer, hp, state, _, batch = _collect_phase("vaco")
+    moved = jax.tree.map(lambda p: p * 1.3, state.params)
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+    hp = hp.replace(tv_delta=jnp.asarray(0.0))
+    losses = {}
+    for normalization in ("all", "kept"):
+        trainer = Trainer(trainer.config.replace(filter_normalization=normalization))
+        losses[normalization] = trainer._loss(moved, flat, state.obs_stats, state.kl_coef, None,
+                                              hp)[1]
+    kept = 1.0 - float(losses["all"]["filter_fraction"])
+    assert 0.0 < kept < 1.0
+    np.testing.assert_allclose(losses["all"]["policy_loss"], kept * losses["kept"]["policy_loss"],
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("field,value,allowed", [
+    ("lag_warmup", "wait", "clip, redraw"), ("filter_normalization", "kept_only", "all, kept")])
+def test_options_are_validated_before_compilation(field, value, allowed):
+    with pytest.raises(ValueError, match=f"{field}='{value}'.*{allowed}"):
+        Trainer(TOY.replace(**{field: value}))
+
+
+# ---------------------------------------------------------------- adaptive KL coefficient
+
+
+def _run_updates(trainer, state, hp, n):
+    return jax.jit(lambda s: jax.lax.scan(lambda s, _: trainer.update(s, hp), s, None,
+                                          length=n))(state)
+
+
+def test_adaptive_kl_coefficient_ignores_backward_lag_the_learner_cannot_remove():
+    # The lag-3 behaviour policies of the first three updates are far from the learner, so
+    # KL(beta || pi_T) is large; with learning rate 0 the learner cannot move, the phase's
+    # KL(pi_T || pi_T+1) is 0 and the coefficient may only shrink.
+    trainer = Trainer(TOY.replace(algo="ppo_kl", lag_model="fixed"))
+    hp = HParams.create(lag=3.0, learning_rate=0.0)
+    state = trainer.init(jax.random.PRNGKey(0), hp)
+    stale = Policy(jax.tree.map(lambda p: p + 0.5, state.params["actor"]), state.obs_stats)
+    buffer = state.buffer
+    for policy in (stale, stale, stale, state.policy):
+        buffer = push(buffer, policy)
+    _, metrics = _run_updates(trainer, state.replace(buffer=buffer), hp, 4)
+    assert np.asarray(metrics["behaviour_kl"])[:3].min() > 1.5 * float(hp.kl_target)
+    coefs = np.asarray(metrics["kl_coef"])
+    assert coefs.max() <= float(hp.kl_coef) and np.all(np.diff(coefs) <= 0), coefs
+
+
+def test_adaptive_kl_coefficient_stays_within_its_bounds():
+    config = TOY.replace(algo="ppo_kl", lag_model="uniform",
+                         total_steps=TOY.steps_per_update * 12)
+    bounds = dict(kl_coef=0.2, kl_coef_min=0.05, kl_coef_max=0.8)
+    # The first run cannot move (KL 0: halved every update), the second overshoots a tiny
+    # target every phase (doubled every update); the bounds are traced, vmapped leaves.
+    hparams = HParams.stack([HParams.create(lag=2.0, learning_rate=0.0, **bounds),
+                             HParams.create(lag=2.0, learning_rate=3e-3, kl_target=1e-9, **bounds)])
+    keys = jnp.stack([jax.random.PRNGKey(0)] * 2)
+    _, metrics = jax.jit(jax.vmap(make_train(config)))(keys, hparams)
+    coefs = np.asarray(metrics["kl_coef"])
+    assert coefs.min() >= np.float32(0.05) and coefs.max() <= np.float32(0.8)
+    np.testing.assert_allclose(coefs[:, -4:], [[0.05] * 4, [0.8] * 4], rtol=1e-6)
+
+
+def test_phase_kl_is_the_weighted_kl_from_the_phase_policy_to_the_learner_after_it():
+    trainer, _, state, _, batch = _collect_phase("ppo_kl")
+    after = jax.tree.map(lambda p: p * 1.1, state.params)
+    log_prob = trainer.model.log_prob(Policy(after["actor"], state.obs_stats), batch.obs,
+                                      batch.action)
+    log_rho = np.asarray(log_prob - batch.phase_log_prob, np.float64)
+    w = np.exp(np.asarray(batch.phase_log_prob - batch.behaviour_log_prob, np.float64))
+    assert np.ptp(w) > 1e-3  # the weights matter here
+    expected = np.sum(w * (np.exp(log_rho) - 1 - log_rho)) / np.sum(w)
+    np.testing.assert_allclose(trainer.phase_kl(state, after, batch), expected, rtol=1e-4)
+    assert float(trainer.phase_kl(state, state.params, batch)) == 0.0
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(kl_coef_min=0.0), r"kl_coef_min must be > 0"),
+    (dict(kl_coef_min=2.0, kl_coef_max=1.0, kl_coef=1.5), r"kl_coef_min must be <= kl_coef_max"),
+    (dict(kl_coef=5.0, kl_coef_max=1.0), r"kl_coef must lie in \[kl_coef_min, kl_coef_max\]")])
+def test_kl_coefficient_bounds_are_validated(changes, message):
+    with pytest.raises(ValueError, match=message):
+        validate(TOY.replace(algo="ppo_kl"), HParams.create(**changes))
+
+
+def test_a_fixed_kl_coefficient_need_not_lie_in_the_adaptive_range():
+    validate(TOY.replace(algo="ppo_kl", adaptive_kl=False), HParams.create(kl_coef=0.0))

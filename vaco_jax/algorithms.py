@@ -40,6 +40,8 @@ class PolicyTerms:
     tv_log_rho: jax.Array  # log-ratio to the TV filter's reference policy
     tv: jax.Array | None  # a batch-level TV estimate overriding the minibatch one, if configured
     kl_coef: jax.Array  # current KL penalty coefficient (adaptive for ppo_kl)
+    # The denominator of the TV-filtered surrogate (`TrainConfig.filter_normalization`).
+    filter_normalization: str = struct.field(pytree_node=False, default="all")
 
 
 PolicyLoss = Callable[[PolicyTerms, HParams], tuple[jax.Array, dict]]
@@ -96,13 +98,18 @@ def _impala(t: PolicyTerms, hp: HParams):
 def _tv_filtered(surrogate_log_ratio: Callable[[PolicyTerms], jax.Array]) -> PolicyLoss:
     """VACO's surrogate `-rho A`, with the samples that would raise TV dropped above `delta`.
 
-    Dropped samples contribute zero (they stay in the normalising count), so filtering removes
-    gradient directions without rescaling the rest.
+    `filter_normalization="all"`: dropped samples contribute zero but stay in the mean's count,
+    so filtering also shrinks the step by the kept fraction. `"kept"`: the mean runs over the
+    kept samples only, so filtering changes the step's direction, not its scale (the loss is 0
+    when nothing is kept).
     """
     def loss(t: PolicyTerms, hp: HParams):
         keep, filter_metrics = losses.tv_filter_mask(t.tv_log_rho, t.advantages, hp.tv_delta, tv=t.tv)
-        value, metrics = losses.importance_sampled_loss(surrogate_log_ratio(t), t.advantages,
-                                                        weights=keep)
+        log_ratio = surrogate_log_ratio(t)
+        if t.filter_normalization == "kept":
+            value, metrics = losses.importance_sampled_loss(log_ratio, t.advantages, mask=keep)
+        else:
+            value, metrics = losses.importance_sampled_loss(log_ratio, t.advantages, weights=keep)
         return value, {**metrics, **filter_metrics}
     return loss
 
@@ -118,7 +125,8 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               description="PPO-clip on pi_theta/pi_T, old log-probs recomputed at phase start, "
                           "no staleness correction (what most asynchronous systems run)"),
     Algorithm("ppo_kl", "gae", _ppo_kl, adaptive_kl=True,
-              description="PPO with a KL(beta || pi_theta) penalty, adaptive coefficient"),
+              description="PPO with a KL(beta || pi_theta) penalty, its coefficient adapted to "
+                          "the phase's KL(pi_T || pi_T+1)"),
     Algorithm("spo", "gae", _spo, description="Simple policy optimisation (quadratic ratio penalty)"),
     Algorithm("decoupled_ppo", "gae", _decoupled_ppo,
               description="Clip pi_theta/pi_T, weight by truncated staleness pi_T/beta (Hilton et al.)"),

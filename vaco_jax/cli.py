@@ -63,6 +63,9 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--algo", default=defaults.algo, help="algorithm from the registry")
     p.add_argument("--lag", type=parse_lag, default=("fixed", 0.0, ()),
                    help="backward lag MODEL:PARAM; fixed:0 is synchronous")
+    p.add_argument("--lag-warmup", default=defaults.lag_warmup,
+                   help="lags beyond the versions pushed so far: clip (to the oldest version) or "
+                        "redraw (from the lag model restricted to the existing versions)")
     p.add_argument("--seeds", type=int, default=2, help="number of vmapped seeds (0..N-1)")
     p.add_argument("--seed-offset", type=int, default=0, help="first seed")
     p.add_argument("--total-steps", type=int, default=defaults.total_steps,
@@ -82,6 +85,8 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--tv-reference", default=defaults.tv_reference)
     p.add_argument("--tv-scope", default=defaults.tv_scope)
     p.add_argument("--tv-estimator", default=defaults.tv_estimator)
+    p.add_argument("--filter-normalization", default=defaults.filter_normalization,
+                   help="VACO's filtered mean divides by all samples (all) or the kept ones (kept)")
     p.add_argument("--acting", default=defaults.acting,
                    help="per-environment policy strategy: gather or select")
     p.add_argument("--reward-scaling", default=defaults.reward_scaling,
@@ -123,11 +128,12 @@ def _train(args) -> int:
             env=args.env, backend=args.backend, algo=args.algo, num_envs=args.num_envs,
             rollout_length=args.rollout_length, total_steps=args.total_steps, epochs=args.epochs,
             minibatches=args.minibatches, buffer_capacity=args.buffer_capacity,
-            lag_model=lag_model, lag_probabilities=lag_probabilities,
+            lag_model=lag_model, lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
             episode_length=args.episode_length, eval_every=args.eval_every,
             num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
             critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
-            tv_scope=args.tv_scope, tv_estimator=args.tv_estimator, acting=args.acting,
+            tv_scope=args.tv_scope, tv_estimator=args.tv_estimator,
+            filter_normalization=args.filter_normalization, acting=args.acting,
             reward_scaling=args.reward_scaling,
             advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip)
         hparams = HParams.create(lag=lag, **dict(args.hparam))

@@ -17,9 +17,11 @@ from flax import struct
 
 LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor", "bounded", "in_flight",
               "empirical")
+LAG_WARMUPS = ("clip", "redraw")  # see vaco_jax.policy_buffer.draw_lags
 TV_REFERENCES = ("phase", "behaviour")
 TV_SCOPES = ("minibatch", "batch")
 TV_ESTIMATORS = ("unweighted", "weighted")
+FILTER_NORMALIZATIONS = ("all", "kept")
 ACTING_STRATEGIES = ("gather", "select")
 ADVANTAGE_NORMALIZATIONS = ("scale", "standardize", "none")
 REWARD_SCALINGS = ("return_std", "none")  # see vaco_jax.reward_scaling
@@ -42,6 +44,10 @@ class TrainConfig:
     lag_model: str = "fixed"
     # `empirical` only: P(lag = j) for j = 0..len-1, e.g. a histogram measured on a cluster.
     lag_probabilities: tuple[float, ...] = ()
+    # Lags drawn beyond the versions pushed so far (the first `buffer_capacity - 1` updates):
+    # `clip` acts with the oldest version, piling the excess probability there; `redraw` draws
+    # them again from the lag model restricted to the existing versions (`draw_lags`).
+    lag_warmup: str = "clip"
     episode_length: int = 1000
     actor_hidden: tuple[int, ...] = (64, 64)
     critic_hidden: tuple[int, ...] = (64, 64)
@@ -63,6 +69,10 @@ class TrainConfig:
     # `weighted` importance-weights each sample by `ref/beta` (self-normalised) so that it
     # estimates TV(pi_theta, ref) itself.
     tv_estimator: str = "unweighted"
+    # The denominator of VACO's filtered surrogate: `all` divides by every sample of the
+    # minibatch (filtering zeroes terms, so it also shrinks the step), `kept` by the samples the
+    # filter keeps (filtering changes the step's direction only; 0 when nothing is kept).
+    filter_normalization: str = "all"
     acting: str = "gather"
 
     @property
@@ -127,6 +137,10 @@ class HParams:
     ess_target: Any = 0.5
     kl_coef: Any = 0.2
     kl_target: Any = 0.01
+    # The range of the adaptive KL coefficient: without it a KL the penalty cannot lower would
+    # double or halve the coefficient without end.
+    kl_coef_min: Any = 1e-4
+    kl_coef_max: Any = 1e3
     entropy_coef: Any = 0.0
     value_coef: Any = 0.5
     max_grad_norm: Any = 0.5
@@ -197,10 +211,12 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
         _choice("backend", config.backend, envs.backends_for(config.env))
     _choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
     _choice("lag_model", config.lag_model, LAG_MODELS)
+    _choice("lag_warmup", config.lag_warmup, LAG_WARMUPS)
     _lag_probabilities(config)
     _choice("tv_reference", config.tv_reference, TV_REFERENCES)
     _choice("tv_scope", config.tv_scope, TV_SCOPES)
     _choice("tv_estimator", config.tv_estimator, TV_ESTIMATORS)
+    _choice("filter_normalization", config.filter_normalization, FILTER_NORMALIZATIONS)
     _choice("acting", config.acting, ACTING_STRATEGIES)
     _choice("advantage_normalization", config.advantage_normalization, ADVANTAGE_NORMALIZATIONS)
     _choice("reward_scaling", config.reward_scaling, REWARD_SCALINGS)
@@ -226,13 +242,20 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
         validate_hparams(config, hparams)
 
 
+def adapts_kl_coef(config: TrainConfig) -> bool:
+    """Whether the run adapts its KL coefficient between phases (`adaptive_kl` algorithms)."""
+    from vaco_jax import algorithms  # local: the registry imports this module
+
+    return config.adaptive_kl and algorithms.ALGORITHMS[config.algo].adaptive_kl
+
+
 def validate_hparams(config: TrainConfig, hparams: HParams) -> None:
     values = {n: np.asarray(getattr(hparams, n), np.float64) for n in HParams.field_names()}
     for name, array in values.items():
         if not np.all(np.isfinite(array)):
             raise ValueError(f"hyper-parameter {name} must be finite, got {array.tolist()}")
     for name in ("learning_rate", "clip_eps", "rho_bar", "c_bar", "rho_bar_pg", "is_cap",
-                 "ess_target", "max_grad_norm"):
+                 "ess_target", "max_grad_norm", "kl_coef_min"):
         if np.any(values[name] <= 0):
             raise ValueError(f"hyper-parameter {name} must be > 0, got {values[name].tolist()}")
     for name in ("tv_delta", "kl_coef", "kl_target", "entropy_coef", "value_coef",
@@ -242,6 +265,15 @@ def validate_hparams(config: TrainConfig, hparams: HParams) -> None:
     for name in ("gamma", "gae_lambda", "vtrace_lambda"):
         if np.any((values[name] < 0) | (values[name] > 1)):
             raise ValueError(f"hyper-parameter {name} must lie in [0, 1], got {values[name].tolist()}")
+    low, high = values["kl_coef_min"], values["kl_coef_max"]
+    if np.any(low > high):
+        raise ValueError(f"hyper-parameter kl_coef_min must be <= kl_coef_max, got kl_coef_min="
+                         f"{low.tolist()} and kl_coef_max={high.tolist()}")
+    if adapts_kl_coef(config) and np.any((values["kl_coef"] < low) | (values["kl_coef"] > high)):
+        raise ValueError(f"hyper-parameter kl_coef must lie in [kl_coef_min, kl_coef_max] for the "
+                         f"adaptive coefficient of algo={config.algo!r}, got kl_coef="
+                         f"{values['kl_coef'].tolist()}, kl_coef_min={low.tolist()} and "
+                         f"kl_coef_max={high.tolist()}")
     lag = values["lag"]
     if config.lag_model == "geometric":
         if np.any((lag <= 0) | (lag > 1)):

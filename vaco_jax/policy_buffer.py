@@ -4,18 +4,24 @@ The buffer holds the last `K` policies (actor parameters with their normaliser s
 one pytree whose leaves carry a leading `[K]` axis. Every finished optimisation phase pushes the
 learner's policy, so the policy of version `v` lives in slot `v % K`. At the start of every
 rollout each environment draws the lag of its behaviour policy, in versions behind the newest.
-Lags are capped by what has been pushed so far, so the first updates of a run use the oldest
-policy available.
+Until `K` versions exist a lag can point before the first version; `draw_lags` either clips it
+onto the oldest version or draws it again among the versions that exist (`lag_warmup`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 from flax import struct
 
+from vaco_jax.config import LAG_WARMUPS
+
+# Models whose lag is a constant (per run or per environment), a point mass: restricted to the
+# existing versions there is nothing to renormalise, so `redraw` acts as `clip` for them.
+CONSTANT_LAG_MODELS = ("fixed", "per_actor")
 
 
 @struct.dataclass
@@ -63,20 +69,38 @@ def sample_lags(key: jax.Array, lag_model: str, lag: jax.Array, num_envs: int, c
         return jnp.full((num_envs,), jnp.round(lag), jnp.int32)
     if lag_model in ("uniform", "in_flight"):
         return jax.random.randint(key, (num_envs,), 0, jnp.round(lag).astype(jnp.int32) + 1)
-    if lag_model == "geometric":
-        steps = jnp.arange(capacity)
-        # The j == 0 term is written out so that p = 1 (log(0) = -inf) gives lag 0 exactly.
-        logits = jnp.where(steps == 0, 0.0, steps * jnp.log1p(-lag))
+    if lag_model in ("geometric", "empirical"):
+        logits = lag_log_probs(lag_model, lag, capacity, lag_probabilities)
         return jax.random.categorical(key, logits, shape=(num_envs,)).astype(jnp.int32)
     if lag_model == "per_actor":
         return per_actor_lags
     if lag_model == "bounded":
         unconstrained = jax.random.randint(key, (num_envs,), 0, capacity)
         return jnp.minimum(unconstrained, jnp.round(lag).astype(jnp.int32))
-    if lag_model == "empirical":
-        logits = jnp.log(jnp.asarray(lag_probabilities, jnp.float32))
-        return jax.random.categorical(key, logits, shape=(num_envs,)).astype(jnp.int32)
     raise ValueError(f"lag_model={lag_model!r} is not supported")
+
+
+def lag_log_probs(lag_model: str, lag: jax.Array, capacity: int,
+                  lag_probabilities: tuple[float, ...] = ()) -> jax.Array:
+    """`log P(lag = j)` (up to a constant) for `j = 0, 1, ...` under a model that draws its lags
+    afresh every rollout: every model but `CONSTANT_LAG_MODELS` (`in_flight`: its start lags).
+
+    The distributions are those `sample_lags` states; `[capacity]`, or `[len(lag_probabilities)]`
+    for `empirical`.
+    """
+    steps = jnp.arange(capacity)
+    if lag_model in ("uniform", "in_flight"):
+        return jnp.where(steps <= jnp.round(lag), 0.0, -jnp.inf)
+    if lag_model == "geometric":
+        # The j == 0 term is written out so that p = 1 (log(0) = -inf) gives lag 0 exactly.
+        return jnp.where(steps == 0, 0.0, steps * jnp.log1p(-lag))
+    if lag_model == "bounded":
+        eta = jnp.round(lag)
+        return jnp.where(steps < eta, 0.0,
+                         jnp.where(steps == eta, jnp.log(capacity - eta), -jnp.inf))
+    if lag_model == "empirical":
+        return jnp.log(jnp.asarray(lag_probabilities, jnp.float32))
+    raise ValueError(f"lag_model={lag_model!r} has no distribution to redraw from")
 
 
 def in_flight_lags(start_lags: jax.Array, length: int) -> jax.Array:
@@ -96,9 +120,60 @@ def init_per_actor_lags(key: jax.Array, lag: jax.Array, num_envs: int) -> jax.Ar
     return jax.random.randint(key, (num_envs,), 0, jnp.round(lag).astype(jnp.int32) + 1)
 
 
+def max_available_lag(buffer: PolicyBuffer) -> jax.Array:
+    """The largest lag whose version exists: versions pushed so far, at most `capacity - 1`."""
+    return jnp.minimum(buffer.latest_version, buffer.capacity - 1)
+
+
 def effective_lags(buffer: PolicyBuffer, lags: jax.Array) -> jax.Array:
     """Lags capped by the versions pushed so far and by the capacity."""
-    return jnp.minimum(lags, jnp.minimum(buffer.latest_version, buffer.capacity - 1))
+    return jnp.minimum(lags, max_available_lag(buffer))
+
+
+def redraw_unavailable_lags(key: jax.Array, lags: jax.Array, log_probs: jax.Array,
+                            max_lag: jax.Array) -> jax.Array:
+    """Replaces every lag above `max_lag` by a draw from `log_probs` restricted to `0..max_lag`.
+
+    A lag drawn from `P` is kept with probability `P(j)` for `j <= max_lag` and redrawn with
+    probability `P(> max_lag)`, so the result follows `P(j) / P(<= max_lag)`, the model
+    renormalised over the existing versions, and lags already available are never touched.
+    When `P` has no mass on `0..max_lag` the lags are left as drawn (for `effective_lags`).
+    """
+    chex.assert_rank([lags, log_probs], 1)
+    restricted = jnp.where(jnp.arange(log_probs.shape[0]) <= max_lag, log_probs, -jnp.inf)
+    redrawn = jax.random.categorical(key, restricted, shape=lags.shape).astype(lags.dtype)
+    return jnp.where((lags > max_lag) & jnp.isfinite(restricted).any(), redrawn, lags)
+
+
+def draw_lags(key: jax.Array, lag_model: str, lag: jax.Array, num_envs: int,
+              buffer: PolicyBuffer, per_actor_lags: jax.Array,
+              lag_probabilities: tuple[float, ...] = (), warmup: str = "clip") -> jax.Array:
+    """Each environment's lag (int32 `[E]`) for one rollout, always a version that exists.
+
+    `sample_lags` draws from the model over the whole buffer; lags of versions not pushed yet
+    (only while fewer than `capacity` exist) are then, by `warmup`:
+    - `clip`: the oldest existing version, which receives all their probability;
+    - `redraw`: drawn from the model restricted to the existing versions and renormalised
+      (`redraw_unavailable_lags`). `uniform` is then uniform over `0..min(k, n-1)` with `n`
+      versions, `geometric` truncated at `n`, `bounded` uniform over the `n` versions while
+      `n <= eta`, `in_flight` redraws its start lag (its per-step lags only decrease from it),
+      `empirical` renormalises the histogram over `0..n-1`, or clips if it has no mass there.
+      `fixed` and `per_actor` are constant lags, point masses: as `clip`, an environment `d`
+      versions behind acts with the oldest version until version `d` exists.
+    Lags of existing versions are the same draws under both, so a full buffer or lag 0 gives
+    identical lags.
+    """
+    if warmup not in LAG_WARMUPS:
+        raise ValueError(f"warmup={warmup!r} is not supported; allowed values: "
+                         f"{', '.join(LAG_WARMUPS)}")
+    lags = sample_lags(key, lag_model, lag, num_envs, buffer.capacity, per_actor_lags,
+                       lag_probabilities)
+    if warmup == "redraw" and lag_model not in CONSTANT_LAG_MODELS:
+        lags = redraw_unavailable_lags(jax.random.fold_in(key, 1), lags,
+                                       lag_log_probs(lag_model, lag, buffer.capacity,
+                                                     lag_probabilities),
+                                       max_available_lag(buffer))
+    return effective_lags(buffer, lags)
 
 
 @struct.dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -22,13 +23,13 @@ from flax import struct
 
 from vaco_jax import estimators, losses
 from vaco_jax.algorithms import ALGORITHMS, PolicyTerms
-from vaco_jax.config import HParams, TrainConfig, validate
+from vaco_jax.config import HParams, TrainConfig, adapts_kl_coef, validate
 from vaco_jax.envs import make_env
 from vaco_jax.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
                                gaussian_log_prob, init_stats, update_stats, with_log_std)
-from vaco_jax.policy_buffer import (PolicyBuffer, effective_lags, in_flight_lags, init_buffer,
-                                    init_per_actor_lags, make_behaviour, push, sample_lags)
+from vaco_jax.policy_buffer import (PolicyBuffer, draw_lags, in_flight_lags, init_buffer,
+                                    init_per_actor_lags, make_behaviour, push)
 from vaco_jax.reward_scaling import RewardScaling, init_reward_scaling, scale_rewards
 from vaco_jax.rollout import Transitions, evaluate, rollout
 
@@ -214,7 +215,7 @@ class Trainer:
                             phase_log_prob=mb.phase_log_prob, advantages=advantages,
                             tv_log_rho=self._tv_log_rho(log_prob, mb),
                             tv=self._filter_tv(log_prob, mb) if tv is None else tv,
-                            kl_coef=kl_coef)
+                            kl_coef=kl_coef, filter_normalization=self.config.filter_normalization)
         policy_loss, policy_metrics = self.algorithm.policy_loss(terms, hp)
         # value_clip_eps = 0 switches clipping off: an infinite range leaves the values unclipped.
         clip_eps = jnp.where(hp.value_clip_eps > 0, hp.value_clip_eps, jnp.inf)
@@ -285,15 +286,29 @@ class Trainer:
             epoch, (state.params, state.opt_state), jax.random.split(key, self.config.epochs))
         return params, opt_state, jax.tree.map(jnp.mean, metrics)
 
+    def phase_kl(self, state: TrainState, params: dict, batch: PhaseBatch) -> jax.Array:
+        """KL(pi_T || pi_T+1) between the learner before and after a phase, on its batch.
+
+        The KL the adaptive penalty rule is defined on: it measures the phase's own step, which
+        the penalty controls, and none of the backward lag KL(beta || pi_T), which no step can
+        remove. The samples come from the behaviour policies, so each is weighted by
+        `pi_T / beta`, self-normalised (`losses.weighted_kl_estimate`). Both policies use the
+        phase's normaliser statistics: the KL is that of the optimisation alone.
+        """
+        log_prob = self.model.log_prob(Policy(params["actor"], state.obs_stats), batch.obs,
+                                       batch.action)
+        chex.assert_equal_shape([log_prob, batch.phase_log_prob, batch.behaviour_log_prob])
+        return losses.weighted_kl_estimate(log_prob - batch.phase_log_prob,
+                                           batch.phase_log_prob - batch.behaviour_log_prob)
+
     # ----------------------------------------------------------------------------- update
     def collect(self, state: TrainState, key: jax.Array,
                 hp: HParams) -> tuple[EpisodeState, Transitions]:
         """One rollout, each environment acting with the behaviour policy its lag selects."""
         cfg = self.config
         lag_key, rollout_key = jax.random.split(key)
-        lags = sample_lags(lag_key, cfg.lag_model, hp.lag, cfg.num_envs, cfg.buffer_capacity,
-                           state.per_actor_lags, cfg.lag_probabilities)
-        lags = effective_lags(state.buffer, lags)
+        lags = draw_lags(lag_key, cfg.lag_model, hp.lag, cfg.num_envs, state.buffer,
+                         state.per_actor_lags, cfg.lag_probabilities, cfg.lag_warmup)
         if cfg.lag_model == "in_flight":
             lags = in_flight_lags(lags, cfg.rollout_length)
         behaviour = make_behaviour(state.buffer, lags, cfg.acting)
@@ -321,8 +336,9 @@ class Trainer:
         obs_stats = update_stats(state.obs_stats, data.obs) if cfg.normalize_observations \
             else state.obs_stats
         kl_coef = state.kl_coef
-        if self.algorithm.adaptive_kl and cfg.adaptive_kl:
-            kl_coef = losses.adaptive_kl_coef(kl_coef, metrics["behaviour_kl"], hp.kl_target)
+        if adapts_kl_coef(cfg):
+            kl_coef = losses.adaptive_kl_coef(kl_coef, self.phase_kl(state, params, batch),
+                                              hp.kl_target, hp.kl_coef_min, hp.kl_coef_max)
         new_state = state.replace(
             params=params, opt_state=opt_state, obs_stats=obs_stats, reward_scaling=reward_scaling,
             buffer=push(state.buffer, Policy(params["actor"], obs_stats)),

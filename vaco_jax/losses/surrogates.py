@@ -175,10 +175,11 @@ def ppo_kl_loss(
     """PPO with a KL penalty: `-r A + kl_coef * KL(pi_old || pi_new)`.
 
     The KL is estimated per element by k3 `(r - 1) - log r`, unbiased and non-negative under the
-    samples of pi_old. Pair with `adaptive_kl_coef` for the adaptive variant.
+    samples of pi_old. For the adaptive variant pair it with `adaptive_kl_coef`, fed the KL
+    between the policies before and after each optimisation phase.
 
     Returns:
-      `(loss, metrics)`; metrics `approx_kl` (feed it to `adaptive_kl_coef`), `ratio_mean`.
+      `(loss, metrics)`; metrics `approx_kl`, `ratio_mean`.
     """
     valid, log_ratio, advantages, weights = _prepare(
         mask, weights, advantages, log_ratio=log_ratio
@@ -188,17 +189,27 @@ def ppo_kl_loss(
     return loss, metrics
 
 
-def adaptive_kl_coef(kl_coef: ArrayLike, observed_kl: ArrayLike, target_kl: ArrayLike) -> Array:
+def adaptive_kl_coef(
+    kl_coef: ArrayLike,
+    observed_kl: ArrayLike,
+    target_kl: ArrayLike,
+    min_coef: ArrayLike = 0.0,
+    max_coef: ArrayLike = jnp.inf,
+) -> Array:
     """Schulman et al. (2017)'s adaptive penalty: the next `kl_coef`.
 
     Doubled when `observed_kl > 1.5 * target_kl`, halved when `observed_kl < target_kl / 1.5`,
-    unchanged otherwise. The coefficient is explicit state that the caller carries.
+    unchanged otherwise, then clipped to `[min_coef, max_coef]`. The rule is defined on the KL
+    between the policies before and after an optimisation phase; fed a KL the penalty cannot
+    lower, the coefficient would run off to the bound. The coefficient is explicit state that
+    the caller carries.
     """
-    return jnp.where(
+    adapted = jnp.where(
         observed_kl > 1.5 * target_kl,
         kl_coef * 2.0,
         jnp.where(observed_kl < target_kl / 1.5, kl_coef / 2.0, kl_coef),
     )
+    return jnp.clip(adapted, min_coef, max_coef)
 
 
 def spo_loss(
