@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from vaco_jax.config import LAG_MODELS, HParams, TrainConfig
+from vaco_jax.config import HParams, TrainConfig
+from vaco_jax.policy_buffer import LAG_MODELS
 from vaco_jax.tokens import cli as token_cli
 
 
