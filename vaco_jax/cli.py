@@ -8,7 +8,6 @@ from typing import Sequence
 
 from vaco_jax.config import HParams, TrainConfig
 from vaco_jax.policy_buffer import LAG_MODELS
-from vaco_jax.tokens import cli as token_cli
 
 
 def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
@@ -217,6 +216,8 @@ def _print_scores(summary: dict, out: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from vaco_jax.tokens import cli as token_cli  # here: it reuses this module's `parse_lag`
+
     parser = argparse.ArgumentParser(prog="vaco-jax", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(subparsers)
