@@ -10,9 +10,13 @@ def test_bad_token_settings_are_reported_before_any_work(tmp_path, capsys):
     assert not out.exists()
     assert main(["tokens", "--lag", "fixed:9", "--out", str(out)]) == 2
     assert "lag for lag_model='fixed' must be an integer in [0, 3]" in capsys.readouterr().err
+    assert main(["tokens", "--lag", "empirical:0.5,0.6", "--out", str(out)]) == 2
+    assert "lag_probabilities must sum to 1" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_unknown_lag_model_is_rejected_by_the_parser(capsys):
     with pytest.raises(SystemExit):
-        main(["tokens", "--lag", "in_flight:1"])
-    assert "MODEL one of fixed, uniform, geometric, per_actor" in capsys.readouterr().err
+        main(["tokens", "--lag", "poisson:1"])
+    assert "MODEL one of fixed, uniform, geometric, per_actor, bounded, in_flight, empirical" in (
+        capsys.readouterr().err)

@@ -1,4 +1,5 @@
-"""The token training program: validation, lag 0, recorded staleness, vmap over seeds."""
+"""The token training program: validation, lag 0, recorded staleness, vmap over seeds,
+in-flight weight updates and divergence."""
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +23,13 @@ HP = TokenHParams.create(learning_rate=3e-3)
     ({"context": 8}, None, "context=8 is too short for task='add'.*context >= 9"),
     ({"group_size": 1}, None, "group_size=1 .* allowed: group_size >= 2"),
     ({"group_unit": "token"}, None, "group_unit='token' .* allowed values: prompt, sample"),
-    ({"lag_model": "bounded"}, None, "lag_model='bounded' .* fixed, uniform, geometric"),
+    ({"lag_model": "poisson"}, None, "lag_model='poisson' .* bounded, in_flight, empirical"),
     ({}, TokenHParams.create(lag=4.0), r"lag for lag_model='fixed' must be an integer in \[0, 3\]"),
+    ({"lag_model": "bounded"}, TokenHParams.create(lag=4.0),
+     r"lag for lag_model='bounded' must be an integer in \[0, 3\]"),
+    ({"lag_model": "empirical", "lag_probabilities": (0.5, 0.6)}, None, "must sum to 1"),
+    ({"lag_model": "empirical", "lag_probabilities": (0.2,) * 5}, None, "at most buffer_capacity"),
+    ({"lag_probabilities": (1.0,)}, None, "only used with lag_model='empirical'"),
 ])
 def test_bad_settings_fail_before_compilation(changes, hparams, message):
     with pytest.raises(ValueError, match=message):
@@ -54,9 +60,21 @@ def test_lag_zero_equals_on_policy_bit_for_bit(train_stale):
         np.testing.assert_array_equal(metrics[name], on_policy[name], err_msg=name)
     jax.tree.map(np.testing.assert_array_equal, state.params, on_policy_state.params)
     assert np.all(np.asarray(metrics["version_gap_max"]) == 0)
+    assert np.all(np.asarray(metrics["diverged"]) == 0)
     np.testing.assert_allclose(metrics["tv_backward"], 0, atol=1e-5)
     evals = np.asarray(metrics["eval_accuracy"])
     assert np.isnan(evals[::2]).all() and np.isfinite(evals[1::2]).all()
+
+
+@pytest.mark.parametrize("changes", [dict(lag_model="bounded"), dict(lag_model="in_flight"),
+                                     dict(lag_model="empirical", lag_probabilities=(1.0,))])
+def test_lag_zero_of_every_other_model_is_fixed_zero_bit_for_bit(train_stale, changes):
+    key = jax.random.PRNGKey(0)
+    fixed_state, fixed = train_stale(key, lagged(0.0))
+    state, metrics = jax.jit(make_train(STALE.replace(**changes), PARAMS))(key, lagged(0.0))
+    for name in METRICS:
+        np.testing.assert_array_equal(metrics[name], fixed[name], err_msg=name)
+    jax.tree.map(np.testing.assert_array_equal, state.params, fixed_state.params)
 
 
 def test_fixed_lag_reaches_its_value_once_pushed(train_stale):
@@ -65,34 +83,89 @@ def test_fixed_lag_reaches_its_value_once_pushed(train_stale):
     assert float(metrics["tv_backward"][-1]) > 1e-4
 
 
-def test_vmap_over_seeds_and_hparams_equals_single_runs(train_stale):
+@pytest.fixture(scope="module")
+def train_vmapped():
+    """Two runs in one program, shared by the tests of vmapped runs."""
+    return jax.jit(jax.vmap(make_train(STALE, PARAMS)))
+
+
+def _stack(*hparams):
+    return jax.tree.map(lambda *x: jnp.stack(x), *hparams)
+
+
+def _assert_metrics_close(a, b):
+    for name in METRICS:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_vmap_over_seeds_and_hparams_equals_single_runs(train_stale, train_vmapped):
     keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
     hps = [TokenHParams.create(lag=1.0, learning_rate=1e-3),
            TokenHParams.create(lag=2.0, learning_rate=3e-3)]
-    stacked = jax.tree.map(lambda *x: jnp.stack(x), *hps)
-    _, batched = jax.jit(jax.vmap(make_train(STALE, PARAMS)))(keys, stacked)
+    _, batched = train_vmapped(keys, _stack(*hps))
     for i in range(2):
-        _, metrics = train_stale(keys[i], hps[i])
-        for name in METRICS:
-            np.testing.assert_allclose(batched[name][i], metrics[name], rtol=1e-4, atol=1e-5,
-                                       err_msg=name)
+        _, alone = train_stale(keys[i], hps[i])
+        _assert_metrics_close(jax.tree.map(lambda m: m[i], batched), alone)
 
 
-def test_each_sequence_records_the_log_probs_of_its_own_version():
-    config = TINY.replace(lag_model="uniform", group_unit="sample", prompts=8)
+def test_a_non_finite_update_freezes_its_run_alone(train_stale, train_vmapped):
+    keys = jnp.stack([jax.random.PRNGKey(0)] * 2)
+    hps = [lagged(1.0), TokenHParams.create(lag=1.0, learning_rate=jnp.inf)]
+    state, metrics = train_vmapped(keys, _stack(*hps))
+    # An infinite step makes the parameters non-finite at the first update.
+    np.testing.assert_array_equal(metrics["diverged"], [[0] * 4, [1] * 4])
+    assert state.diverged.tolist() == [False, True] and state.diverged_at.tolist() == [-1, 1]
+    assert all(np.isnan(metrics[name][1]).all() for name in METRICS if name != "diverged")
+    # The frozen run keeps its last finite state: the initial one.
+    assert int(state.update[1]) == 0 and int(state.buffer.latest_version[1]) == 0
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(a[1], b), state.params, PARAMS)
+    _, alone = train_stale(keys[0], hps[0])
+    _assert_metrics_close(jax.tree.map(lambda m: m[0], metrics), alone)
+
+
+def _stale_buffer_state(trainer, hp):
+    """A state whose buffer holds four distinct versions, the newest being version 3."""
+    state = trainer.init(jax.random.PRNGKey(0), hp)
+    for seed in range(1, 4):
+        state = state.replace(params=TokenPolicy(TINY.model_spec).init(jax.random.PRNGKey(seed)))
+        state = state.replace(buffer=push(state.buffer, state.params))
+    return state
+
+
+@pytest.mark.parametrize("lag_model", ["uniform", "in_flight"])
+def test_each_token_records_the_log_prob_of_its_own_version(lag_model):
+    config = TINY.replace(lag_model=lag_model, group_unit="sample", prompts=8)
     trainer = TokenTrainer(config, PARAMS)
     hp = TokenHParams.create(lag=3.0, temperature=1.2)
-    state = trainer.init(jax.random.PRNGKey(0), hp)
-    for seed in range(1, 4):  # three distinct newer versions
-        state = state.replace(params=TokenPolicy(config.model_spec).init(jax.random.PRNGKey(seed)))
-        state = state.replace(buffer=push(state.buffer, state.params))
+    state = _stale_buffer_state(trainer, hp)
     batch = jax.jit(trainer.generate)(state, jax.random.PRNGKey(9), hp)
     versions = np.asarray(batch.behaviour_version)
-    assert len(set(versions.tolist())) > 2
+    assert versions.shape == batch.response.shape and len(np.unique(versions)) > 2
+    # Versions never fall behind along a sequence (lags never grow); in flight they change.
+    assert np.all(np.diff(versions, axis=1) >= 0)
+    changing = np.any(versions != versions[:, :1], axis=1)
+    assert changing.any() if lag_model == "in_flight" else not changing.any()
     log_probs = jax.jit(trainer.policy.response_log_probs)
-    for version in set(versions.tolist()):
-        rows = versions == version
+    for version in np.unique(versions):
+        tokens = versions == version
         params = jax.tree.map(lambda stack: stack[version % config.buffer_capacity],
                               state.buffer.policies)
         expected, _ = log_probs(params, batch.prompt, batch.response, hp.temperature)
-        np.testing.assert_allclose(batch.behaviour_log_prob[rows], expected[rows], atol=2e-5)
+        np.testing.assert_allclose(batch.behaviour_log_prob[tokens], expected[tokens], atol=2e-5)
+
+
+@pytest.mark.parametrize("lag_model,lag,probabilities,allowed", [
+    ("bounded", 2.0, (), {0, 1, 2}), ("empirical", 0.0, (0.5, 0.0, 0.5), {0, 2}),
+    ("in_flight", 2.0, (), {0, 1, 2})])
+def test_drawn_lags_come_from_the_shared_sampler(lag_model, lag, probabilities, allowed):
+    """The engine's tests check the distributions; this checks the token side's wiring."""
+    config = TINY.replace(lag_model=lag_model, lag_probabilities=probabilities, prompts=64)
+    trainer = TokenTrainer(config, PARAMS)
+    hp = TokenHParams.create(lag=lag)
+    state = _stale_buffer_state(trainer, hp)
+    versions = np.asarray(jax.jit(trainer.behaviour_versions)(state, jax.random.PRNGKey(1), hp))
+    assert versions.shape == (config.generators, config.response_length)
+    first_lags = 3 - versions[:, 0]
+    assert set(first_lags.tolist()) == allowed  # every allowed lag drawn, none beyond
+    if lag_model == "in_flight":  # every generator catches up by its last token
+        assert np.all(versions[:, -1] == 3)

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from vaco_jax.config import LAG_MODELS, HParams, TrainConfig
-from vaco_jax.tokens import cli as token_cli
+from vaco_jax.config import HParams, TrainConfig
+from vaco_jax.policy_buffer import LAG_MODELS
 
 
 def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
@@ -222,6 +222,8 @@ def _print_scores(summary: dict, out: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from vaco_jax.tokens import cli as token_cli  # here: it reuses this module's `parse_lag`
+
     parser = argparse.ArgumentParser(prog="vaco-jax", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(subparsers)

@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor", "bounded", "in_flight",
-              "empirical")
-LAG_WARMUPS = ("clip", "redraw")  # see vaco_jax.policy_buffer.draw_lags
+from vaco_jax.policy_buffer import (LAG_MODELS, LAG_WARMUPS, validate_lag,
+                                    validate_lag_probabilities)
+
 TV_REFERENCES = ("phase", "behaviour")
 TV_SCOPES = ("minibatch", "batch")
 TV_ESTIMATORS = ("unweighted", "weighted")
@@ -180,28 +180,6 @@ def _positive_int(field: str, value: Any) -> None:
         raise ValueError(f"{field} must be a positive integer, got {value!r}")
 
 
-def _lag_probabilities(config: TrainConfig) -> None:
-    probs = config.lag_probabilities
-    if config.lag_model != "empirical":
-        if probs:
-            raise ValueError(f"lag_probabilities is only used with lag_model='empirical', got "
-                             f"lag_model={config.lag_model!r} and lag_probabilities={probs!r}")
-        return
-    if not isinstance(probs, tuple) or not probs or any(
-            isinstance(p, bool) or not isinstance(p, (int, float)) for p in probs):
-        raise ValueError(f"lag_probabilities must be a non-empty tuple of numbers (P(lag = j) for "
-                         f"j = 0..len-1) for lag_model='empirical', got {probs!r}")
-    values = np.asarray(probs, np.float64)
-    if len(values) > config.buffer_capacity:
-        raise ValueError(f"lag_probabilities has {len(values)} entries; at most buffer_capacity="
-                         f"{config.buffer_capacity} (lags 0..{config.buffer_capacity - 1})")
-    if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ValueError(f"lag_probabilities must be finite and >= 0, got {list(probs)}")
-    if abs(values.sum() - 1.0) > 1e-6:
-        raise ValueError(f"lag_probabilities must sum to 1 (within 1e-6), got sum "
-                         f"{values.sum():.8g} for {list(probs)}")
-
-
 def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
     """Raises `ValueError` naming the field and its allowed values; runs before any compilation."""
     from vaco_jax import algorithms, envs  # local: both registries import this module
@@ -212,7 +190,8 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
     _choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
     _choice("lag_model", config.lag_model, LAG_MODELS)
     _choice("lag_warmup", config.lag_warmup, LAG_WARMUPS)
-    _lag_probabilities(config)
+    validate_lag_probabilities(config.lag_model, config.lag_probabilities,
+                               config.buffer_capacity)
     _choice("tv_reference", config.tv_reference, TV_REFERENCES)
     _choice("tv_scope", config.tv_scope, TV_SCOPES)
     _choice("tv_estimator", config.tv_estimator, TV_ESTIMATORS)
@@ -274,14 +253,4 @@ def validate_hparams(config: TrainConfig, hparams: HParams) -> None:
                          f"adaptive coefficient of algo={config.algo!r}, got kl_coef="
                          f"{values['kl_coef'].tolist()}, kl_coef_min={low.tolist()} and "
                          f"kl_coef_max={high.tolist()}")
-    lag = values["lag"]
-    if config.lag_model == "geometric":
-        if np.any((lag <= 0) | (lag > 1)):
-            raise ValueError(f"lag for lag_model='geometric' is the probability p and must lie in "
-                             f"(0, 1], got {lag.tolist()}")
-    elif config.lag_model != "empirical":  # empirical lags come from lag_probabilities
-        max_lag = config.buffer_capacity - 1
-        if np.any((lag < 0) | (lag > max_lag) | (lag != np.round(lag))):
-            raise ValueError(
-                f"lag for lag_model={config.lag_model!r} must be an integer in [0, {max_lag}] "
-                f"(buffer_capacity - 1, buffer_capacity={config.buffer_capacity}), got {lag.tolist()}")
+    validate_lag(config.lag_model, values["lag"], config.buffer_capacity)

@@ -6,6 +6,7 @@ learner's policy, so the policy of version `v` lives in slot `v % K`. At the sta
 rollout each environment draws the lag of its behaviour policy, in versions behind the newest.
 Until `K` versions exist a lag can point before the first version; `draw_lags` either clips it
 onto the oldest version or draws it again among the versions that exist (`lag_warmup`).
+The settings of the lag models are validated here too, for every testbed.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
-from vaco_jax.config import LAG_WARMUPS
+LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor", "bounded", "in_flight",
+              "empirical")
+LAG_WARMUPS = ("clip", "redraw")  # see draw_lags
 
 # Models whose lag is a constant (per run or per environment), a point mass: restricted to the
 # existing versions there is nothing to renormalise, so `redraw` acts as `clip` for them.
@@ -116,6 +120,44 @@ def in_flight_lags(start_lags: jax.Array, length: int) -> jax.Array:
     return jnp.maximum(start_lags[None, :] - caught_up, 0).astype(jnp.int32)
 
 
+def validate_lag_probabilities(lag_model: str, lag_probabilities: Any, capacity: int) -> None:
+    """Raises a `ValueError` unless `lag_probabilities` suits `lag_model` and the buffer."""
+    probs = lag_probabilities
+    if lag_model != "empirical":
+        if probs:
+            raise ValueError(f"lag_probabilities is only used with lag_model='empirical', got "
+                             f"lag_model={lag_model!r} and lag_probabilities={probs!r}")
+        return
+    if not isinstance(probs, tuple) or not probs or any(
+            isinstance(p, bool) or not isinstance(p, (int, float)) for p in probs):
+        raise ValueError(f"lag_probabilities must be a non-empty tuple of numbers (P(lag = j) for "
+                         f"j = 0..len-1) for lag_model='empirical', got {probs!r}")
+    values = np.asarray(probs, np.float64)
+    if len(values) > capacity:
+        raise ValueError(f"lag_probabilities has {len(values)} entries; at most buffer_capacity="
+                         f"{capacity} (lags 0..{capacity - 1})")
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ValueError(f"lag_probabilities must be finite and >= 0, got {list(probs)}")
+    if abs(values.sum() - 1.0) > 1e-6:
+        raise ValueError(f"lag_probabilities must sum to 1 (within 1e-6), got sum "
+                         f"{values.sum():.8g} for {list(probs)}")
+
+
+def validate_lag(lag_model: str, lag: Any, capacity: int) -> None:
+    """Raises a `ValueError` unless the lag hyper-parameter (any shape) suits `lag_model`."""
+    lag = np.asarray(lag, np.float64)
+    if lag_model == "geometric":
+        if np.any((lag <= 0) | (lag > 1)):
+            raise ValueError(f"lag for lag_model='geometric' is the probability p and must lie in "
+                             f"(0, 1], got {lag.tolist()}")
+    elif lag_model != "empirical":  # empirical lags come from lag_probabilities
+        max_lag = capacity - 1
+        if np.any((lag < 0) | (lag > max_lag) | (lag != np.round(lag))):
+            raise ValueError(
+                f"lag for lag_model={lag_model!r} must be an integer in [0, {max_lag}] "
+                f"(buffer_capacity - 1, buffer_capacity={capacity}), got {lag.tolist()}")
+
+
 def init_per_actor_lags(key: jax.Array, lag: jax.Array, num_envs: int) -> jax.Array:
     return jax.random.randint(key, (num_envs,), 0, jnp.round(lag).astype(jnp.int32) + 1)
 
@@ -197,3 +239,33 @@ def make_behaviour(buffer: PolicyBuffer, lags: jax.Array, acting: str) -> Behavi
     if acting == "gather" and lags.ndim == 1:
         gathered = jax.tree.map(lambda stack: stack[slots], buffer.policies)
     return Behaviour(buffer=buffer, slots=slots, versions=versions, gathered=gathered)
+
+
+@jax.custom_batching.custom_vmap
+def in_every_run(flag: jax.Array) -> jax.Array:
+    """`flag` for one run; under `vmap` over runs, whether `flag` holds in every run.
+
+    A `lax.cond` whose predicate is batched runs both branches, so without this reduction
+    synchronous runs trained together under `vmap` (seeds, hyper-parameter sweeps) would pay
+    for per-sample behaviour policies on every step.
+    """
+    return flag
+
+
+@in_every_run.def_vmap
+def _in_every_run_vmap(axis_size: int, in_batched: list[bool], flag: jax.Array):
+    del axis_size
+    return (jnp.all(flag) if in_batched[0] else flag), False
+
+
+def cond_in_every_run(flag: jax.Array, if_true, if_false, operand):
+    """`if_true(operand)` where `flag` holds, else `if_false(operand)`, for a cheap `if_true`
+    that must give bit for bit the same result whatever runs share the `vmap`.
+
+    When `flag` holds in every vmapped run only `if_true` runs; otherwise both do and each run
+    keeps its own branch's result, so a run's numbers never depend on its neighbours.
+    """
+    def each_run_its_own(x):
+        return jax.lax.cond(flag, if_true, if_false, x)
+
+    return jax.lax.cond(in_every_run(flag), if_true, each_run_its_own, operand)

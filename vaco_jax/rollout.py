@@ -9,7 +9,7 @@ from flax import struct
 from vaco_jax.envs import Environment
 from vaco_jax.envs.episodes import EpisodeState, reset_episodes, step_episodes
 from vaco_jax.networks import ActorCritic, gaussian_log_prob
-from vaco_jax.policy_buffer import Behaviour, make_behaviour, newest
+from vaco_jax.policy_buffer import Behaviour, cond_in_every_run, make_behaviour, newest
 
 
 @struct.dataclass
@@ -50,30 +50,8 @@ def behaviour_distribution(model: ActorCritic, behaviour: Behaviour, obs: jax.Ar
         pick = lambda x: jnp.take_along_axis(x, behaviour.slots[None, :, None], axis=0)[0]
         return pick(means), pick(log_stds)
 
-    def each_run_its_own(_):
-        # Under `vmap` over runs this inner `cond` becomes a select that computes both branches,
-        # so it is only reached when some run really acts with stale policies.
-        return jax.lax.cond(all_newest, shared, per_environment, None)
-
     all_newest = jnp.all(behaviour.versions == behaviour.buffer.latest_version)
-    return jax.lax.cond(_in_every_run(all_newest), shared, each_run_its_own, None)
-
-
-@jax.custom_batching.custom_vmap
-def _in_every_run(flag: jax.Array) -> jax.Array:
-    """`flag` for one run; under `vmap` over runs, whether `flag` holds in every run.
-
-    A `lax.cond` whose predicate is batched runs both branches, so without this reduction
-    synchronous runs trained together under `vmap` (seeds, hyper-parameter sweeps) would pay
-    for per-environment acting on every step.
-    """
-    return flag
-
-
-@_in_every_run.def_vmap
-def _in_every_run_vmap(axis_size: int, in_batched: list[bool], flag: jax.Array):
-    del axis_size
-    return (jnp.all(flag) if in_batched[0] else flag), False
+    return cond_in_every_run(all_newest, shared, per_environment, None)
 
 
 def rollout(env: Environment, model: ActorCritic, behaviour: Behaviour, episodes: EpisodeState,

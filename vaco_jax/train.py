@@ -24,6 +24,7 @@ from flax import struct
 from vaco_jax import estimators, losses
 from vaco_jax.algorithms import ALGORITHMS, PolicyTerms
 from vaco_jax.config import HParams, TrainConfig, adapts_kl_coef, validate
+from vaco_jax.divergence import freeze_if_diverged
 from vaco_jax.envs import make_env
 from vaco_jax.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
@@ -345,24 +346,12 @@ class Trainer:
             episodes=episodes, kl_coef=kl_coef, key=key, update=state.update + 1,
             env_steps=state.env_steps + cfg.steps_per_update)
 
-        # Everything the next update reads: a NaN in the optimiser state, the normaliser
-        # statistics or the reward scale is caught now, not one update late.
-        checked = (params, opt_state, obs_stats, reward_scaling, metrics["policy_loss"],
-                   metrics["value_loss"])
-        finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(checked)
-                                    if jnp.issubdtype(x.dtype, jnp.inexact)]))
-        failed = state.diverged | ~finite
-        frozen = state.replace(diverged=failed, diverged_at=jnp.where(state.diverged,
-                                                                      state.diverged_at,
-                                                                      state.update + 1))
-        out = jax.tree.map(lambda old, new: jnp.where(failed, old, new), frozen, new_state)
-
         staleness = batch.phase_log_prob - batch.behaviour_log_prob
         backward_median, backward_p90 = losses.median_and_p90(losses.ratio_deviation(staleness))
         version_gap = (state.buffer.latest_version - data.behaviour_version).astype(jnp.float32)
         finished = data.done.sum()
         metrics.update(
-            env_steps=out.env_steps.astype(jnp.float32),
+            env_steps=new_state.env_steps.astype(jnp.float32),
             episode_return=jnp.where(finished > 0,
                                      data.completed_return.sum() / jnp.maximum(finished, 1.0),
                                      jnp.nan),
@@ -373,9 +362,10 @@ class Trainer:
             tv_backward_p90=backward_p90,
             kl_coef=kl_coef,
         )
-        metrics = jax.tree.map(lambda m: jnp.where(failed, jnp.nan, m), metrics)
-        metrics["diverged"] = failed.astype(jnp.float32)
-        return out, metrics
+        # The normaliser statistics and the reward scale are read by the next update too.
+        checked = (params, opt_state, obs_stats, reward_scaling, metrics["policy_loss"],
+                   metrics["value_loss"])
+        return freeze_if_diverged(state, new_state, checked, metrics)
 
     # ----------------------------------------------------------------------------- evaluation
     def evaluate(self, state: TrainState, key: jax.Array) -> jax.Array:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from vaco_jax.tokens.config import GROUP_UNITS, TOKEN_LAG_MODELS, TokenConfig, TokenHParams
+from vaco_jax.cli import parse_lag
+from vaco_jax.tokens.config import GROUP_UNITS, TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.tokens.warm_start import WarmStart
 
@@ -23,10 +24,6 @@ def _named_number(text: str, flag: str, label: str, separator: str,
                                      f"of {', '.join(names)}, got {text!r}")
 
 
-def _lag(text: str) -> tuple[str, float]:
-    return _named_number(text, "--lag", "MODEL", ":", TOKEN_LAG_MODELS)
-
-
 def _hparam(text: str) -> tuple[str, float]:
     names = [f.name for f in dataclasses.fields(TokenHParams) if f.name != "lag"]
     return _named_number(text, "--hparam", "NAME", "=", names)
@@ -39,7 +36,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--task", default=d.task, choices=TASKS)
     p.add_argument("--task-size", type=int, default=d.task_size,
                    help="digits per operand (add), list length (sort), steps (chain)")
-    p.add_argument("--lag", type=_lag, default=("fixed", 0.0), help="lag MODEL:PARAM")
+    p.add_argument("--lag", type=parse_lag, default=("fixed", 0.0, ()),
+                   help="lag MODEL:PARAM, the engine's models (empirical:P0,P1,...)")
     p.add_argument("--group-unit", default=d.group_unit, choices=GROUP_UNITS,
                    help="who draws its own stale policy: a prompt's group or each sample")
     p.add_argument("--buffer-capacity", type=int, default=d.buffer_capacity)
@@ -75,11 +73,12 @@ def run(args) -> int:
     from vaco_jax.tokens.config import validate
     from vaco_jax.tokens.train import TokenTrainer
 
-    lag_model, lag = args.lag
+    lag_model, lag, lag_probabilities = args.lag
     config = TokenConfig(
         task=args.task, task_size=args.task_size, layers=args.layers, width=args.width,
         heads=args.heads, context=args.context, prompts=args.prompts,
         group_size=args.group_size, group_unit=args.group_unit, lag_model=lag_model,
+        lag_probabilities=lag_probabilities,
         buffer_capacity=args.buffer_capacity, epochs=args.epochs, minibatches=args.minibatches,
         bf16_behaviour=args.bf16_behaviour, num_updates=args.updates,
         eval_every=args.eval_every,
@@ -101,11 +100,13 @@ def run(args) -> int:
     io.write_table(out / "metrics.csv", table)
     io.write_json(out / "config.json", {"config": dataclasses.asdict(config),
                                         "hparams": dataclasses.asdict(hparams)})
-    print(f"\nGRPO on {config.task} (size {config.task_size}), lag {lag_model}:{lag:g}, "
+    lag_param = ",".join(f"{q:g}" for q in lag_probabilities) if lag_probabilities else f"{lag:g}"
+    print(f"\nGRPO on {config.task} (size {config.task_size}), lag {lag_model}:{lag_param}, "
           f"{config.num_updates} updates of {config.prompts}x{config.group_size} samples")
     print(f"  warm start: held-out greedy accuracy {before:.3f}")
-    for seed, curve in zip(seeds, metrics["eval_accuracy"]):
+    for seed, curve, diverged in zip(seeds, metrics["eval_accuracy"], metrics["diverged"]):
         points = " ".join(f"{a:.3f}" for a in curve[config.eval_every - 1::config.eval_every])
-        print(f"  seed {seed}: accuracy every {config.eval_every} updates: {points}")
+        note = f"  DIVERGED at update {np.argmax(diverged) + 1}" if diverged.any() else ""
+        print(f"  seed {seed}: accuracy every {config.eval_every} updates: {points}{note}")
     print(f"results: {out}/metrics.csv, {out}/config.json")
     return 0

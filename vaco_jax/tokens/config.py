@@ -10,11 +10,11 @@ import numpy as np
 from flax import struct
 
 from vaco_jax.losses import AGGREGATIONS
+from vaco_jax.policy_buffer import LAG_MODELS, validate_lag, validate_lag_probabilities
 from vaco_jax.tokens.model import ModelSpec
 from vaco_jax.tokens.tasks import TASKS, Task, make_task
 from vaco_jax.tokens.warm_start import WarmStart
 
-TOKEN_LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor")
 GROUP_UNITS = ("prompt", "sample")
 
 
@@ -24,9 +24,10 @@ class TokenConfig:
 
     One update samples `prompts` training prompts, `group_size` responses each. A generator is
     one prompt group (`group_unit="prompt"`) or one sample (`"sample"`); each draws its own
-    behaviour policy from the last `buffer_capacity` policies under `lag_model`. The phase then
-    takes `epochs x minibatches` gradient steps (the forward lag). Every `eval_every` updates
-    the learner's greedy accuracy on `eval_prompts` held-out prompts is measured.
+    behaviour policy from the last `buffer_capacity` policies under `lag_model` (any of the
+    engine's; under `in_flight` each token has its own version). The phase then takes
+    `epochs x minibatches` gradient steps (the forward lag). Every `eval_every` updates the
+    learner's greedy accuracy on `eval_prompts` held-out prompts is measured.
     """
 
     task: str = "add"
@@ -41,6 +42,8 @@ class TokenConfig:
     group_unit: str = "prompt"
     scale_advantages_by_std: bool = True
     lag_model: str = "fixed"
+    # `empirical` only: P(lag = j) for j = 0..len-1, e.g. a histogram measured on a cluster.
+    lag_probabilities: tuple[float, ...] = ()
     buffer_capacity: int = 4
     epochs: int = 1
     minibatches: int = 1
@@ -85,8 +88,9 @@ class TokenConfig:
 @struct.dataclass
 class TokenHParams:
     """Numeric hyper-parameters, traced: vmappable over runs without recompiling. `lag` is the
-    lag model's parameter (versions behind for `fixed`, `uniform`, `per_actor`; the
-    probability `p` for `geometric`)."""
+    lag model's parameter: versions behind for `fixed`, `uniform`, `per_actor` and (at the
+    first token) `in_flight`, the staleness bound `eta` for `bounded`, the probability `p` for
+    `geometric`, unused for `empirical`."""
 
     learning_rate: Any = 1e-3
     lag: Any = 0.0
@@ -117,13 +121,15 @@ def _positive(field: str, value: Any) -> None:
 def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
     """Raises a `ValueError` naming the field and its allowed values, before any tracing."""
     _choice("task", config.task, TASKS)
-    _choice("lag_model", config.lag_model, TOKEN_LAG_MODELS)
+    _choice("lag_model", config.lag_model, LAG_MODELS)
     _choice("group_unit", config.group_unit, GROUP_UNITS)
     _choice("aggregation", config.aggregation, AGGREGATIONS)
     for field in ("task_size", "layers", "width", "heads", "context", "prompts", "group_size",
                   "buffer_capacity", "epochs", "minibatches", "num_updates", "eval_every",
                   "eval_prompts"):
         _positive(field, getattr(config, field))
+    validate_lag_probabilities(config.lag_model, config.lag_probabilities,
+                               config.buffer_capacity)
     if config.width % config.heads:
         raise ValueError(f"width={config.width} must be a multiple of heads={config.heads}")
     if config.response_slack < 0:
@@ -152,14 +158,4 @@ def validate_hparams(config: TokenConfig, hparams: TokenHParams) -> None:
     for name in ("learning_rate", "clip_eps", "temperature", "max_grad_norm"):
         if not np.all(values[name] > 0):
             raise ValueError(f"hyper-parameter {name} must be > 0, got {values[name].tolist()}")
-    lag = values["lag"]
-    if config.lag_model == "geometric":
-        if np.any((lag <= 0) | (lag > 1)):
-            raise ValueError(f"lag for lag_model='geometric' is the probability p and must lie "
-                             f"in (0, 1], got {lag.tolist()}")
-        return
-    max_lag = config.buffer_capacity - 1
-    if np.any((lag < 0) | (lag > max_lag) | (lag != np.round(lag))):
-        raise ValueError(f"lag for lag_model={config.lag_model!r} must be an integer in "
-                         f"[0, {max_lag}] (buffer_capacity - 1, buffer_capacity="
-                         f"{config.buffer_capacity}), got {lag.tolist()}")
+    validate_lag(config.lag_model, values["lag"], config.buffer_capacity)

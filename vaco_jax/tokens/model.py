@@ -3,13 +3,16 @@
 Both paths run the same `Transformer.__call__` on a key-value cache: teacher forcing writes the
 whole sequence at position 0 of an empty cache, sampling writes the prompt and then one token
 per `lax.scan` step. The policy is `softmax(logits / temperature)`, so the log-prob recorded
-while sampling is the teacher-forced log-prob of the same tokens up to float rounding.
+while sampling is the teacher-forced log-prob of the same tokens up to float rounding; the
+same holds token by token when each token is drawn from its own snapshot of the parameters.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -118,27 +121,61 @@ class TokenPolicy:
     def sample(self, params, prompt: jax.Array, key: jax.Array, length: int,
                temperature: jax.Array, greedy: bool = False) -> Samples:
         """Generates `length` tokens after `prompt` `[B, P]` with a key-value cache."""
-        batch, prompt_length = prompt.shape
-        logits, cache = self.module.apply(params, prompt, jnp.arange(prompt_length),
-                                          self.empty_cache(batch, _dtype_of(params)))
+        cache = self.empty_cache(prompt.shape[0], _dtype_of(params))
+        return _decode(functools.partial(self.module.apply, params), cache,
+                       lambda logits, t: logits, prompt, key, length, temperature, greedy)
 
-        def step(carry, step_key):
-            logits, cache, position = carry
-            scaled = logits / temperature
-            token = (jnp.argmax(logits, axis=-1) if greedy
-                     else jax.random.categorical(step_key, scaled, axis=-1)).astype(jnp.int32)
-            log_prob, entropy = _token_terms(logits[:, None], token[:, None], temperature)
-            next_logits, cache = self.module.apply(params, token[:, None], position[None], cache)
-            return (next_logits[:, 0], cache, position + 1), (token, log_prob[:, 0],
-                                                             entropy[:, 0])
+    def sample_per_token(self, snapshots, slots: jax.Array, prompt: jax.Array, key: jax.Array,
+                         length: int, temperature: jax.Array) -> Samples:
+        """Like `sample`, but token `t` of row `b` is drawn from snapshot `slots[b, t]` of
+        `snapshots` (parameters with leaves `[K, ...]`), as when weights change mid-generation.
 
-        carry = (logits[:, -1], cache, jnp.asarray(prompt_length, jnp.int32))
-        _, (tokens, log_probs, entropies) = jax.lax.scan(step, carry,
-                                                         jax.random.split(key, length))
-        response = pad_after_eos(tokens.T)
-        mask = response_mask(response)
-        return Samples(response=response, mask=mask, log_prob=log_probs.T * mask,
-                       entropy=entropies.T * mask)
+        Every snapshot decodes every row with its own cache, so each token is drawn from its
+        snapshot's distribution given the whole prefix and records that snapshot's
+        teacher-forced log-prob: a learner's per-token ratio then has an exact behaviour term.
+        (PipelineRL's inference engines keep the cache the older weights wrote; that second-order
+        difference is not modelled.) Costs `K` times the decoding of one policy.
+        """
+        snapshot_count = jax.tree.leaves(snapshots)[0].shape[0]
+        chex.assert_shape(slots, (prompt.shape[0], length))
+        cache = jax.tree.map(lambda c: jnp.broadcast_to(c, (snapshot_count,) + c.shape),
+                             self.empty_cache(prompt.shape[0], _dtype_of(snapshots)))
+        apply_each = jax.vmap(self.module.apply, in_axes=(0, None, None, 0))
+
+        def pick(logits, t):  # [K, B, V] -> each row's own snapshot, [B, V]
+            return jnp.take_along_axis(logits, slots[None, :, t, None], axis=0)[0]
+
+        return _decode(functools.partial(apply_each, snapshots), cache, pick, prompt, key, length,
+                       temperature)
+
+
+def _decode(apply, cache, pick, prompt: jax.Array, key: jax.Array, length: int,
+            temperature: jax.Array, greedy: bool = False) -> Samples:
+    """The sampling loop. `apply(tokens, positions, cache) -> (logits, cache)` runs the model(s),
+    logits `[..., B, T, V]`; `pick(last, t)` turns the last position's logits `[..., B, V]` into
+    the `[B, V]` logits that draw token `t`."""
+    prompt_length = prompt.shape[1]
+    logits, cache = apply(prompt, jnp.arange(prompt_length), cache)
+
+    def step(carry, xs):
+        logits, cache, position = carry
+        step_key, t = xs
+        logits = pick(logits, t)
+        scaled = logits / temperature
+        token = (jnp.argmax(logits, axis=-1) if greedy
+                 else jax.random.categorical(step_key, scaled, axis=-1)).astype(jnp.int32)
+        log_prob, entropy = _token_terms(logits[:, None], token[:, None], temperature)
+        next_logits, cache = apply(token[:, None], position[None], cache)
+        return (next_logits[..., 0, :], cache, position + 1), (token, log_prob[:, 0],
+                                                              entropy[:, 0])
+
+    carry = (logits[..., -1, :], cache, jnp.asarray(prompt_length, jnp.int32))
+    _, (tokens, log_probs, entropies) = jax.lax.scan(
+        step, carry, (jax.random.split(key, length), jnp.arange(length)))
+    response = pad_after_eos(tokens.T)
+    mask = response_mask(response)
+    return Samples(response=response, mask=mask, log_prob=log_probs.T * mask,
+                   entropy=entropies.T * mask)
 
 
 def _token_terms(logits, tokens, temperature):

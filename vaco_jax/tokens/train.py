@@ -5,26 +5,28 @@
 
 One update: `P` training prompts, `G` responses each. Every generator (a prompt group or a single
 sample, `group_unit`) draws a lag from the lag model and generates with the policy of that
-version from the policy buffer, recording each token's behaviour log-prob (optionally computed
-in bfloat16). Rewards are verified, advantages are group-relative, and `epochs x minibatches`
-steps of token-level PPO-clip on the behaviour ratio follow; the learner's parameters are then
-pushed into the buffer. Generators receive their parameters as a pytree with a leading
-generator axis, so a per-token behaviour version only needs to change which parameters each
-decoding step reads.
+version from the policy buffer, recording each token's behaviour version and log-prob
+(optionally computed in bfloat16); under `in_flight` the version changes while a sequence is
+decoded. Rewards are verified, advantages are group-relative, and `epochs x minibatches` steps
+of token-level PPO-clip on the behaviour ratio follow; the learner's parameters are then pushed
+into the buffer. A run whose update turns non-finite is frozen (`vaco_jax.divergence`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
 
 from vaco_jax import estimators, losses
-from vaco_jax.policy_buffer import (PolicyBuffer, effective_lags, init_buffer,
-                                    init_per_actor_lags, push, sample_lags)
+from vaco_jax.divergence import freeze_if_diverged
+from vaco_jax.policy_buffer import (PolicyBuffer, cond_in_every_run, effective_lags,
+                                    in_flight_lags, init_buffer, init_per_actor_lags, push,
+                                    sample_lags)
 from vaco_jax.tokens import tasks
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.evaluation import greedy_accuracy, held_out_set
@@ -33,7 +35,8 @@ from vaco_jax.tokens.warm_start import warm_start
 
 METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "version_gap_mean",
            "version_gap_max", "tv_backward", "tv_forward", "ess_ratio", "clip_fraction",
-           "grad_norm", "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss")
+           "grad_norm", "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss",
+           "diverged")
 
 
 @struct.dataclass
@@ -44,6 +47,8 @@ class TokenState:
     per_actor_lags: jax.Array  # [generators] int32, for the `per_actor` lag model
     key: jax.Array
     update: jax.Array  # int32, updates done
+    diverged: jax.Array  # bool
+    diverged_at: jax.Array  # int32, 1-based number of the first non-finite update, -1 if none
 
 
 @struct.dataclass
@@ -58,7 +63,7 @@ class Batch:
     advantages: jax.Array  # [N]
     reward: jax.Array  # [N]
     entropy: jax.Array  # behaviour entropy per token
-    behaviour_version: jax.Array  # [N] int32
+    behaviour_version: jax.Array  # [N, L] int32, each token's own
 
 
 def _kl(log_ratio: jax.Array, mask: jax.Array) -> jax.Array:
@@ -92,7 +97,8 @@ class TokenTrainer:
         return TokenState(params=params, opt_state=self.optimizer(hp).init(params),
                           buffer=init_buffer(params, cfg.buffer_capacity),
                           per_actor_lags=per_actor, key=key,
-                          update=jnp.zeros((), jnp.int32))
+                          update=jnp.zeros((), jnp.int32), diverged=jnp.zeros((), bool),
+                          diverged_at=jnp.full((), -1, jnp.int32))
 
     # ------------------------------------------------------------------------ generation
     def generate(self, state: TokenState, key: jax.Array, hp: TokenHParams) -> Batch:
@@ -102,22 +108,59 @@ class TokenTrainer:
         prompts, answers = tasks.sample(self.task, prompt_key, cfg.prompts)
         prompt = jnp.repeat(prompts, cfg.group_size, axis=0)
         answer = jnp.repeat(answers, cfg.group_size, axis=0)
-        lags = sample_lags(lag_key, cfg.lag_model, hp.lag, cfg.generators, cfg.buffer_capacity,
-                           state.per_actor_lags)
-        versions = state.buffer.latest_version - effective_lags(state.buffer, lags)
-        behaviour = jax.tree.map(lambda stack: stack[versions % cfg.buffer_capacity],
-                                 state.buffer.policies)
-        if cfg.bf16_behaviour:
-            behaviour = to_bfloat16(behaviour)
+        versions = self.behaviour_versions(state, lag_key, hp)
+        samples = self._sample(state.buffer, versions, prompt, sample_key, hp)
         per_generator = cfg.batch_size // cfg.generators
-        samples = jax.vmap(
-            lambda params, p, k: self.policy.sample(params, p, k, cfg.response_length,
-                                                    hp.temperature)
-        )(behaviour, prompt.reshape(cfg.generators, per_generator, -1),
-          jax.random.split(sample_key, cfg.generators))
-        samples = jax.tree.map(lambda x: x.reshape((cfg.batch_size,) + x.shape[2:]), samples)
         return self._batch(state, hp, prompt, answer, samples,
-                           jnp.repeat(versions, per_generator))
+                           jnp.repeat(versions, per_generator, axis=0))
+
+    def behaviour_versions(self, state: TokenState, key: jax.Array,
+                           hp: TokenHParams) -> jax.Array:
+        """Each generator's behaviour version for each response token, `[generators, L]`.
+
+        Constant along a sequence, except under `in_flight`: a generator starts its drawn lag
+        behind and catches up with the learner while it decodes (`in_flight_lags`).
+        """
+        cfg = self.config
+        lags = effective_lags(state.buffer, sample_lags(
+            key, cfg.lag_model, hp.lag, cfg.generators, cfg.buffer_capacity,
+            state.per_actor_lags, cfg.lag_probabilities))
+        if cfg.lag_model == "in_flight":
+            token_lags = in_flight_lags(lags, cfg.response_length).T
+        else:
+            token_lags = jnp.broadcast_to(lags[:, None], (cfg.generators, cfg.response_length))
+        return state.buffer.latest_version - token_lags
+
+    def _sample(self, buffer: PolicyBuffer, versions: jax.Array, prompt: jax.Array,
+                key: jax.Array, hp: TokenHParams) -> Samples:
+        """Responses `[N, L]`, token `t` of generator `g`'s rows drawn by `versions[g, t]`."""
+        cfg = self.config
+        chex.assert_shape(versions, (cfg.generators, cfg.response_length))
+        policies = to_bfloat16(buffer.policies) if cfg.bf16_behaviour else buffer.policies
+        slots = versions % cfg.buffer_capacity
+        per_generator = cfg.batch_size // cfg.generators
+
+        def per_sequence(_):  # one version per generator: its rows decode with one model
+            params = jax.tree.map(lambda stack: stack[slots[:, 0]], policies)
+            samples = jax.vmap(
+                lambda params, p, k: self.policy.sample(params, p, k, cfg.response_length,
+                                                        hp.temperature)
+            )(params, prompt.reshape(cfg.generators, per_generator, -1),
+              jax.random.split(key, cfg.generators))
+            return jax.tree.map(lambda x: x.reshape((cfg.batch_size,) + x.shape[2:]), samples)
+
+        if cfg.lag_model != "in_flight":
+            return per_sequence(None)
+
+        def per_token(_):
+            return self.policy.sample_per_token(policies, jnp.repeat(slots, per_generator, axis=0),
+                                                prompt, key, cfg.response_length, hp.temperature)
+
+        # Decoding with every snapshot costs `K` times one model, so it is paid only when some
+        # sequence changes version mid-decoding (never at lag 0 nor before the first pushes),
+        # and lag 0 stays bit for bit the computation of `fixed:0`.
+        unchanged = jnp.all(versions == versions[:, :1])
+        return cond_in_every_run(unchanged, per_sequence, per_token, None)
 
     def _batch(self, state: TokenState, hp: TokenHParams, prompt, answer, samples: Samples,
                versions) -> Batch:
@@ -179,6 +222,7 @@ class TokenTrainer:
         return params, opt_state, jax.tree.map(jnp.nanmean, metrics)
 
     def update(self, state: TokenState, hp: TokenHParams) -> tuple[TokenState, dict]:
+        """One generation and one optimisation phase; a non-finite result freezes the run."""
         key, generate_key, optimise_key = jax.random.split(state.key, 3)
         batch = self.generate(state, generate_key, hp)
         params, opt_state, metrics = self.optimise(state, batch, optimise_key, hp)
@@ -191,12 +235,13 @@ class TokenTrainer:
             reward_mean=batch.reward.mean(),
             response_length=batch.mask.sum(axis=1).mean(),
             entropy=losses.aggregate(batch.entropy, batch.mask),
-            version_gap_mean=gap.mean(),
-            version_gap_max=gap.max(),
+            version_gap_mean=losses.aggregate(gap, batch.mask),
+            version_gap_max=jnp.where(batch.mask > 0, gap, 0.0).max(),
             tv_backward=losses.tv_estimate(staleness, batch.mask),
             ess_ratio=losses.ess_ratio(staleness.sum(axis=1)),
         )
-        return new_state, metrics
+        return freeze_if_diverged(state, new_state, (params, opt_state, metrics["policy_loss"]),
+                                  metrics)
 
     # ------------------------------------------------------------------------ evaluation
     def evaluate(self, params) -> jax.Array:
@@ -213,8 +258,8 @@ class TokenTrainer:
         def period(state, _):
             state, metrics = jax.lax.scan(lambda s, _: self.update(s, hp), state, None,
                                           length=per_period)
-            metrics["eval_accuracy"] = jnp.full(per_period, jnp.nan).at[-1].set(
-                self.evaluate(state.params))
+            accuracy = jnp.where(state.diverged, jnp.nan, self.evaluate(state.params))
+            metrics["eval_accuracy"] = jnp.full(per_period, jnp.nan).at[-1].set(accuracy)
             return state, metrics
 
         state, metrics = jax.lax.scan(period, state, None, length=num_periods)
