@@ -38,9 +38,16 @@ def main(out: str, paths: list[str]) -> None:
             result = json.load(f)
         steps = np.asarray(result["env_steps"])
         for label, runs in curves(result).items():
-            line, = ax.plot(steps, np.nanmean(runs, axis=0), label=f"{label}, {len(runs)} seeds")
+            # Updates in which no episode ended are NaN; long episodes leave only a few points.
+            ended = ~np.isnan(runs).all(axis=0)
+            with np.errstate(all="ignore"):
+                mean = np.nanmean(runs[:, ended], axis=0)
+            line, = ax.plot(steps[ended], mean, marker="." if ended.sum() < 50 else None,
+                            label=f"{label}, {len(runs)} seeds")
             for run in runs:
-                ax.plot(steps, run, color=line.get_color(), alpha=0.25, linewidth=0.8)
+                finite = ~np.isnan(run)
+                ax.plot(steps[finite], run[finite], color=line.get_color(), alpha=0.25,
+                        linewidth=0.8)
     ax.set_xlabel("environment steps")
     ax.set_ylabel("training-episode return")
     ax.set_title(result["env"])
