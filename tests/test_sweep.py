@@ -94,6 +94,11 @@ def test_named_experiments_cover_what_they_promise(named):
     def lags(name):
         return {r.lag for g in named[name].groups for r in g.runs}
 
+    sensitivity = named["lag_sensitivity"]
+    assert len(values("lag_sensitivity", "env")) >= 2 and max(lags("lag_sensitivity")) >= 32
+    assert {r.seed for g in sensitivity.groups for r in g.runs} == set(range(10))
+    assert len(values("lag_sensitivity", "algo")) == 10
+
     quick = named["quick"]
     assert len(quick.groups) == 3 and len(values("quick", "algo")) == 3 and len(lags("quick")) >= 2
     paper = named["paper_lag_sweep"]
