@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from vaco_jax.config import Config
 from vaco_jax.losses import AGGREGATIONS
 from vaco_jax.tokens.model import ModelSpec
 from vaco_jax.tokens.tasks import TASKS, Task, make_task
@@ -16,10 +17,12 @@ from vaco_jax.tokens.warm_start import WarmStart
 
 TOKEN_LAG_MODELS = ("fixed", "uniform", "geometric", "per_actor")
 GROUP_UNITS = ("prompt", "sample")
+# Token-level PPO-clip on the behaviour ratio with group-relative advantages.
+ALGORITHMS = ("grpo",)
 
 
 @dataclasses.dataclass(frozen=True)
-class TokenConfig:
+class TokenConfig(Config):
     """Everything that shapes the compiled program.
 
     One update samples `prompts` training prompts, `group_size` responses each. A generator is
@@ -31,6 +34,7 @@ class TokenConfig:
 
     task: str = "add"
     task_size: int = 2
+    algo: str = "grpo"  # one of ALGORITHMS
     layers: int = 2
     width: int = 64
     heads: int = 4
@@ -78,8 +82,14 @@ class TokenConfig:
     def num_periods(self) -> int:
         return self.num_updates // self.eval_every
 
-    def replace(self, **changes: Any) -> "TokenConfig":
-        return dataclasses.replace(self, **changes)
+    @property
+    def updates_per_period(self) -> int:
+        return self.eval_every
+
+    @property
+    def steps_per_update(self) -> int:
+        """Responses sampled per update, the unit of training progress."""
+        return self.batch_size
 
 
 @struct.dataclass
@@ -120,6 +130,7 @@ def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
     _choice("lag_model", config.lag_model, TOKEN_LAG_MODELS)
     _choice("group_unit", config.group_unit, GROUP_UNITS)
     _choice("aggregation", config.aggregation, AGGREGATIONS)
+    _choice("algo", config.algo, ALGORITHMS)
     for field in ("task_size", "layers", "width", "heads", "context", "prompts", "group_size",
                   "buffer_capacity", "epochs", "minibatches", "num_updates", "eval_every",
                   "eval_prompts"):
