@@ -1,10 +1,11 @@
-"""The token testbed through the shared driver.
+"""The token testbed through the shared driver and sweep.
 
-Every run here has the same config and two runs, so the driver's programs compile once and
-the warm start is trained once, into a cache.
+Every run here has the same config and two runs, so the driver's programs compile once (the
+sweep's batches hold two runs too) and the warm start is trained once, into a cache.
 """
 
 import json
+import textwrap
 
 import jax
 import numpy as np
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 from test_tokens_train import STALE
 
+from vaco_jax import sweep
 from vaco_jax.driver import Driver
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 from vaco_jax.tokens.warm_start import WarmStart
@@ -63,3 +65,57 @@ def test_token_run_resumes_bit_identically(straight, config, tmp_path):
     jax.tree.map(np.testing.assert_array_equal, resumed.state, uninterrupted.state)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "metrics.parquet"),
                                   pd.read_parquet(reference / "metrics.parquet"))
+
+
+def test_token_sweep_writes_runs_table_and_report(config, tmp_path):
+    ws = config.warm_start
+    text = textwrap.dedent(f"""\
+        name = "tokens_tiny"
+        testbed = "tokens"
+        tasks = ["add"]
+        algos = ["grpo"]
+        seeds = {len(SEEDS)}
+
+        [lag]
+        model = "fixed"
+        levels = [0, 1]
+
+        [forward]
+        epochs = {config.epochs}
+        minibatches = {config.minibatches}
+
+        [config]
+        task_size = {config.task_size}
+        layers = {config.layers}
+        width = {config.width}
+        heads = {config.heads}
+        context = {config.context}
+        prompts = {config.prompts}
+        group_size = {config.group_size}
+        buffer_capacity = {config.buffer_capacity}
+        num_updates = {config.num_updates}
+        eval_every = {config.eval_every}
+        eval_prompts = {config.eval_prompts}
+        partial_credit = true
+        warm_start = {{ steps = {ws.steps}, batch = {ws.batch} }}
+        warm_start_dir = {json.dumps(config.warm_start_dir)}
+
+        [hparams]
+        learning_rate = 3e-3
+
+        [reference_returns]
+        add = 1.0
+    """)
+    experiment = sweep.parse_experiment(text)
+    assert [g.config for g in experiment.groups] == [config]
+    out = tmp_path / "sweep"
+    summary = sweep.sweep(out, experiment, max_runs_per_batch=len(SEEDS), progress=False)
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert runs["run_id"].nunique() == 4 and sorted(runs["update"].unique()) == [0, 2, 4]
+    assert sorted(runs["env_steps"].unique()) == [0, 32, 64]  # sampled responses
+    assert runs["eval_accuracy"].between(0, 1).all() and "eval_return" not in runs
+    assert {"reward_mean", "tv_backward", "clip_fraction"} <= set(runs.columns)
+    assert summary["score"]["name"] == "held-out accuracy" and len(summary["cells"]) == 2
+    report = (out / "report.md").read_text()
+    assert "initial held-out accuracy" in report and "Sampled responses per run" in report
+    assert (out / "fig_learning_curves.png").is_file()
