@@ -1,4 +1,4 @@
-"""The token testbed through the shared driver and sweep.
+"""The token testbed through the shared driver, sweep and command line.
 
 Every run here has the same config and two runs, so the driver's programs compile once (the
 sweep's batches hold two runs too) and the warm start is trained once, into a cache.
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from test_tokens_train import STALE
 
-from vaco_jax import sweep
+from vaco_jax import cli, sweep
 from vaco_jax.driver import Driver
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 from vaco_jax.tokens.warm_start import WarmStart
@@ -65,6 +65,14 @@ def test_token_run_resumes_bit_identically(straight, config, tmp_path):
     jax.tree.map(np.testing.assert_array_equal, resumed.state, uninterrupted.state)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "metrics.parquet"),
                                   pd.read_parquet(reference / "metrics.parquet"))
+
+
+def test_cli_resumes_a_token_run(straight, capsys):
+    out, _ = straight
+    assert cli.main(["tokens", "--resume", str(out), "--no-progress"]) == 0  # complete: no-op
+    printed = capsys.readouterr().out
+    assert "grpo on add: 4 updates, 64 sampled responses per seed" in printed
+    assert "seed 1: held-out accuracy" in printed
 
 
 def test_token_sweep_writes_runs_table_and_report(config, tmp_path):
