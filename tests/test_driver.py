@@ -111,7 +111,7 @@ def test_cli_train_resume_and_refusal(tmp_path, capsys):
             "--hparam", "tv_delta=0.1", "--out", out, "--no-progress"]
     assert cli.main(args) == 0
     printed = capsys.readouterr().out
-    assert "seed 0: eval return" in printed and f"{out}/metrics.csv" in printed
+    assert "seed 0: return" in printed and f"{out}/metrics.csv" in printed
     saved = json.loads((tmp_path / "cli" / "config.json").read_text())
     assert saved["config"]["algo"] == "vaco" and saved["hparams"]["tv_delta"] == [
         pytest.approx(0.1)] * 2

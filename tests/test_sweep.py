@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vaco_jax import cli, report, sweep
+from vaco_jax import cli, report, sweep, testbeds
 from vaco_jax.config import HParams
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -145,6 +145,11 @@ def test_named_experiments_cover_what_they_promise(named):
     ("[forward]", "[reference_returns]\nhopper = 1.0\n\n[forward]",
      r"\[reference_returns\]: task: unknown value\(s\) \['hopper'\]; allowed: toy_reach"),
     ("seeds = 2", "seeds = ", "not valid TOML"),
+    ("seeds = 2", 'seeds = 2\ntestbed = "atari"',
+     "testbed='atari' is not supported; allowed values: control, tokens"),
+    ("seeds = 2", 'seeds = 2\ntestbed = "tokens"',
+     r"tasks: unknown value\(s\) \['toy_reach'\]; allowed: add, sort, chain"),
+    ("[config]", '[config]\ntestbed = "tokens"', "testbed is set by the top-level testbed key"),
 ])
 def test_bad_experiments_are_rejected_naming_the_key(monkeypatch, old, new, message):
     def no_compilation(*args, **kwargs):
@@ -239,7 +244,7 @@ def test_sweep_writes_batches_table_and_report(swept):
     runs = pd.read_parquet(out / "runs.parquet")
     assert list(runs.columns) == [
         *report.RUN_COORDINATES, "run_id", "hp_tv_delta", "update", "env_steps", "eval_return",
-        *sweep.TRAINING_METRICS, "diverged", "diverged_at"]
+        *testbeds.CONTROL.training_metrics, "diverged", "diverged_at"]
     assert runs["run_id"].nunique() == 8 and len(runs) == 8 * 3  # evaluations at updates 0, 2, 4
     assert sorted(runs["env_steps"].unique()) == [0, 256, 512]
     assert set(runs["hp_tv_delta"]) == {0.1, 0.3} and set(runs["lag"]) == {0.0, 2.0}
@@ -255,7 +260,7 @@ def test_sweep_writes_batches_table_and_report(swept):
     for name in ("policy_loss", "tv_forward", "entropy"):
         assert row[name] == pytest.approx(metrics.loc[[3, 4], name].mean()), name
     initial = runs[runs["update"] == 0]
-    assert initial[list(sweep.TRAINING_METRICS)].isna().all().all()
+    assert initial[list(testbeds.CONTROL.training_metrics)].isna().all().all()
 
 
 def test_resume_skips_finished_batches(swept, tmp_path, toy_file):

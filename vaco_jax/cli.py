@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
-from vaco_jax.config import HParams, TrainConfig
+from vaco_jax.config import Config, HParams, TrainConfig
 from vaco_jax.policy_buffer import LAG_MODELS
 
 
@@ -66,8 +66,6 @@ def _add_train_parser(subparsers) -> None:
     p.add_argument("--lag-warmup", default=defaults.lag_warmup,
                    help="lags beyond the versions pushed so far: clip (to the oldest version) or "
                         "redraw (from the lag model restricted to the existing versions)")
-    p.add_argument("--seeds", type=int, default=2, help="number of vmapped seeds (0..N-1)")
-    p.add_argument("--seed-offset", type=int, default=0, help="first seed")
     p.add_argument("--total-steps", type=int, default=defaults.total_steps,
                    help="environment steps per run")
     p.add_argument("--num-envs", type=int, default=defaults.num_envs)
@@ -97,67 +95,84 @@ def _add_train_parser(subparsers) -> None:
                    help="minibatch advantages: scale, standardize or none")
     p.add_argument("--hparam", type=parse_hparam, action="append", default=[],
                    metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
+    add_run_arguments(p, out="runs/train")
+
+
+def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
+    """The flags of a training command that the driver serves, whatever the testbed: seeds,
+    output folder, checkpoints, resume and progress."""
+    p.add_argument("--seeds", type=int, default=2,
+                   help="number of vmapped seeds (from --seed-offset on)")
+    p.add_argument("--seed-offset", type=int, default=0, help="first seed")
     p.add_argument("--chunk-periods", type=int, default=None,
                    help="evaluation periods per compiled chunk (checkpoint interval)")
     p.add_argument("--keep-checkpoints", type=int, default=None,
                    help="newest checkpoints kept (default 2; a resumed run keeps its own)")
-    p.add_argument("--out", default="runs/train", help="output folder")
+    p.add_argument("--out", default=out, help="output folder")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run in an existing output folder (other files are kept)")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the interrupted run in DIR from its newest intact checkpoint, "
-                        "with the settings saved there")
+                        "with the settings saved there (any testbed's run)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _train(args) -> int:
-    from vaco_jax.driver import Driver, TrainingResult
+def run_driver(args, config: Config, hparams: Any) -> int:
+    """Trains `config` with `hparams` over the seeds of `args` (the flags of
+    `add_run_arguments`) with the driver, or resumes the run of `--resume DIR` with the settings
+    saved there (`config` and `hparams` unused), then prints a summary."""
+    from vaco_jax import io
+    from vaco_jax.driver import Driver
 
     if args.keep_checkpoints is not None and args.keep_checkpoints < 1:
         raise ValueError(f"--keep-checkpoints must be a positive integer, got "
                          f"{args.keep_checkpoints}")
+    options = {"chunk_periods": args.chunk_periods, "keep_checkpoints": args.keep_checkpoints,
+               "progress": not args.no_progress}
     if args.resume:
-        driver = Driver.from_run_dir(args.resume)
-        result = driver.run(args.resume, chunk_periods=args.chunk_periods, resume=True,
-                            keep_checkpoints=args.keep_checkpoints,
-                            progress=not args.no_progress)
         out = args.resume
+        result = Driver.from_run_dir(out).run(out, resume=True, **options)
     else:
-        lag_model, lag, lag_probabilities = args.lag
-        config = TrainConfig(
-            env=args.env, backend=args.backend, algo=args.algo, num_envs=args.num_envs,
-            rollout_length=args.rollout_length, total_steps=args.total_steps, epochs=args.epochs,
-            minibatches=args.minibatches, buffer_capacity=args.buffer_capacity,
-            lag_model=lag_model, lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
-            episode_length=args.episode_length, eval_every=args.eval_every,
-            num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
-            critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
-            tv_scope=args.tv_scope, tv_estimator=args.tv_estimator,
-            filter_normalization=args.filter_normalization, acting=args.acting,
-            reward_scaling=args.reward_scaling,
-            advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip)
-        hparams = HParams.create(lag=lag, **dict(args.hparam))
-        seeds = range(args.seed_offset, args.seed_offset + args.seeds)
-        driver = Driver(config, hparams, seeds)
-        result = driver.run(args.out, chunk_periods=args.chunk_periods, overwrite=args.overwrite,
-                            keep_checkpoints=args.keep_checkpoints, progress=not args.no_progress)
         out = args.out
+        io.check_output_dir(out)  # before the driver builds its trainer (a warm start, say)
+        driver = Driver(config, hparams, range(args.seed_offset, args.seed_offset + args.seeds))
+        result = driver.run(out, overwrite=args.overwrite, **options)
     _print_summary(result, out)
     return 0
+
+
+def _train(args) -> int:
+    lag_model, lag, lag_probabilities = args.lag
+    config = TrainConfig(
+        env=args.env, backend=args.backend, algo=args.algo, num_envs=args.num_envs,
+        rollout_length=args.rollout_length, total_steps=args.total_steps, epochs=args.epochs,
+        minibatches=args.minibatches, buffer_capacity=args.buffer_capacity,
+        lag_model=lag_model, lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
+        episode_length=args.episode_length, eval_every=args.eval_every,
+        num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
+        critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
+        tv_scope=args.tv_scope, tv_estimator=args.tv_estimator,
+        filter_normalization=args.filter_normalization, acting=args.acting,
+        reward_scaling=args.reward_scaling,
+        advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip)
+    return run_driver(args, config, HParams.create(lag=lag, **dict(args.hparam)))
 
 
 def _print_summary(result, out: str) -> None:
     import numpy as np
 
-    final = result.table().groupby("seed")["eval_return"].agg(
+    from vaco_jax import testbeds
+
+    testbed, cfg = testbeds.of_config(result.config), result.config
+    final = result.table().groupby("seed")[testbed.score].agg(
         lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
-    initial = result.metrics["eval_return"][:, 0]
-    print(f"\n{result.config.algo} on {result.config.env}: {result.updates_done} updates, "
-          f"{result.updates_done * result.config.steps_per_update:,} env steps per seed")
+    initial = result.metrics[testbed.score][:, 0]
+    print(f"\n{cfg.algo} on {testbed.task(cfg)}: {result.updates_done} updates, "
+          f"{result.updates_done * cfg.steps_per_update:,} {testbed.steps_name} per seed")
     for (seed, value), start, diverged, at in zip(final.items(), initial, result.diverged,
                                                   result.diverged_at):
         note = f"  DIVERGED at update {at}" if diverged else ""
-        print(f"  seed {seed}: eval return {start:.2f} -> {value:.2f}{note}")
+        print(f"  seed {seed}: {testbed.score_name} {start:.3f} -> {value:.3f}{note}")
     print(f"results: {out}/metrics.csv, {out}/metrics.parquet, {out}/config.json, "
           f"{out}/status.json, checkpoint in {out}/checkpoint/")
 
@@ -222,7 +237,7 @@ def _print_scores(summary: dict, out: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from vaco_jax.tokens import cli as token_cli  # here: it reuses this module's `parse_lag`
+    from vaco_jax.tokens import cli as token_cli  # here: it imports this module's run flags
 
     parser = argparse.ArgumentParser(prog="vaco-jax", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -239,8 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
         return 2
     except Interrupted as stop:
-        resume = (f"vaco-jax train --resume {args.resume or args.out}" if args.command == "train"
-                  else f"vaco-jax sweep --resume --out {args.out}")
+        resume = (f"vaco-jax sweep --resume --out {args.out}" if args.command == "sweep"
+                  else f"vaco-jax {args.command} --resume {args.resume or args.out}")
         print(f"vaco-jax {args.command}: {stop}; continue with: {resume}", file=sys.stderr)
         return 128 + stop.signum
     except OSError as error:  # a full disk, among others

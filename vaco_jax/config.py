@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Self
 
 import jax.numpy as jnp
 import numpy as np
@@ -28,8 +28,41 @@ REWARD_SCALINGS = ("return_std", "none")  # see vaco_jax.reward_scaling
 GRAD_CLIPS = ("global", "per_network")
 
 
+class Config:
+    """Base of every testbed's structural settings (a frozen dataclass): `replace`, and the
+    `to_dict`/`from_dict` round trip through the `config.json` of a run.
+
+    Besides its fields, a testbed's config provides `algo`, `lag_model`, `epochs`,
+    `minibatches`, `num_updates`, `num_periods` (evaluations), `updates_per_period` and
+    `steps_per_update` (its unit of training progress).
+    """
+
+    def replace(self, **changes: Any) -> Self:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Self:
+        """The config of `to_dict`'s output (JSON lists read back as tuples, nested dataclass
+        fields from their dicts); unknown names are refused, naming the allowed ones."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; allowed: "
+                             f"{sorted(known)}")
+
+        def converted(name: str, value: Any) -> Any:
+            default = known[name].default
+            if dataclasses.is_dataclass(default) and isinstance(value, Mapping):
+                return type(default)(**value)
+            return tuple(value) if isinstance(value, list) else value
+        return cls(**{name: converted(name, value) for name, value in values.items()})
+
+
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Config):
     """Structural settings of one training program (static under `jit`)."""
 
     env: str = "inverted_double_pendulum"
@@ -94,23 +127,6 @@ class TrainConfig:
     def num_updates(self) -> int:
         return self.num_periods * self.updates_per_period
 
-    def replace(self, **changes: Any) -> "TrainConfig":
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ValueError(f"unknown TrainConfig field(s) {unknown}; allowed: {sorted(known)}")
-        converted = {
-            name: tuple(value) if isinstance(value, list) else value for name, value in values.items()
-        }
-        return cls(**converted)
-
 
 @struct.dataclass
 class HParams:
@@ -165,9 +181,6 @@ class HParams:
         """Stacks per-run hyper-parameters along a new leading axis for `vmap`."""
         return cls(**{n: jnp.stack([jnp.asarray(getattr(r, n), jnp.float32) for r in runs])
                       for n in cls.field_names()})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {n: np.asarray(getattr(self, n)).tolist() for n in self.field_names()}
 
 
 def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:

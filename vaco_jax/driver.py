@@ -1,23 +1,25 @@
 """The chunked driver: runs vmapped seeds chunk by chunk with progress, checkpoints and outputs.
 
-A chunk is a whole number of evaluation periods executed by one compiled call of
-`Trainer.run` vmapped over runs (seeds and hyper-parameter values). Between chunks the driver
-updates the progress bar, reports runs that diverged, writes the metrics so far and saves an
-Orbax checkpoint of the complete state, so `resume=True` continues exactly where it stopped.
+The driver serves every testbed (`vaco_jax.testbeds`), the one whose config it is given. A
+chunk is a whole number of evaluation periods executed by one compiled call of the testbed
+trainer's `run`, vmapped over runs (seeds and hyper-parameter values). Between chunks the
+driver updates the progress bar, reports runs that diverged, writes the metrics so far and
+saves an Orbax checkpoint of the complete state, so `resume=True` continues exactly where it
+stopped.
 
 Files written to the output folder:
-- `config.json`: the resolved `TrainConfig`, each run's seed and hyper-parameters;
+- `config.json`: the testbed, its resolved config, each run's seed and hyper-parameters;
 - `metrics.csv` and `metrics.parquet`: one row per run per update, plus an update-0 row holding
   the initial policy's evaluation;
 - `status.json`: progress and, per run, whether and when it diverged;
 - `checkpoint/`: the newest checkpoints (`vaco_jax.checkpoint`).
 
-Config, status and every checkpoint carry the run's identity, a hash of its config, seeds and
-hyper-parameters; `config.json` also holds the run options a resume needs (the chunk length and
-the number of checkpoints kept), so `resume=True` needs nothing but the folder. Overwriting
-removes exactly these files. Resuming restores the newest intact checkpoint of this run
-(skipping damaged ones with a warning), cuts the metrics back to it and shortens the last chunk
-to the run's end.
+Config, status and every checkpoint carry the run's identity, a hash of its testbed, config,
+seeds and hyper-parameters; `config.json` also holds the run options a resume needs (the chunk
+length and the number of checkpoints kept), so `resume=True` needs nothing but the folder.
+Overwriting removes exactly these files. Resuming restores the newest intact checkpoint of this
+run (skipping damaged ones with a warning), cuts the metrics back to it and shortens the last
+chunk to the run's end.
 
 The first SIGTERM or SIGINT during `run` stops it after the current chunk and its checkpoint
 (`Interrupted` is raised); a second one exits at once, which every write survives since each is
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -58,16 +61,17 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from vaco_jax import io
+from vaco_jax import io, testbeds
 from vaco_jax.checkpoint import Checkpoints
-from vaco_jax.config import HParams, TrainConfig, validate
-from vaco_jax.train import METRICS, Trainer, TrainState
+from vaco_jax.config import Config
 
 
 RUN_FILES = ("config.json", "metrics.csv", "metrics.parquet", "status.json", "checkpoint")
 """What a run writes into its folder; `overwrite` removes these and nothing else."""
 FAULT_ENV = "VACO_JAX_TEST_FAULT"
 DEFAULT_KEEP_CHECKPOINTS = 2
+ZERO_AT_START = ("env_steps", "diverged")
+"""Metrics the update-0 row holds as 0 (where the testbed has them): counters and flags."""
 
 
 class Interrupted(Exception):
@@ -81,14 +85,14 @@ class Interrupted(Exception):
 
 @dataclasses.dataclass
 class TrainingResult:
-    config: TrainConfig
+    config: Config
     seeds: list[int]
-    hparams: HParams  # leaves [R]
+    hparams: Any  # the testbed's hyper-parameters, leaves [R]
     metrics: dict[str, np.ndarray]  # [R, num_updates + 1]; row 0 is the initial evaluation
     diverged: np.ndarray  # [R] bool
     diverged_at: np.ndarray  # [R] int, -1 where the run stayed finite
     updates_done: int
-    state: TrainState | None = None
+    state: Any = None  # the trainer's state, leaves [R, ...]
 
     @property
     def complete(self) -> bool:
@@ -96,13 +100,12 @@ class TrainingResult:
 
     def table(self) -> pd.DataFrame:
         """One row per run per update (update 0 = initial evaluation)."""
-        num_runs, num_rows = self.metrics["eval_return"].shape
-        rows = self.updates_done + 1
+        num_runs, rows = len(self.seeds), self.updates_done + 1
         frame = {"run": np.repeat(np.arange(num_runs), rows),
                  "seed": np.repeat(np.asarray(self.seeds), rows),
                  "update": np.tile(np.arange(rows), num_runs)}
-        for name in METRICS:
-            frame[name] = self.metrics[name][:, :rows].reshape(-1)
+        for name, values in self.metrics.items():
+            frame[name] = values[:, :rows].reshape(-1)
         return pd.DataFrame(frame)
 
 
@@ -115,13 +118,15 @@ def _chunk_periods(num_periods: int, requested: int | None) -> int:
 
 
 class Driver:
-    """Runs one `TrainConfig` for several runs (`seeds[i]` with `hparams[i]`) in one program.
+    """Runs one config for several runs (`seeds[i]` with `hparams[i]`) in one program, on the
+    testbed the config belongs to (`TrainConfig`: control, `TokenConfig`: tokens).
 
     `devices` are the devices the runs axis may be sharded over (default: `jax.devices()`).
     """
 
-    def __init__(self, config: TrainConfig, hparams: HParams, seeds: Sequence[int],
+    def __init__(self, config: Config, hparams: Any, seeds: Sequence[int],
                  devices: Sequence[jax.Device] | None = None):
+        self.testbed = testbeds.of_config(config)
         self.config = config
         self._set_runs(hparams, seeds)
         self.devices = _run_devices(self.num_runs, devices)
@@ -129,19 +134,20 @@ class Driver:
                                         PartitionSpec("runs"))
                           if len(self.devices) > 1 else None)
         placement = {} if self._sharding is None else {"out_shardings": self._sharding}
-        self.trainer = Trainer(config)
+        self.trainer = self.testbed.trainer(config)
         self._init = jax.jit(jax.vmap(self.trainer.init), **placement)
-        self._evaluate = jax.jit(jax.vmap(self.trainer.evaluate), **placement)
+        self._evaluate = jax.jit(jax.vmap(functools.partial(self.testbed.evaluate, self.trainer)),
+                                 **placement)
         self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2,
                             **placement)
 
-    def _set_runs(self, hparams: HParams, seeds: Sequence[int]) -> None:
+    def _set_runs(self, hparams: Any, seeds: Sequence[int]) -> None:
         seeds = [int(s) for s in seeds]
         hparams = _broadcast_hparams(hparams, len(seeds))
-        validate(self.config, hparams)
+        self.testbed.validate(self.config, hparams)
         self.hparams, self.seeds = hparams, seeds
 
-    def with_runs(self, hparams: HParams, seeds: Sequence[int]) -> "Driver":
+    def with_runs(self, hparams: Any, seeds: Sequence[int]) -> "Driver":
         """A driver of other runs (as many as this one's) that shares this driver's compiled
         programs, so it starts without compiling again."""
         if len(seeds) != self.num_runs:
@@ -156,9 +162,10 @@ class Driver:
         """Rebuilds the driver of the run saved in `out_dir` (from its `config.json`)."""
         saved = _saved_config(Path(out_dir))
         try:
-            hparams = HParams(**{k: jnp.asarray(v, jnp.float32)
-                                 for k, v in saved["hparams"].items()})
-            return cls(TrainConfig.from_dict(saved["config"]), hparams, saved["seeds"])
+            testbed = testbeds.named(saved["testbed"])
+            hparams = testbed.hparams(**{k: jnp.asarray(v, jnp.float32)
+                                         for k, v in saved["hparams"].items()})
+            return cls(testbed.config.from_dict(saved["config"]), hparams, saved["seeds"])
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"cannot resume: {str(Path(out_dir) / 'config.json')!r} does not "
                              f"describe a run ({type(error).__name__}: {error}); start the run "
@@ -183,13 +190,14 @@ class Driver:
             return jax.make_array_from_callback(host.shape, self._sharding, lambda i: host[i])
         return jax.tree.map(place, tree)
 
-    def initial(self) -> tuple[TrainState, dict[str, np.ndarray]]:
+    def initial(self) -> tuple[Any, dict[str, np.ndarray]]:
         state = self._init(self._keys(0), self._place(self.hparams))
         metrics = {name: np.full((self.num_runs, self.config.num_updates + 1), np.nan, np.float32)
-                   for name in METRICS}
-        metrics["eval_return"][:, 0] = _to_host(self._evaluate(state, self._keys(1)))
-        metrics["env_steps"][:, 0] = 0.0
-        metrics["diverged"][:, 0] = 0.0
+                   for name in self.testbed.metrics}
+        metrics[self.testbed.score][:, 0] = _to_host(self._evaluate(state, self._keys(1)))
+        for name in ZERO_AT_START:
+            if name in metrics:
+                metrics[name][:, 0] = 0.0
         return state, metrics
 
     def compile(self, chunk_periods: int | None = None) -> None:
@@ -237,7 +245,8 @@ class Driver:
                 # Placed like a fresh state (Orbax commits arrays to a device), so the compiled
                 # chunk program of a fresh run serves a resumed one too.
                 state = self._place(jax.tree.map(_to_host, tree["state"]))
-                metrics = _cut_back({k: np.asarray(v) for k, v in tree["metrics"].items()},
+                # In the testbed's order of metrics (the restored tree's keys are sorted).
+                metrics = _cut_back({k: np.asarray(tree["metrics"][k]) for k in metrics},
                                     periods_done * cfg.updates_per_period)
             if resume and out is not None:
                 _read_status(out)  # warns about a damaged one, rewritten below
@@ -254,10 +263,12 @@ class Driver:
         steps_per_period = cfg.updates_per_period * cfg.steps_per_update * self.num_runs
         bar = tqdm(total=cfg.num_periods * steps_per_period,
                    initial=periods_done * steps_per_period, unit="step", unit_scale=True,
-                   disable=not progress, dynamic_ncols=True, desc=f"{cfg.algo} on {cfg.env}")
+                   disable=not progress, dynamic_ncols=True,
+                   desc=f"{cfg.algo} on {self.testbed.task(cfg)}")
         reported = set()
         chunks = 0
         hparams = self._place(self.hparams)
+        score = self.testbed.score
         try:
             while (periods_done < cfg.num_periods and (max_chunks is None or chunks < max_chunks)
                    and stop.signum is None):
@@ -276,9 +287,9 @@ class Driver:
                 result = self._result(metrics, state, periods_done)
                 self._report_divergence(result, reported, bar)
                 bar.update(periods * steps_per_period)
-                bar.set_postfix(
-                    steps_per_s=f"{periods * steps_per_period / (time.perf_counter() - start):,.0f}",
-                    eval_return=f"{np.nanmean(_latest(metrics['eval_return'])):.2f}")
+                speed = periods * steps_per_period / (time.perf_counter() - start)
+                bar.set_postfix({"steps_per_s": f"{speed:,.0f}",
+                                 score: f"{np.nanmean(_latest(metrics[score])):.2f}"})
                 if out is not None:
                     self._write(out, result)
                     step = periods_done
@@ -301,14 +312,18 @@ class Driver:
     # ---------------------------------------------------------------------------------------
     @property
     def identity(self) -> str:
-        """A hash of `describe()`: config, seeds and hyper-parameters, whatever fields they have."""
+        """A hash of `describe()`: testbed, config, seeds and hyper-parameters, whatever fields
+        they have."""
         text = json.dumps(self.describe(), sort_keys=True, default=io.jsonable)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def describe(self) -> dict[str, Any]:
         cfg = self.config
-        return {"config": cfg.to_dict(), "seeds": self.seeds, "hparams": self.hparams.to_dict(),
-                "num_updates": cfg.num_updates, "steps_per_update": cfg.steps_per_update,
+        hparams = {f.name: np.asarray(getattr(self.hparams, f.name)).tolist()
+                   for f in dataclasses.fields(self.hparams)}
+        return {"testbed": self.testbed.name, "config": cfg.to_dict(), "seeds": self.seeds,
+                "hparams": hparams, "num_updates": cfg.num_updates,
+                "steps_per_update": cfg.steps_per_update,
                 "updates_per_period": cfg.updates_per_period}
 
     def _check_resumable(self, out: Path) -> dict[str, Any]:
@@ -320,12 +335,11 @@ class Driver:
         return saved
 
     def _result(self, metrics, state, periods_done) -> TrainingResult:
-        diverged_at = _to_host(state.diverged_at)
+        updates_done = periods_done * self.config.updates_per_period
+        diverged, diverged_at = _divergence(metrics, updates_done)
         return TrainingResult(config=self.config, seeds=self.seeds, hparams=self.hparams,
-                              metrics=metrics, diverged=_to_host(state.diverged),
-                              diverged_at=diverged_at,
-                              updates_done=periods_done * self.config.updates_per_period,
-                              state=state)
+                              metrics=metrics, diverged=diverged, diverged_at=diverged_at,
+                              updates_done=updates_done, state=state)
 
     def _report_divergence(self, result: TrainingResult, reported: set, bar) -> None:
         for run in np.flatnonzero(result.diverged):
@@ -341,12 +355,13 @@ class Driver:
         table = result.table()
         io.write_table(out / "metrics.csv", table)
         io.write_table(out / "metrics.parquet", table)
+        score = self.testbed.score
         io.write_json(out / "status.json", {
-            "run_identity": self.identity, "updates_done": result.updates_done, "num_updates": self.config.num_updates,
-            "complete": result.complete,
+            "run_identity": self.identity, "updates_done": result.updates_done,
+            "num_updates": self.config.num_updates, "complete": result.complete,
             "runs": [{"run": i, "seed": s, "diverged": bool(result.diverged[i]),
                       "diverged_at": int(result.diverged_at[i]),
-                      "final_eval_return": float(_latest(result.metrics["eval_return"])[i])}
+                      f"final_{score}": float(_latest(result.metrics[score])[i])}
                      for i, s in enumerate(self.seeds)]})
 
 
@@ -380,6 +395,18 @@ def _read_status(folder: Path) -> dict[str, Any] | None:
 
 def read_status(folder: str | os.PathLike) -> dict[str, Any] | None:
     return _read_status(Path(folder))
+
+
+def _divergence(metrics: dict[str, np.ndarray],
+                updates_done: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per run, whether it diverged by `updates_done` and the (1-based) update at which it did
+    (-1 if not), read from the per-update `diverged` metric; a testbed without it marks none."""
+    num_runs = next(iter(metrics.values())).shape[0]
+    if "diverged" not in metrics:
+        return np.zeros(num_runs, bool), np.full(num_runs, -1)
+    flags = metrics["diverged"][:, :updates_done + 1] == 1  # row 0, the initial policy: never
+    diverged = flags.any(axis=1)
+    return diverged, np.where(diverged, np.argmax(flags, axis=1), -1)
 
 
 def _cut_back(metrics: dict[str, np.ndarray], updates_done: int) -> dict[str, np.ndarray]:
@@ -480,7 +507,7 @@ def _latest(values: np.ndarray) -> np.ndarray:
     return np.where(finite.any(axis=1), latest, np.nan)
 
 
-def _broadcast_hparams(hparams: HParams, num_runs: int) -> HParams:
+def _broadcast_hparams(hparams: Any, num_runs: int) -> Any:
     def expand(x):
         x = jnp.asarray(x, jnp.float32)
         if x.ndim == 0:
@@ -492,8 +519,10 @@ def _broadcast_hparams(hparams: HParams, num_runs: int) -> HParams:
     return jax.tree.map(expand, hparams)
 
 
-def train(config: TrainConfig, hparams: HParams | None = None, seeds: Sequence[int] = (0,),
+def train(config: Config, hparams: Any = None, seeds: Sequence[int] = (0,),
           out_dir: str | os.PathLike | None = None, **run_options) -> TrainingResult:
-    """Convenience entry point: `Driver(config, hparams, seeds).run(out_dir, **run_options)`."""
-    return Driver(config, hparams if hparams is not None else HParams.create(), seeds).run(
-        out_dir, **run_options)
+    """Convenience entry point: `Driver(config, hparams, seeds).run(out_dir, **run_options)`,
+    the testbed's default hyper-parameters where `hparams` is None."""
+    if hparams is None:
+        hparams = testbeds.of_config(config).hparams.create()
+    return Driver(config, hparams, seeds).run(out_dir, **run_options)

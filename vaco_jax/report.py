@@ -1,7 +1,9 @@
 """Turns a sweep's runs table into summary statistics, figures and a Markdown report.
 
 The runs table is long format, one row per run per evaluation point (see
-``REQUIRED_COLUMNS``; hyper-parameter columns are prefixed ``hp_``). Scoring:
+``required_columns``; hyper-parameter columns are prefixed ``hp_``). Evaluations
+are returns by default; a ``Score`` names another measure (the token testbed's
+held-out accuracy) and what ``env_steps`` counts. Scoring:
 
 - A *variant* is an algorithm plus every run coordinate that varies within
   that algorithm apart from lag and seed (``lag_model``, ``epochs``,
@@ -44,15 +46,6 @@ HP_PREFIX = "hp_"
 RUN_COORDINATES = ("task", "algo", "lag_model", "lag", "epochs", "minibatches", "seed")
 VARIANT_COORDINATES = ("lag_model", "epochs", "minibatches")
 """Run coordinates that name a variant when they vary within an algorithm (with ``hp_*``)."""
-REQUIRED_COLUMNS = (
-    *RUN_COORDINATES,
-    "run_id",
-    "update",
-    "env_steps",
-    "eval_return",
-    "diverged",
-    "diverged_at",
-)
 PER_RUN_COLUMNS = ("diverged", "diverged_at")
 CONFIDENCE = 0.95
 AGGREGATES: dict[str, tuple[str, stats.Aggregate]] = {
@@ -79,6 +72,20 @@ OFF_POLICY_AXES = ("tv_backward", "behaviour_kl")
 CURVE_POINTS = 50
 """Most evaluation points per learning curve in the curve figure (each costs one bootstrap)."""
 DEFAULT_TITLE = "Policy-lag benchmark report"
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """What a runs table's evaluations measure: their ``column``, its ``name`` in the report's
+    words, and what the ``env_steps`` column counts (``steps``)."""
+
+    column: str = "eval_return"
+    name: str = "return"
+    steps: str = "environment steps"
+
+
+def required_columns(score: Score = Score()) -> tuple[str, ...]:
+    return (*RUN_COORDINATES, "run_id", "update", "env_steps", score.column, *PER_RUN_COLUMNS)
 
 
 # ---------------------------------------------------------------- variants
@@ -123,12 +130,13 @@ def variant_names(runs: pd.DataFrame) -> pd.Series:
 # ---------------------------------------------------------------- checking input
 
 
-def _check_runs(runs: pd.DataFrame) -> None:
+def _check_runs(runs: pd.DataFrame, score: Score) -> None:
     if not isinstance(runs, pd.DataFrame) or runs.empty:
         raise ValueError("runs must be a non-empty pandas DataFrame")
-    missing = [c for c in REQUIRED_COLUMNS if c not in runs.columns]
+    required = required_columns(score)
+    missing = [c for c in required if c not in runs.columns]
     if missing:
-        raise ValueError(f"runs is missing columns {missing}; required: {list(REQUIRED_COLUMNS)}")
+        raise ValueError(f"runs is missing columns {missing}; required: {list(required)}")
     constant = [*RUN_COORDINATES, *PER_RUN_COLUMNS, *_hp_columns(runs)]
     per_run = runs.groupby("run_id")[constant].nunique(dropna=False)
     varying = [c for c in constant if (per_run[c] > 1).any()]
@@ -159,16 +167,17 @@ def _check_options(
 # ---------------------------------------------------------------- per-run scores
 
 
-def _prepared(runs: pd.DataFrame) -> pd.DataFrame:
-    """Sorted copy with ``variant`` and ``filled_return`` (NaN evaluations carried forward)."""
+def _prepared(runs: pd.DataFrame, score: Score) -> pd.DataFrame:
+    """Sorted copy with ``variant`` and ``filled_return``: the evaluations (``score.column``)
+    with NaN ones carried forward."""
     table = runs.sort_values(["run_id", "env_steps"], kind="stable").reset_index(drop=True)
     table["variant"] = variant_names(table)
     table["diverged"] = table["diverged"].astype(bool)
-    table["filled_return"] = table.groupby("run_id")["eval_return"].ffill()
+    table["filled_return"] = table.groupby("run_id")[score.column].ffill()
     unscored = table.loc[table["filled_return"].isna(), "run_id"].unique().tolist()
     if unscored:
         raise ValueError(
-            f"eval_return must be finite at each run's first evaluation point; runs: {unscored}"
+            f"{score.column} must be finite at each run's first evaluation point; runs: {unscored}"
         )
     return table
 
@@ -526,6 +535,7 @@ def _figure_curves(
     curves: Mapping[tuple[str, float], Mapping[str, np.ndarray]],
     colours: Mapping[str, Any],
     lags: Sequence[float],
+    score: Score,
 ) -> Figure:
     # A shared score axis, so that panels compare across lag levels at a glance.
     figure, axes = _new_figure(len(lags), sharey=True)
@@ -538,8 +548,8 @@ def _figure_curves(
             ax.plot(steps, curve["point"], color=colour, label=variant)
             ax.fill_between(steps, curve["low"], curve["high"], color=colour, alpha=0.2, lw=0)
         ax.set_title(f"lag {lag:g}")
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel("IQM normalised eval return")
+        ax.set_xlabel(score.steps)
+        ax.set_ylabel(f"IQM normalised {score.name}")
         ax.grid(alpha=0.3)
     figure.suptitle(f"Learning curves (IQM over runs and tasks, shaded {CONFIDENCE:.0%} CI)")
     _shared_legend(figure, axes, list(colours))
@@ -713,6 +723,7 @@ def _figure_builders(
     focus_algo: str,
     colours: Mapping[str, Any],
     lags: Sequence[float],
+    score: Score,
 ) -> dict[str, tuple[str, Callable[[], Figure | _Skipped]]]:
     """File stem -> (caption, drawing function) of every figure, in report order."""
     return {
@@ -722,7 +733,7 @@ def _figure_builders(
         ),
         "fig_learning_curves": (
             "IQM learning curves per lag level",
-            lambda: _figure_curves(curves, colours, lags),
+            lambda: _figure_curves(curves, colours, lags, score),
         ),
         "fig_auc": (
             "IQM of the area under the learning curve against lag",
@@ -747,6 +758,7 @@ def write_report(
     runs: pd.DataFrame,
     out_dir: str | os.PathLike[str],
     *,
+    score: Score = Score(),
     reference_returns: dict[str, float] | None = None,
     focus_algo: str = "vaco",
     final_fraction: float = 0.1,
@@ -758,7 +770,7 @@ def write_report(
 
     Args:
       runs: the runs table, one row per run per evaluation point: the columns
-        of ``REQUIRED_COLUMNS``, any ``hp_*`` columns, and training metrics of
+        of ``required_columns(score)``, any ``hp_*`` columns, and training metrics of
         which ``filter_fraction`` and ``clip_fraction`` are plotted if present,
         and the off-policy metrics of ``OFF_POLICY_METRICS`` (with any
         ``*_median``/``*_p90`` per-update summaries of them) are summarised
@@ -766,7 +778,9 @@ def write_report(
         the run means of ``tv_backward`` and ``behaviour_kl``, if present.
       out_dir: folder of the report, created if needed; report files already
         there are replaced, each atomically.
-      reference_returns: per-task return that normalises to 1; tasks left out
+      score: what the evaluations measure (default: returns in ``eval_return``
+        at environment steps).
+      reference_returns: per-task evaluation that normalises to 1; tasks left out
         use the best final score of any of their runs.
       focus_algo: algorithm whose probability of improvement over the variants
         of every other algorithm is reported.
@@ -781,10 +795,10 @@ def write_report(
     is skipped and the report says why. Returns the summary written to
     ``summary.json``.
     """
-    _check_runs(runs)
+    _check_runs(runs, score)
     tasks = sorted(runs["task"].astype(str).unique())
     _check_options(tasks, reference_returns, final_fraction)
-    table = _prepared(runs)
+    table = _prepared(runs, score)
     final_returns = _final_returns(table, final_fraction)
     references = _normalisation(table, final_returns, reference_returns)
     table = _with_scores(table, references)
@@ -805,6 +819,7 @@ def write_report(
         focus_algo,
         _colours(sorted(run_table["variant"].unique())),
         overview["lags"],
+        score,
     )
 
     out = Path(out_dir)
@@ -819,6 +834,7 @@ def write_report(
 
     summary = {
         "title": title or DEFAULT_TITLE,
+        "score": dataclasses.asdict(score),
         "focus_algo": focus_algo,
         "final_fraction": final_fraction,
         "confidence": CONFIDENCE,

@@ -42,7 +42,7 @@ def _md_overview(summary: Mapping[str, Any]) -> list[str]:
         f"- Lag models: {', '.join(run['lag_models'])}; lag levels: {lags}",
         f"- Seeds: {', '.join(str(s) for s in run['seeds'])}",
         f"- Runs: {run['num_runs']} ({run['num_diverged']} diverged)",
-        f"- Environment steps per run: {_span(run['final_env_steps'])}; "
+        f"- {summary['score']['steps'].capitalize()} per run: {_span(run['final_env_steps'])}; "
         f"evaluation points per run: {_span(run['eval_points'])}",
         "",
         *_md_table(header, rows),
@@ -51,6 +51,7 @@ def _md_overview(summary: Mapping[str, Any]) -> list[str]:
 
 
 def _md_normalisation(summary: Mapping[str, Any]) -> list[str]:
+    name, steps = summary["score"]["name"], summary["score"]["steps"]
     rows = [
         [task, _fmt(n["initial"]), _fmt(n["reference"]), n["source"]]
         for task, n in summary["normalisation"].items()
@@ -58,13 +59,14 @@ def _md_normalisation(summary: Mapping[str, Any]) -> list[str]:
     return [
         "## How scores are normalised",
         "",
-        "Each evaluation return `R` of a task is mapped to `(R - initial) / (reference - initial)`: "
-        "0 is the mean return of the initial policies (the evaluations at environment step 0 of "
-        "every run of the task) and 1 is the task's reference return. Where no reference return "
+        f"Each evaluated {name} `R` of a task is mapped to "
+        "`(R - initial) / (reference - initial)`: "
+        f"0 is the mean {name} of the initial policies (the evaluations at 0 {steps} of "
+        f"every run of the task) and 1 is the task's reference {name}. Where no reference {name} "
         "was given, the reference is the best final (un-normalised) score of any run of the task, "
         "so a score of 1 means \"as good as the best run of this sweep\".",
         "",
-        f"A run's final score is its mean normalised return over the last "
+        f"A run's final score is its mean normalised {name} over the last "
         f"{100 * summary['final_fraction']:g}% of its evaluation points (at least one). Its AUC is "
         "the area under its normalised learning curve with training progress rescaled to [0, 1], "
         "so a run at score 1 throughout has AUC 1. A missing evaluation (every evaluation after a "
@@ -79,7 +81,7 @@ def _md_normalisation(summary: Mapping[str, Any]) -> list[str]:
         "over the per-task mean scores and IQM is the mean of the middle 50% of the pooled scores, as in rliable; "
         "the optimality gap is the mean shortfall below a score of 1 (lower is better).",
         "",
-        *_md_table(["task", "initial return", "reference return", "reference"], rows),
+        *_md_table(["task", f"initial {name}", f"reference {name}", "reference"], rows),
         "",
     ]
 
@@ -167,7 +169,8 @@ def _md_diverged(summary: Mapping[str, Any]) -> list[str]:
     diverged = summary["diverged_runs"]
     if not diverged:
         return lines + ["None.", ""]
-    header = ["run", "task", "variant", "lag", "seed", "diverged at update", "last finite return"]
+    header = ["run", "task", "variant", "lag", "seed", "diverged at update",
+              f"last finite {summary['score']['name']}"]
     rows = [
         [
             d["run_id"], d["task"], d["variant"], f"{d['lag']:g}", d["seed"], d["diverged_at"],

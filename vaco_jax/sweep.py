@@ -1,8 +1,9 @@
 """Sweeps: a declarative experiment expanded into compiled groups of vmapped runs.
 
-An experiment (a TOML file, see `experiments/README.md`) names tasks, algorithms, a lag model
-with its lag levels, forward-lag settings (epochs, minibatches), hyper-parameter grids and
-seeds. It expands into *groups*, one per (task, algorithm, epochs, minibatches): everything
+An experiment (a TOML file, see `experiments/README.md`) names a testbed (`control`, the
+default, or `tokens`), tasks, algorithms, a lag model with its lag levels, forward-lag settings
+(epochs, minibatches), hyper-parameter grids and seeds. It expands into *groups*, one per
+(task, algorithm, epochs, minibatches): everything
 structural is fixed within a group, so a group is one compiled program, and each combination
 of lag level x hyper-parameter grid point x seed is one *run* of it (vmapped by the `Driver`).
 
@@ -19,7 +20,8 @@ Sweep folder:
   checkpoint;
 - the report of `report.write_report` (`runs.parquet`, `summary.json`, `report.md`, `fig_*`),
   built from the runs table: one row per run per evaluation point, with the training metrics
-  averaged over the updates since the previous evaluation point.
+  averaged over the updates since the previous evaluation point, scored by the testbed's
+  score metric (`eval_return`, `eval_accuracy`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -45,22 +48,21 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from vaco_jax import envs, io, report
-from vaco_jax.algorithms import ALGORITHMS
-from vaco_jax.config import HParams, TrainConfig, validate
+from vaco_jax import io, report, testbeds
+from vaco_jax.config import Config
 from vaco_jax.driver import Driver, TrainingResult, read_status
-from vaco_jax.train import METRICS, Trainer
+from vaco_jax.testbeds import Testbed
 
-TOP_LEVEL_KEYS = ("name", "description", "tasks", "algos", "seeds", "focus_algo", "lag",
-                  "forward", "config", "hparams", "overrides", "reference_returns")
+TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "focus_algo",
+                  "lag", "forward", "config", "hparams", "overrides", "reference_returns")
 LAG_KEYS = ("model", "levels")
 FORWARD_KEYS = ("epochs", "minibatches")
 OVERRIDE_KEYS = ("forward", "config", "hparams")
-SET_ELSEWHERE = {"env": "tasks", "algo": "algos", "lag_model": "[lag] model",
-                 "epochs": "[forward] epochs", "minibatches": "[forward] minibatches"}
-"""TrainConfig fields a `[config]` table may not set, and where the experiment sets them."""
-
-TRAINING_METRICS = tuple(m for m in METRICS if m not in ("env_steps", "eval_return", "diverged"))
+SET_ELSEWHERE = {"testbed": "the top-level testbed key", "algo": "algos",
+                 "lag_model": "[lag] model", "epochs": "[forward] epochs",
+                 "minibatches": "[forward] minibatches"}
+"""Keys a `[config]` table may not set (nor the testbed's task field, which `tasks` sets), and
+where the experiment sets them."""
 SAFETY_FACTOR = 4.0
 """Estimated run memory = (train state + one update's rollout) x this: it covers the input and
 output state of a chunk, the phase batch with its shuffled minibatch copies, activations and
@@ -91,19 +93,20 @@ class Group:
     run shares, `swept` the names of those the runs' grid points set."""
 
     name: str
-    config: TrainConfig
+    config: Config
     fixed: Mapping[str, float]
     swept: tuple[str, ...]
     runs: tuple[RunSpec, ...]
 
-    def hparams(self, indices: Sequence[int]) -> HParams:
+    def hparams(self, indices: Sequence[int]) -> Any:
         """The stacked hyper-parameters of `runs[i]` for each `i` in `indices` (leaves `[R]`)."""
         runs = [self.runs[i] for i in indices]
-        values = HParams.create(**self.fixed, lag=[r.lag for r in runs],
-                                **{n: [r.hparams[n] for r in runs] for n in self.swept})
+        values = testbeds.of_config(self.config).hparams.create(
+            **self.fixed, lag=[r.lag for r in runs],
+            **{n: [r.hparams[n] for r in runs] for n in self.swept})
         return jax.tree.map(lambda x: jnp.broadcast_to(x, (len(runs),)), values)
 
-    def run_hparams(self, index: int) -> HParams:
+    def run_hparams(self, index: int) -> Any:
         return jax.tree.map(lambda x: x[0], self.hparams([index]))
 
 
@@ -112,8 +115,9 @@ class Experiment:
     name: str
     description: str
     source: str  # the TOML text, kept verbatim in the sweep folder
+    testbed: Testbed
     focus_algo: str
-    reference_returns: Mapping[str, float]
+    reference_returns: Mapping[str, float]  # per task: its score (return, accuracy) scored 1
     groups: tuple[Group, ...]
 
     def group(self, name: str) -> Group:
@@ -188,20 +192,22 @@ def _seeds(value: Any) -> tuple[int, ...]:
     return _values("seeds", value, int)
 
 
-def _hparam_values(table: Mapping[str, Any]) -> dict[str, float | tuple[float, ...]]:
+def _hparam_values(table: Mapping[str, Any],
+                   testbed: Testbed) -> dict[str, float | tuple[float, ...]]:
     """`name = value` (shared by every run) or `name = [values]` (a grid axis)."""
     if "lag" in table:
         raise ValueError("lag is set by [lag] levels, not as a hyper-parameter")
-    HParams.create(**{n: 0.0 for n in table})  # names only: rejects unknown ones, naming all
+    testbed.hparams.create(**{n: 0.0 for n in table})  # names only: rejects unknown ones
     return {n: tuple(float(x) for x in _values(n, v)) if isinstance(v, list) else
             float(_values(n, v)[0]) for n, v in table.items()}
 
 
-def _config_values(table: Mapping[str, Any]) -> dict[str, Any]:
-    misplaced = {k: SET_ELSEWHERE[k] for k in table if k in SET_ELSEWHERE}
+def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]:
+    elsewhere = {testbed.task_field: "tasks", **SET_ELSEWHERE}
+    misplaced = {k: elsewhere[k] for k in table if k in elsewhere}
     if misplaced:
         raise ValueError("; ".join(f"{k} is set by {where}" for k, where in misplaced.items()))
-    TrainConfig.from_dict(table)  # rejects unknown fields, naming the allowed ones
+    testbed.config.from_dict(table)  # rejects unknown fields, naming the allowed ones
     return dict(table)
 
 
@@ -214,20 +220,23 @@ def _forward_values(table: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 class _Settings:
     """The per-algorithm view of an experiment: shared values with its overrides applied."""
 
+    testbed: Testbed
     config: Mapping[str, Any]
     hparams: Mapping[str, float | tuple[float, ...]]
     forward: Mapping[str, tuple[int, ...]]
 
     def forward_variants(self) -> list[tuple[int, int]]:
-        """Every (epochs, minibatches) pair; an unset axis takes the `TrainConfig` default."""
-        defaults = TrainConfig()
+        """Every (epochs, minibatches) pair; an unset axis takes the testbed config's default."""
+        defaults = self.testbed.config()
         return list(itertools.product(self.forward.get("epochs", (defaults.epochs,)),
                                       self.forward.get("minibatches", (defaults.minibatches,))))
 
     def overridden(self, override: Mapping[str, Any]) -> "_Settings":
         _check_keys(override, OVERRIDE_KEYS)
-        return _Settings(config={**self.config, **_config_values(_table(override, "config"))},
-                         hparams={**self.hparams, **_hparam_values(_table(override, "hparams"))},
+        config = _config_values(_table(override, "config"), self.testbed)
+        hparams = _hparam_values(_table(override, "hparams"), self.testbed)
+        return _Settings(testbed=self.testbed, config={**self.config, **config},
+                         hparams={**self.hparams, **hparams},
                          forward={**self.forward, **_forward_values(_table(override, "forward"))})
 
 
@@ -235,9 +244,10 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag_model: str,
            lags: tuple[float, ...], seeds: tuple[int, ...], settings: _Settings) -> Group:
     """One group with its runs in the order lag level, grid point, seed (seed varies fastest)."""
     name = f"{task}-{algo}-e{epochs}m{minibatches}"
-    config = TrainConfig.from_dict({**settings.config, "env": task, "algo": algo,
-                                    "lag_model": lag_model, "epochs": epochs,
-                                    "minibatches": minibatches})
+    testbed = settings.testbed
+    config = testbed.config.from_dict({**settings.config, testbed.task_field: task, "algo": algo,
+                                       "lag_model": lag_model, "epochs": epochs,
+                                       "minibatches": minibatches})
     swept = tuple(n for n, v in settings.hparams.items() if isinstance(v, tuple))
     fixed = {n: v for n, v in settings.hparams.items() if n not in swept}
     grid = itertools.product(*(settings.hparams[n] for n in swept))
@@ -247,7 +257,7 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag_model: str,
                  for i, (lag, point, seed) in enumerate(points))
     group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs)
     with _context(f"group {name}"):
-        validate(config, group.hparams(range(len(runs))))
+        testbed.validate(config, group.hparams(range(len(runs))))
     return group
 
 
@@ -269,8 +279,9 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
     with _context(f"experiment {name!r}"):
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
-        tasks = _values("tasks", spec["tasks"], str, envs.ENV_NAMES)
-        algos = _values("algos", spec["algos"], str, tuple(ALGORITHMS))
+        testbed = testbeds.named(_values("testbed", spec.get("testbed", "control"), str)[0])
+        tasks = _values("tasks", spec["tasks"], str, testbed.tasks)
+        algos = _values("algos", spec["algos"], str, testbed.algorithms)
         seeds = _seeds(spec["seeds"])
         focus_algo = spec.get("focus_algo", "vaco" if "vaco" in algos else algos[0])
         _values("focus_algo", focus_algo, str, algos)
@@ -285,12 +296,12 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
             _check_names("task", list(references), tasks)
             reference_returns = {t: float(_values(t, v)[0]) for t, v in references.items()}
         with _context("[config]"):
-            config = _config_values(_table(spec, "config"))
+            config = _config_values(_table(spec, "config"), testbed)
         with _context("[hparams]"):
-            hparams = _hparam_values(_table(spec, "hparams"))
+            hparams = _hparam_values(_table(spec, "hparams"), testbed)
         with _context("[forward]"):
             forward = _forward_values(_table(spec, "forward"))
-        shared = _Settings(config=config, hparams=hparams, forward=forward)
+        shared = _Settings(testbed=testbed, config=config, hparams=hparams, forward=forward)
         overrides = _table(spec, "overrides")
         with _context("[overrides]"):
             _check_names("algorithm", list(overrides), algos)
@@ -303,7 +314,8 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
                        for task in tasks for algo in algos
                        for epochs, minibatches in settings[algo].forward_variants())
     return Experiment(name=name, description=str(spec.get("description", "")), source=text,
-                      focus_algo=focus_algo, reference_returns=reference_returns, groups=groups)
+                      testbed=testbed, focus_algo=focus_algo,
+                      reference_returns=reference_returns, groups=groups)
 
 
 def load_experiment(path: str | os.PathLike) -> Experiment:
@@ -320,14 +332,15 @@ def _nbytes(tree: Any) -> int:
     return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
-def run_memory_bytes(config: TrainConfig, hparams: HParams) -> int:
+def run_memory_bytes(config: Config, hparams: Any) -> int:
     """Estimated device memory of one run (`hparams` unbatched): the train state and one
-    update's rollout data, from their abstract shapes (traced, not compiled), times
+    update's collected data, from their abstract shapes (traced, not compiled), times
     `SAFETY_FACTOR`."""
-    trainer = Trainer(config)
+    testbed = testbeds.of_config(config)
+    trainer = testbed.trainer(config)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
     state = jax.eval_shape(trainer.init, key, hparams)
-    _, data = jax.eval_shape(trainer.collect, state, key, hparams)
+    data = jax.eval_shape(functools.partial(testbed.collect, trainer), state, key, hparams)
     return int(SAFETY_FACTOR * (_nbytes(state) + _nbytes(data)))
 
 
@@ -469,7 +482,7 @@ def _in_background(function: Callable[..., Any], *args: Any) -> futures.Future:
     return future
 
 
-def _compiled_driver(config: TrainConfig, hparams: HParams, seeds: Sequence[int]) -> Driver:
+def _compiled_driver(config: Config, hparams: Any, seeds: Sequence[int]) -> Driver:
     driver = Driver(config, hparams, seeds)
     driver.compile()
     return driver
@@ -482,18 +495,18 @@ class _Programs:
 
     def __init__(self, capacity: int = 4):
         self._capacity = capacity
-        self._drivers: collections.OrderedDict[tuple[TrainConfig, int], futures.Future] = (
+        self._drivers: collections.OrderedDict[tuple[Config, int], futures.Future] = (
             collections.OrderedDict())
 
-    def prefetch(self, config: TrainConfig, hparams: HParams, seeds: Sequence[int]) -> None:
+    def prefetch(self, config: Config, hparams: Any, seeds: Sequence[int]) -> None:
         self._entry(config, hparams, seeds, background=True)
 
-    def driver(self, config: TrainConfig, hparams: HParams, seeds: Sequence[int]) -> Driver:
+    def driver(self, config: Config, hparams: Any, seeds: Sequence[int]) -> Driver:
         """The driver of these runs; it compiles on its first run unless prefetched."""
         return self._entry(config, hparams, seeds, background=False).result().with_runs(
             hparams, seeds)
 
-    def _entry(self, config: TrainConfig, hparams: HParams, seeds: Sequence[int],
+    def _entry(self, config: Config, hparams: Any, seeds: Sequence[int],
                background: bool) -> futures.Future:
         key = (config, len(seeds))
         if key not in self._drivers:
@@ -589,20 +602,21 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
             result = driver.run(folder, resume=resume, overwrite=not resume, progress=progress,
                                 on_chunk=chunk_done)
             bar.write(f"[{plan.batches.index(batch) + 1}/{len(plan.batches)}] "
-                      f"{_batch_line(batch, result, time.perf_counter() - start)}")
+                      f"{_batch_line(plan, batch, result, time.perf_counter() - start)}")
 
 
-def _driver_arguments(plan: Plan, batch: Batch) -> tuple[TrainConfig, HParams, list[int]]:
+def _driver_arguments(plan: Plan, batch: Batch) -> tuple[Config, Any, list[int]]:
     group = plan.experiment.group(batch.group)
     return (group.config, group.hparams(batch.padded),
             [group.runs[i].seed for i in batch.padded])
 
 
-def _batch_line(batch: Batch, result: TrainingResult, seconds: float) -> str:
-    evals = result.metrics["eval_return"][:len(batch.runs)]
+def _batch_line(plan: Plan, batch: Batch, result: TrainingResult, seconds: float) -> str:
+    testbed = plan.experiment.testbed
+    evals = result.metrics[testbed.score][:len(batch.runs)]
     padding = batch.size - len(batch.runs)
     return (f"{batch.name}: {len(batch.runs)} runs{f' (+{padding} padding)' if padding else ''} "
-            f"in {seconds:.0f} s; mean eval return {np.nanmean(evals[:, 0]):.2f} -> "
+            f"in {seconds:.0f} s; mean {testbed.score_name} {np.nanmean(evals[:, 0]):.2f} -> "
             f"{np.nanmean(evals[:, result.updates_done]):.2f}")
 
 
@@ -613,10 +627,11 @@ def _coordinates(experiment: Experiment, group: Group, batch: Batch,
                  status: Mapping[str, Any]) -> pd.DataFrame:
     """One row per real run of the batch (`run` = its index in the batch's driver)."""
     cfg = group.config
+    task = experiment.testbed.task(cfg)
     rows = []
     for index, run_index in enumerate(batch.runs):
         run = group.runs[run_index]
-        rows.append({"run": index, "task": cfg.env, "algo": cfg.algo, "lag_model": cfg.lag_model,
+        rows.append({"run": index, "task": task, "algo": cfg.algo, "lag_model": cfg.lag_model,
                      "lag": run.lag, "epochs": cfg.epochs, "minibatches": cfg.minibatches,
                      "seed": run.seed, "run_id": run.run_id,
                      **{f"{report.HP_PREFIX}{n}": run.hparams.get(n, np.nan)
@@ -637,11 +652,12 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
         return None
     group = experiment.group(batch.group)
     cfg = group.config
+    score, training_metrics = experiment.testbed.score, list(experiment.testbed.training_metrics)
     per_period = cfg.updates_per_period
     metrics = pd.read_parquet(folder / "metrics.parquet")
     metrics = metrics[metrics["run"] < len(batch.runs)].assign(
         period=lambda m: -(-m["update"] // per_period))
-    training = (metrics[metrics["update"] > 0].groupby(["run", "period"])[list(TRAINING_METRICS)]
+    training = (metrics[metrics["update"] > 0].groupby(["run", "period"])[training_metrics]
                 .mean().reset_index())
     coordinates = _coordinates(experiment, group, batch, status)
     points = pd.DataFrame(
@@ -649,19 +665,19 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
          for update in range(0, (cfg.num_updates if diverged else status["updates_done"]) + 1,
                              per_period)], columns=["run", "update"])
     table = (points.assign(period=points["update"] // per_period)
-             .merge(metrics[["run", "update", "eval_return"]], how="left", on=["run", "update"])
+             .merge(metrics[["run", "update", score]], how="left", on=["run", "update"])
              .merge(training, how="left", on=["run", "period"])
              .merge(coordinates, how="left", on="run"))
     table["env_steps"] = table["update"] * cfg.steps_per_update
     columns = [*report.RUN_COORDINATES, "run_id",
                *(f"{report.HP_PREFIX}{n}" for n in experiment.swept_hparams),
-               "update", "env_steps", "eval_return", *TRAINING_METRICS, *report.PER_RUN_COLUMNS]
+               "update", "env_steps", score, *training_metrics, *report.PER_RUN_COLUMNS]
     return table[columns]
 
 
 def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
-    """The runs table of every batch with results so far (`report.REQUIRED_COLUMNS`, `hp_*`
-    for the swept hyper-parameters, and the training metrics)."""
+    """The runs table of every batch with results so far (`report.required_columns` of the
+    testbed's score, `hp_*` for the swept hyper-parameters, and the training metrics)."""
     tables = [batch_table(plan.experiment, b, batch_dir(out_dir, b)) for b in plan.batches]
     tables = [t for t in tables if t is not None]
     if not tables:
@@ -672,9 +688,12 @@ def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
 def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Builds the runs table from the batch folders and writes the report into `out_dir`."""
     experiment = plan.experiment
+    testbed = experiment.testbed
     title = f"{experiment.name}: {experiment.description}" if experiment.description \
         else experiment.name
     return report.write_report(runs_table(plan, out_dir), out_dir,
+                               score=report.Score(testbed.score, testbed.score_name,
+                                                  testbed.steps_name),
                                reference_returns=dict(experiment.reference_returns) or None,
                                focus_algo=experiment.focus_algo, title=title)
 

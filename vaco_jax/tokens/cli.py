@@ -1,11 +1,12 @@
-"""`vaco-jax tokens`: GRPO on a token task from a cached warm start, over vmapped seeds."""
+"""`vaco-jax tokens`: GRPO on a token task from a cached warm start, over vmapped seeds, run by
+the driver like `vaco-jax train` (the same run flags, outputs, checkpoints and resume)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 
-from vaco_jax.cli import parse_lag
+from vaco_jax.cli import add_run_arguments, parse_lag, run_driver
 from vaco_jax.tokens.config import GROUP_UNITS, TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.tokens.warm_start import WarmStart
@@ -58,21 +59,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--warm-start-dir", default="runs/warm_start",
                    help="cache of warm-start checkpoints, keyed by their settings")
     p.add_argument("--hparam", type=_hparam, action="append", default=[], metavar="NAME=VALUE")
-    p.add_argument("--seeds", type=int, default=2)
-    p.add_argument("--out", default="runs/tokens", help="output folder")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    add_run_arguments(p, out="runs/tokens")
 
 
 def run(args) -> int:
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    import pandas as pd
-
-    from vaco_jax import io
-    from vaco_jax.tokens.config import validate
-    from vaco_jax.tokens.train import TokenTrainer
-
     lag_model, lag, lag_probabilities = args.lag
     config = TokenConfig(
         task=args.task, task_size=args.task_size, layers=args.layers, width=args.width,
@@ -85,28 +75,4 @@ def run(args) -> int:
         warm_start=WarmStart(steps=args.warm_start_steps,
                              corrupt_fraction=args.corrupt_fraction),
         warm_start_dir=args.warm_start_dir)
-    hparams = TokenHParams.create(lag=lag, **dict(args.hparam))
-    validate(config, hparams)
-    out = io.prepare_output_dir(args.out, overwrite=args.overwrite)
-    trainer = TokenTrainer(config)
-    before = float(trainer.evaluate(trainer.initial_params))
-    seeds = np.arange(args.seeds)
-    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (args.seeds,)), hparams)
-    _, metrics = jax.jit(jax.vmap(trainer.train))(jax.vmap(jax.random.PRNGKey)(seeds), stacked)
-    metrics = {k: np.asarray(v) for k, v in metrics.items()}
-    table = pd.DataFrame({"seed": np.repeat(seeds, config.num_updates),
-                          "update": np.tile(np.arange(1, config.num_updates + 1), args.seeds),
-                          **{k: v.reshape(-1) for k, v in metrics.items()}})
-    io.write_table(out / "metrics.csv", table)
-    io.write_json(out / "config.json", {"config": dataclasses.asdict(config),
-                                        "hparams": dataclasses.asdict(hparams)})
-    lag_param = ",".join(f"{q:g}" for q in lag_probabilities) if lag_probabilities else f"{lag:g}"
-    print(f"\nGRPO on {config.task} (size {config.task_size}), lag {lag_model}:{lag_param}, "
-          f"{config.num_updates} updates of {config.prompts}x{config.group_size} samples")
-    print(f"  warm start: held-out greedy accuracy {before:.3f}")
-    for seed, curve, diverged in zip(seeds, metrics["eval_accuracy"], metrics["diverged"]):
-        points = " ".join(f"{a:.3f}" for a in curve[config.eval_every - 1::config.eval_every])
-        note = f"  DIVERGED at update {np.argmax(diverged) + 1}" if diverged.any() else ""
-        print(f"  seed {seed}: accuracy every {config.eval_every} updates: {points}{note}")
-    print(f"results: {out}/metrics.csv, {out}/config.json")
-    return 0
+    return run_driver(args, config, TokenHParams.create(lag=lag, **dict(args.hparam)))

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from vaco_jax.config import Config
 from vaco_jax.losses import AGGREGATIONS
 from vaco_jax.policy_buffer import LAG_MODELS, validate_lag, validate_lag_probabilities
 from vaco_jax.tokens.model import ModelSpec
@@ -16,10 +17,12 @@ from vaco_jax.tokens.tasks import TASKS, Task, make_task
 from vaco_jax.tokens.warm_start import WarmStart
 
 GROUP_UNITS = ("prompt", "sample")
+# Token-level PPO-clip on the behaviour ratio with group-relative advantages.
+ALGORITHMS = ("grpo",)
 
 
 @dataclasses.dataclass(frozen=True)
-class TokenConfig:
+class TokenConfig(Config):
     """Everything that shapes the compiled program.
 
     One update samples `prompts` training prompts, `group_size` responses each. A generator is
@@ -32,6 +35,7 @@ class TokenConfig:
 
     task: str = "add"
     task_size: int = 2
+    algo: str = "grpo"  # one of ALGORITHMS
     layers: int = 2
     width: int = 64
     heads: int = 4
@@ -81,8 +85,14 @@ class TokenConfig:
     def num_periods(self) -> int:
         return self.num_updates // self.eval_every
 
-    def replace(self, **changes: Any) -> "TokenConfig":
-        return dataclasses.replace(self, **changes)
+    @property
+    def updates_per_period(self) -> int:
+        return self.eval_every
+
+    @property
+    def steps_per_update(self) -> int:
+        """Responses sampled per update, the unit of training progress."""
+        return self.batch_size
 
 
 @struct.dataclass
@@ -124,6 +134,7 @@ def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
     _choice("lag_model", config.lag_model, LAG_MODELS)
     _choice("group_unit", config.group_unit, GROUP_UNITS)
     _choice("aggregation", config.aggregation, AGGREGATIONS)
+    _choice("algo", config.algo, ALGORITHMS)
     for field in ("task_size", "layers", "width", "heads", "context", "prompts", "group_size",
                   "buffer_capacity", "epochs", "minibatches", "num_updates", "eval_every",
                   "eval_prompts"):
