@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import estimators, losses
+from vaco_jax import estimators, losses, phase
 from vaco_jax.algorithms import ALGORITHMS, PolicyTerms
 from vaco_jax.config import HParams, TrainConfig, adapts_kl_coef, validate
 from vaco_jax.divergence import freeze_if_diverged
@@ -280,11 +280,9 @@ class Trainer:
             metrics["grad_norm"] = optax.global_norm(grads)
             return (optax.apply_updates(params, updates), opt_state), metrics
 
-        def epoch(carry, epoch_key):
-            return jax.lax.scan(minibatch_step, carry, self._minibatches(batch, epoch_key))
-
-        (params, opt_state), metrics = jax.lax.scan(
-            epoch, (state.params, state.opt_state), jax.random.split(key, self.config.epochs))
+        (params, opt_state), metrics = phase.scan_epochs(
+            minibatch_step, (state.params, state.opt_state),
+            lambda epoch_key: self._minibatches(batch, epoch_key), key, self.config.epochs)
         return params, opt_state, jax.tree.map(jnp.mean, metrics)
 
     def phase_kl(self, state: TrainState, params: dict, batch: PhaseBatch) -> jax.Array:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import estimators, losses
+from vaco_jax import estimators, losses, phase
 from vaco_jax.divergence import freeze_if_diverged
 from vaco_jax.policy_buffer import (PolicyBuffer, cond_in_every_run, effective_lags,
                                     in_flight_lags, init_buffer, init_per_actor_lags, push,
@@ -214,11 +214,9 @@ class TokenTrainer:
                 jnp.nan)
             return (optax.apply_updates(params, updates), opt_state), metrics
 
-        def epoch(carry, epoch_key):
-            return jax.lax.scan(minibatch_step, carry, self._minibatches(batch, epoch_key))
-
-        (params, opt_state), metrics = jax.lax.scan(
-            epoch, (state.params, state.opt_state), jax.random.split(key, self.config.epochs))
+        (params, opt_state), metrics = phase.scan_epochs(
+            minibatch_step, (state.params, state.opt_state),
+            lambda epoch_key: self._minibatches(batch, epoch_key), key, self.config.epochs)
         return params, opt_state, jax.tree.map(jnp.nanmean, metrics)
 
     def update(self, state: TokenState, hp: TokenHParams) -> tuple[TokenState, dict]:
