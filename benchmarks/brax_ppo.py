@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import time
 import warnings
 from typing import Any
@@ -46,20 +47,41 @@ def _install_stand_ins() -> None:
         jax.device_put_replicated = _device_put_replicated
 
 
-def run(config: TrainConfig, *, updates: int, timed_epochs: int) -> dict[str, Any]:
-    """Trains Brax PPO on `config`'s task and settings; returns its steady-state throughput."""
+def _brax() -> tuple[Any, Any]:
+    """Brax's `envs` and PPO `train` modules, imported quietly with the stand-ins in place."""
     _install_stand_ins()
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from brax import envs
-        from brax.training.agents.ppo import networks as ppo_networks
         from brax.training.agents.ppo import train as ppo
-        from flax import linen
-        environment = envs.get_environment(config.env, backend=config.backend or "mjx")
+    return envs, ppo
+
+
+def _train_settings(config: TrainConfig) -> dict[str, Any]:
+    """`ppo.train` keyword arguments for `config`'s settings (see the module docstring)."""
+    from brax.training.agents.ppo import networks as ppo_networks
+    from flax import linen
 
     if config.num_envs % config.minibatches:
         raise ValueError("Brax PPO needs num_envs divisible by minibatches")
     hp = HParams()
+    network_factory = functools.partial(
+        ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=config.actor_hidden,
+        value_hidden_layer_sizes=config.critic_hidden, activation=linen.tanh)
+    return dict(
+        num_envs=config.num_envs, episode_length=config.episode_length,
+        unroll_length=config.rollout_length, num_minibatches=config.minibatches,
+        batch_size=config.num_envs // config.minibatches, num_updates_per_batch=config.epochs,
+        learning_rate=hp.learning_rate, entropy_cost=hp.entropy_coef, discounting=hp.gamma,
+        gae_lambda=hp.gae_lambda, clipping_epsilon=hp.clip_eps, max_grad_norm=hp.max_grad_norm,
+        vf_loss_coefficient=hp.value_coef, normalize_observations=config.normalize_observations,
+        normalize_advantage=True, network_factory=network_factory)
+
+
+def run(config: TrainConfig, *, updates: int, timed_epochs: int) -> dict[str, Any]:
+    """Trains Brax PPO on `config`'s task and settings; returns its steady-state throughput."""
+    envs, ppo = _brax()
+    environment = envs.get_environment(config.env, backend=config.backend or "mjx")
     epochs = timed_epochs + 1
     records: list[dict[str, float]] = []
 
@@ -68,21 +90,10 @@ def run(config: TrainConfig, *, updates: int, timed_epochs: int) -> dict[str, An
             records.append({"step": int(step), "sps": float(metrics["training/sps"]),
                             "walltime_s": float(metrics["training/walltime"])})
 
-    network_factory = functools.partial(
-        ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=config.actor_hidden,
-        value_hidden_layer_sizes=config.critic_hidden, activation=linen.tanh)
     start = time.perf_counter()
-    ppo.train(
-        environment=environment,
-        num_timesteps=epochs * updates * config.steps_per_update,
-        num_evals=epochs + 1, run_evals=False,
-        num_envs=config.num_envs, episode_length=config.episode_length,
-        unroll_length=config.rollout_length, num_minibatches=config.minibatches,
-        batch_size=config.num_envs // config.minibatches, num_updates_per_batch=config.epochs,
-        learning_rate=hp.learning_rate, entropy_cost=hp.entropy_coef, discounting=hp.gamma,
-        gae_lambda=hp.gae_lambda, clipping_epsilon=hp.clip_eps, max_grad_norm=hp.max_grad_norm,
-        vf_loss_coefficient=hp.value_coef, normalize_observations=config.normalize_observations,
-        normalize_advantage=True, network_factory=network_factory, seed=0, progress_fn=progress)
+    ppo.train(environment=environment, num_timesteps=epochs * updates * config.steps_per_update,
+              num_evals=epochs + 1, run_evals=False, seed=0, progress_fn=progress,
+              **_train_settings(config))
     total = time.perf_counter() - start
     if len(records) < 2:
         raise RuntimeError(f"Brax reported {len(records)} training epochs; at least 2 are needed")
@@ -106,3 +117,72 @@ def run(config: TrainConfig, *, updates: int, timed_epochs: int) -> dict[str, An
                      "value_hidden_layer_sizes": list(config.critic_hidden),
                      "activation": "tanh", "distribution": "tanh_normal"},
     }
+
+
+def learning_curve(config: TrainConfig, seed: int, reward_scaling: float = 1.0) -> np.ndarray:
+    """Brax PPO's training-episode return after each training step (one rollout of every
+    environment, like one vaco_jax update), NaN until an episode has ended.
+
+    Brax reports the mean of the last 100 episodes that ended (its `EpisodeMetricsLogger`), a
+    smoother curve than the mean over one update's ended episodes that PureJaxRL and
+    `benchmarks/parity.py` record. `reward_scaling` is Brax's constant reward multiplier (it has
+    no running return normalisation).
+    """
+    envs, ppo = _brax()
+    environment = envs.get_environment(config.env, backend=config.backend or "mjx")
+    returns = np.full(config.num_updates, np.nan)
+
+    def progress(step: int, metrics: dict) -> None:
+        if "episode/sum_reward" in metrics and step > 0:
+            returns[step // config.steps_per_update - 1] = float(metrics["episode/sum_reward"])
+
+    ppo.train(environment=environment, num_timesteps=config.num_updates * config.steps_per_update,
+              num_evals=2, run_evals=False, log_training_metrics=True,
+              training_metrics_steps=config.steps_per_update, seed=seed, progress_fn=progress,
+              reward_scaling=reward_scaling, **_train_settings(config))
+    return returns
+
+
+def main() -> None:
+    """Learning curves at PureJaxRL's settings, in `benchmarks/parity.py`'s result format:
+
+        PYTHONPATH=$PWD python -m benchmarks.brax_ppo --env inverted_double_pendulum --seeds 2 \\
+            --out benchmarks/results/parity/brax_idp.json
+    """
+    import argparse
+    import json
+
+    from benchmarks.parity import PUREJAXRL_SETTINGS
+    from vaco_jax import io as vaco_io
+
+    p = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    p.add_argument("--env", default="inverted_double_pendulum")
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--out", required=True)
+    p.add_argument("--reward-scaling", type=float, default=1.0,
+                   help="Brax's constant reward multiplier (1: rewards as the task gives them)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    args = p.parse_args()
+    if os.path.exists(args.out) and not args.overwrite:
+        p.error(f"--out {args.out} exists; pass --overwrite to replace it")
+    config = TrainConfig(env=args.env, **PUREJAXRL_SETTINGS)
+    start = time.time()
+    curves = [learning_curve(config, seed, args.reward_scaling) for seed in range(args.seeds)]
+    label = "Brax PPO" + (f" (reward_scaling={args.reward_scaling:g})"
+                          if args.reward_scaling != 1 else "")
+    result = {
+        "impl": "brax", "label": label, "env": args.env, "config": config.to_dict(),
+        "reward_scaling": args.reward_scaling,
+        "settings": {k: v for k, v in _train_settings(config).items() if k != "network_factory"},
+        "runs": [{"seed": s} for s in range(args.seeds)], "total_s": time.time() - start,
+        "env_steps": [(u + 1) * config.steps_per_update for u in range(config.num_updates)],
+        "episode_return": [[None if np.isnan(v) else v for v in c] for c in curves],
+        "final_return": [float(c[np.isfinite(c)][-1]) for c in curves],
+        "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+    }
+    vaco_io.write_json(args.out, result)
+    print(json.dumps({"env": args.env, "final_return": result["final_return"]}))
+
+
+if __name__ == "__main__":
+    main()
