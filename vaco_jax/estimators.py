@@ -329,6 +329,87 @@ def group_relative_advantages(
     return jax.lax.stop_gradient(advantages)
 
 
+def _opob_baseline(
+    returns: Array,
+    log_w: Array,
+    grad_sq_norms: Array,
+    weight_cap: Optional[Numeric],
+    group_ids: Optional[Array],
+    num_groups: Optional[int],
+) -> Array:
+    """Each element's group baseline `sum W R / sum W`, the group mean where all `W` are 0."""
+    if weight_cap is not None:
+        log_w = jnp.minimum(log_w, jnp.log(_scalar("weight_cap", weight_cap, log_w.dtype)))
+    # The baseline only needs W up to a per-group factor, so shift log W by the
+    # group max before exponentiating: w^2 overflows already at log_w = 45.
+    log_big_w = 2.0 * log_w + jnp.log(grad_sq_norms)
+    group_max = _group_max(log_big_w, group_ids, num_groups)
+    # An all-zero group has max -inf; any finite shift keeps its weights at 0.
+    group_max = jnp.where(jnp.isfinite(group_max), group_max, 0.0)
+    weights = jnp.exp(log_big_w - group_max)
+
+    weight_sums = _group_sum(weights, group_ids, num_groups)
+    has_weight = weight_sums > 0
+    weighted_baseline = _group_sum(
+        weights * returns, group_ids, num_groups
+    ) / jnp.where(has_weight, weight_sums, 1.0)
+    mean, _ = _group_mean_and_std(returns, group_ids, num_groups)
+    return jnp.where(has_weight, weighted_baseline, mean)
+
+
+def off_policy_optimal_baseline(
+    rewards: Array,
+    log_weights: Array,
+    grad_sq_norms: Array,
+    *,
+    weight_cap: Optional[Numeric] = None,
+) -> Array:
+    """VCPO's off-policy optimal baseline (OPOB), one per group.
+
+    `b = sum_i W_i R_i / sum_i W_i` over the `G` samples of a group, with
+    `W_i = w_i^2 * grad_sq_norms_i` and `w_i = exp(log_weights_i)` the
+    sequence importance weight: the constant baseline that minimises the
+    variance of the importance-weighted policy gradient `sum_i w_i g_i (R_i - b)`
+    when `grad_sq_norms_i = ||g_i||^2 = ||grad log pi(seq_i)||^2`. Weights are
+    formed in log space relative to the group's largest, so any finite
+    log-weight (even 1e4) gives a finite baseline. A group whose `W` are all 0
+    falls back to its plain mean.
+
+    VCPO's released configuration uses the untruncated `w` here (while its loss
+    truncates); `weight_cap = C` gives its `use_clipped_is_ratios` variant
+    `min(w, C)`. All weights equal (and equal norms) give the group mean.
+
+    Args:
+        rewards: `[..., G]` rewards, one group of `G` samples along the last axis
+            (`[P, G]`: `P` prompts, `G` responses each).
+        log_weights: `[..., G]` log sequence importance weights, e.g.
+            `sum_t (log pi_T - log beta)` over each response's tokens.
+        grad_sq_norms: `[..., G]` non-negative `||grad log pi(seq_i)||^2`.
+        weight_cap: optional truncation `C` of `w` (a traced scalar allowed).
+
+    Returns:
+        `[...]` stop-gradient baselines, one per group.
+    """
+    dtype = _check_groups(
+        None,
+        None,
+        rewards=rewards,
+        log_weights=log_weights,
+        grad_sq_norms=grad_sq_norms,
+    )
+    rewards, log_weights, grad_sq_norms = (
+        jnp.asarray(x, dtype) for x in (rewards, log_weights, grad_sq_norms)
+    )
+    # Measured from the group's best reward, as in `_shift_to_group_max`, a
+    # constant group's baseline is exactly its reward.
+    best = jnp.max(rewards, axis=-1)
+    baseline = best + _opob_baseline(
+        rewards - best[..., None], log_weights, grad_sq_norms, weight_cap, None, None
+    )[..., 0]
+    chex.assert_shape(baseline, rewards.shape[:-1])
+    return jax.lax.stop_gradient(baseline)
+
+
 def opob_advantages(
     returns: Array,
     log_w: Array,
@@ -336,16 +417,15 @@ def opob_advantages(
     *,
     group_ids: Optional[Array] = None,
     num_groups: Optional[int] = None,
+    weight_cap: Optional[Numeric] = None,
     eps: float = 1e-6,
 ) -> Array:
     """Advantages with the optimal off-policy baseline (OPOB, from VCPO).
 
-    Within a group, `b = sum_i W_i R_i / sum_i W_i` with
-    `W_i = w_i^2 * grad_sq_norms_i` and `w_i = exp(log_w_i)`: the baseline
-    that minimises the variance of the importance-weighted policy gradient.
-    The advantage is `(R_i - b) / (std_g R + eps)` with the population standard
-    deviation of the returns. A group whose weights are all 0 falls back to the
-    plain mean baseline.
+    `(R_i - b) / (std_g R + eps)` with `b` the group's
+    `off_policy_optimal_baseline` (`W_i = w_i^2 * grad_sq_norms_i`,
+    `w_i = exp(log_w_i)`, truncated at `weight_cap` when given) and the
+    population standard deviation of the returns, as VCPO normalises.
 
     Args:
         returns: `[..., N]` returns, one group along the last axis; or `[B]`
@@ -356,6 +436,7 @@ def opob_advantages(
         group_ids: optional `[B]` integer group of each sample, in
             `[0, num_groups)`.
         num_groups: static number of groups; required with `group_ids`.
+        weight_cap: optional truncation `C` of `w` in the baseline.
         eps: added to the standard deviation.
 
     Returns:
@@ -372,22 +453,10 @@ def opob_advantages(
         jnp.asarray(x, dtype) for x in (returns, log_w, grad_sq_norms)
     )
     returns = _shift_to_group_max(returns, group_ids, num_groups)
-
-    # The baseline only needs W up to a per-group factor, so shift log W by the
-    # group max before exponentiating: w^2 overflows already at log_w = 45.
-    log_big_w = 2.0 * log_w + jnp.log(grad_sq_norms)
-    group_max = _group_max(log_big_w, group_ids, num_groups)
-    # An all-zero group has max -inf; any finite shift keeps its weights at 0.
-    group_max = jnp.where(jnp.isfinite(group_max), group_max, 0.0)
-    weights = jnp.exp(log_big_w - group_max)
-
-    weight_sums = _group_sum(weights, group_ids, num_groups)
-    has_weight = weight_sums > 0
-    weighted_baseline = _group_sum(
-        weights * returns, group_ids, num_groups
-    ) / jnp.where(has_weight, weight_sums, 1.0)
-    mean, std = _group_mean_and_std(returns, group_ids, num_groups)
-    baseline = jnp.where(has_weight, weighted_baseline, mean)
+    baseline = _opob_baseline(
+        returns, log_w, grad_sq_norms, weight_cap, group_ids, num_groups
+    )
+    _, std = _group_mean_and_std(returns, group_ids, num_groups)
     return jax.lax.stop_gradient((returns - baseline) / (std + eps))
 
 
