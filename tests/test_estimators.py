@@ -709,10 +709,13 @@ def test_per_sample_grad_sq_norms_closed_form(transform):
         "x": jnp.array([[1.0, 2.0, 2.0], [0.0, 0.0, 0.0], [3.0, 0.0, 4.0]]),
         "y": jnp.array([1.0, 5.0, -2.0]),
     }
-    norms = transform(
-        lambda p, b: per_sample_grad_sq_norms(log_prob_fn, p, b)
-    )(params, batch)
-    np.testing.assert_allclose(norms, [9.0 + 1.0, 0.0 + 1.0, 100.0 + 1.0])
+    for chunk_size in (None, 1, 2, 3):
+        norms = transform(
+            lambda p, b: per_sample_grad_sq_norms(
+                log_prob_fn, p, b, chunk_size=chunk_size
+            )
+        )(params, batch)
+        np.testing.assert_allclose(norms, [9.0 + 1.0, 0.0 + 1.0, 100.0 + 1.0])
 
 
 # ------------------------------------------------------------ input errors
@@ -840,6 +843,13 @@ _RETURNS = jnp.array([1.0, 2.0, 3.0])
             ),
             "batch",
             id="batch-sizes",
+        ),
+        pytest.param(
+            lambda: per_sample_grad_sq_norms(
+                lambda p, s: jnp.sum(s * p), jnp.ones(2), jnp.ones((3, 2)), chunk_size=0
+            ),
+            "chunk_size",
+            id="chunk-size",
         ),
     ],
 )

@@ -464,14 +464,22 @@ def per_sample_grad_sq_norms(
     log_prob_fn: Callable[[chex.ArrayTree, chex.ArrayTree], Array],
     params: chex.ArrayTree,
     batch: chex.ArrayTree,
+    *,
+    chunk_size: Optional[int] = None,
 ) -> Array:
     """Squared L2 norm of each sample's log-probability gradient.
+
+    `jax.vmap(jax.grad(...))` holds one gradient per sample at once, `B` copies
+    of the parameters; `chunk_size` bounds that to `chunk_size` copies by
+    mapping over chunks in sequence (`lax.map`), same results.
 
     Args:
         log_prob_fn: `log_prob_fn(params, sample) -> scalar`, the summed
             log-probability of one sample (e.g. one trajectory).
         params: parameters pytree.
         batch: pytree whose leaves share a leading batch axis of size B.
+        chunk_size: optional static number of samples differentiated together;
+            None differentiates all `B` together.
 
     Returns:
         `[B]` stop-gradient array whose entry i is
@@ -489,4 +497,12 @@ def per_sample_grad_sq_norms(
         grads = jax.grad(log_prob_fn)(params, sample)
         return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))
 
-    return jax.lax.stop_gradient(jax.vmap(grad_sq_norm)(batch))
+    if chunk_size is None:
+        return jax.lax.stop_gradient(jax.vmap(grad_sq_norm)(batch))
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(
+            f"`chunk_size` must be a positive integer or None, got {chunk_size!r}."
+        )
+    return jax.lax.stop_gradient(
+        jax.lax.map(grad_sq_norm, batch, batch_size=chunk_size)
+    )
