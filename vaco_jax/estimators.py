@@ -329,6 +329,14 @@ def group_relative_advantages(
     return jax.lax.stop_gradient(advantages)
 
 
+def _grouped_floats(
+    group_ids: Optional[Array], num_groups: Optional[int], **arrays: Array
+) -> tuple[Array, ...]:
+    """The grouped arrays, validated by `_check_groups`, in one float dtype."""
+    dtype = _check_groups(group_ids, num_groups, **arrays)
+    return tuple(jnp.asarray(x, dtype) for x in arrays.values())
+
+
 def _opob_baseline(
     returns: Array,
     log_w: Array,
@@ -337,9 +345,10 @@ def _opob_baseline(
     group_ids: Optional[Array],
     num_groups: Optional[int],
 ) -> Array:
-    """Each element's group baseline `sum W R / sum W`, the group mean where all `W` are 0."""
+    """Each element's group baseline `sum W R / sum W` (the mean if all W = 0)."""
     if weight_cap is not None:
-        log_w = jnp.minimum(log_w, jnp.log(_scalar("weight_cap", weight_cap, log_w.dtype)))
+        cap = _scalar("weight_cap", weight_cap, log_w.dtype)
+        log_w = jnp.minimum(log_w, jnp.log(cap))
     # The baseline only needs W up to a per-group factor, so shift log W by the
     # group max before exponentiating: w^2 overflows already at log_w = 45.
     log_big_w = 2.0 * log_w + jnp.log(grad_sq_norms)
@@ -369,19 +378,21 @@ def off_policy_optimal_baseline(
     `b = sum_i W_i R_i / sum_i W_i` over the `G` samples of a group, with
     `W_i = w_i^2 * grad_sq_norms_i` and `w_i = exp(log_weights_i)` the
     sequence importance weight: the constant baseline that minimises the
-    variance of the importance-weighted policy gradient `sum_i w_i g_i (R_i - b)`
-    when `grad_sq_norms_i = ||g_i||^2 = ||grad log pi(seq_i)||^2`. Weights are
+    variance of the policy gradient `sum_i w_i g_i (R_i - b)` when
+    `grad_sq_norms_i = ||g_i||^2 = ||grad log pi(seq_i)||^2`. Weights are
     formed in log space relative to the group's largest, so any finite
     log-weight (even 1e4) gives a finite baseline. A group whose `W` are all 0
-    falls back to its plain mean.
+    falls back to its plain mean; equal `W` give the group mean.
 
-    VCPO's released configuration uses the untruncated `w` here (while its loss
-    truncates); `weight_cap = C` gives its `use_clipped_is_ratios` variant
-    `min(w, C)`. All weights equal (and equal norms) give the group mean.
+    VCPO's paper and released configuration use the untruncated `w` here,
+    though its loss truncates at `C = 8`; `weight_cap = C` gives the released
+    code's `use_clipped_is_ratios` option, `min(w, C)`. (That code measures
+    `||g_i||` on the per-sequence loss, which carries `min(w_i, C)`: pass
+    `grad_sq_norms * min(w, C)^2` to reproduce it exactly.)
 
     Args:
-        rewards: `[..., G]` rewards, one group of `G` samples along the last axis
-            (`[P, G]`: `P` prompts, `G` responses each).
+        rewards: `[..., G]` rewards, one group of `G` samples along the last
+            axis (`[P, G]`: `P` prompts, `G` responses each).
         log_weights: `[..., G]` log sequence importance weights, e.g.
             `sum_t (log pi_T - log beta)` over each response's tokens.
         grad_sq_norms: `[..., G]` non-negative `||grad log pi(seq_i)||^2`.
@@ -390,21 +401,20 @@ def off_policy_optimal_baseline(
     Returns:
         `[...]` stop-gradient baselines, one per group.
     """
-    dtype = _check_groups(
-        None,
-        None,
-        rewards=rewards,
-        log_weights=log_weights,
+    rewards, log_weights, grad_sq_norms = _grouped_floats(
+        None, None, rewards=rewards, log_weights=log_weights,
         grad_sq_norms=grad_sq_norms,
-    )
-    rewards, log_weights, grad_sq_norms = (
-        jnp.asarray(x, dtype) for x in (rewards, log_weights, grad_sq_norms)
     )
     # Measured from the group's best reward, as in `_shift_to_group_max`, a
     # constant group's baseline is exactly its reward.
     best = jnp.max(rewards, axis=-1)
     baseline = best + _opob_baseline(
-        rewards - best[..., None], log_weights, grad_sq_norms, weight_cap, None, None
+        rewards - best[..., None],
+        log_weights,
+        grad_sq_norms,
+        weight_cap,
+        None,
+        None,
     )[..., 0]
     chex.assert_shape(baseline, rewards.shape[:-1])
     return jax.lax.stop_gradient(baseline)
@@ -442,15 +452,9 @@ def opob_advantages(
     Returns:
         Stop-gradient advantages with the shape of `returns`.
     """
-    dtype = _check_groups(
-        group_ids,
-        num_groups,
-        returns=returns,
-        log_w=log_w,
+    returns, log_w, grad_sq_norms = _grouped_floats(
+        group_ids, num_groups, returns=returns, log_w=log_w,
         grad_sq_norms=grad_sq_norms,
-    )
-    returns, log_w, grad_sq_norms = (
-        jnp.asarray(x, dtype) for x in (returns, log_w, grad_sq_norms)
     )
     returns = _shift_to_group_max(returns, group_ids, num_groups)
     baseline = _opob_baseline(
@@ -501,7 +505,8 @@ def per_sample_grad_sq_norms(
         return jax.lax.stop_gradient(jax.vmap(grad_sq_norm)(batch))
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(
-            f"`chunk_size` must be a positive integer or None, got {chunk_size!r}."
+            "`chunk_size` must be a positive integer or None, "
+            f"got {chunk_size!r}."
         )
     return jax.lax.stop_gradient(
         jax.lax.map(grad_sq_norm, batch, batch_size=chunk_size)
