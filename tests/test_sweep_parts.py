@@ -59,31 +59,29 @@ def test_bad_parts_are_refused_naming_the_form(text):
 
 
 def test_parts_split_groups_by_environment_steps():
-    text = TOY.replace('tasks = ["toy_reach"]', 'tasks = ["toy_reach", "inverted_pendulum"]') \
-        .replace('algos = ["vaco"]', 'algos = ["ppo", "vaco"]') \
-        .replace("epochs = 2", "epochs = [1, 2]") \
-        .replace("tv_delta = [0.1, 0.3]", "") \
-        + "\n[overrides.vaco.hparams]\ntv_delta = [0.1, 0.2, 0.4]\n" \
-        + "\n[overrides.ppo.forward]\nepochs = 4\n"
+    text = TOY2.replace('tasks = ["toy_reach"]', 'tasks = ["toy_reach", "inverted_pendulum"]') \
+        .replace("epochs = 2", "epochs = [1, 2]") + "\n[overrides.ppo.hparams]\ntv_delta = 0.2\n"
     experiment = sweep.parse_experiment(text)
-    # Groups of 4, 12, 12, 4, 12, 12 runs of 512 steps each.
-    assert [sweep.group_steps(g) for g in experiment.groups] == [
-        n * 512 for n in (4, 12, 12, 4, 12, 12)]
+    # ppo groups: 2 lags x 2 seeds; vaco groups: also 2 thresholds; 512 steps per run.
+    assert [(g.name, sweep.group_steps(g)) for g in experiment.groups] == [
+        (f"{task}-{algo}-e{epochs}m2", runs * 512)
+        for task in ("toy_reach", "inverted_pendulum") for algo, runs in (("ppo", 4), ("vaco", 8))
+        for epochs in (1, 2)]
 
     def names(part):
-        return [g.name for g in sweep.Part.parse(part).groups(experiment)]
+        return [g.name.replace("inverted_pendulum", "ip").replace("toy_reach", "toy")
+                for g in sweep.Part.parse(part).groups(experiment)]
 
-    assert names("1/2") == ["toy_reach-ppo-e4m2", "toy_reach-vaco-e1m2",
-                            "inverted_pendulum-vaco-e1m2"]
-    assert names("2/2") == ["toy_reach-vaco-e2m2", "inverted_pendulum-ppo-e4m2",
-                            "inverted_pendulum-vaco-e2m2"]
-    assert names("1/3") == ["toy_reach-vaco-e1m2", "inverted_pendulum-vaco-e2m2"]
-    assert names("2/3") == ["toy_reach-ppo-e4m2", "toy_reach-vaco-e2m2"]
-    assert names("3/3") == ["inverted_pendulum-ppo-e4m2", "inverted_pendulum-vaco-e1m2"]
-    assert names("1/1") == [g.name for g in experiment.groups]
-    with pytest.raises(ValueError, match=r"--part 1/7: experiment 'toy' has 6 group\(s\), "
-                                         r"so N must lie in 1..6"):
-        names("1/7")
+    # The vaco groups first, one per part in turn, then the ppo groups to the lightest parts.
+    assert names("1/2") == ["toy-ppo-e1m2", "toy-vaco-e1m2", "ip-ppo-e1m2", "ip-vaco-e1m2"]
+    assert names("2/2") == ["toy-ppo-e2m2", "toy-vaco-e2m2", "ip-ppo-e2m2", "ip-vaco-e2m2"]
+    assert names("1/3") == ["toy-vaco-e1m2", "ip-vaco-e2m2"]
+    assert names("2/3") == ["toy-ppo-e1m2", "toy-vaco-e2m2", "ip-ppo-e1m2"]
+    assert names("3/3") == ["toy-ppo-e2m2", "ip-ppo-e2m2", "ip-vaco-e1m2"]
+    assert sweep.Part(1, 1).groups(experiment) == experiment.groups
+    with pytest.raises(ValueError, match=r"--part 1/9: experiment 'toy' has 8 group\(s\), "
+                                         r"so N must lie in 1..8"):
+        names("1/9")
 
 
 # ---------------------------------------------------------------- the plan
