@@ -191,8 +191,8 @@ def _add_sweep_parsers(subparsers) -> None:
                         "part folders with `vaco-jax report OUT --parts DIR ...`")
     p.add_argument("--plan", action="store_true",
                    help="print the groups, batches, runs, environment steps and estimated time, "
-                        "then exit: nothing is written, trained or compiled (the memory estimate "
-                        "only traces one run's shapes per group)")
+                        "then exit: nothing is written or trained and no training program is "
+                        "compiled (the memory estimate only traces one run's shapes per group)")
     p.add_argument("--steps-per-second", type=float, default=None, metavar="R",
                    help="with --plan: environment steps per second of one batch's runs "
                         "together (measured with `python benchmarks/run.py --only seeds`); "
