@@ -22,6 +22,12 @@ Sweep folder:
   built from the runs table: one row per run per evaluation point, with the training metrics
   averaged over the updates since the previous evaluation point, scored by the testbed's
   score metric (`eval_return`, `eval_accuracy`).
+
+A sweep may run one *part* of its experiment (`Part`, `--part K/N`): the groups split into N
+parts of about equal environment steps, whatever the machine, so that N machines can each run
+one part (batching each part's groups for their own memory) and `vaco_jax.sweep_merge` can
+merge the part folders into the report of the whole experiment. The part is saved in
+`sweep.json`, so a resumed part stays that part.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import functools
 import itertools
 import math
 import os
+import re
 import shutil
 import threading
 import time
@@ -325,6 +332,61 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     return parse_experiment(path.read_text(encoding="utf-8"), name=path.stem)
 
 
+def same_experiment(a: Experiment, b: Experiment) -> bool:
+    """Whether two experiment files say the same thing (parsed TOML; comments and layout aside)."""
+    return tomllib.loads(a.source) == tomllib.loads(b.source)
+
+
+# ---------------------------------------------------------------- parts
+
+
+def group_steps(group: Group) -> int:
+    """Environment steps of all the group's runs."""
+    return len(group.runs) * group.config.num_updates * group.config.steps_per_update
+
+
+def balanced_parts(weights: Sequence[int], count: int) -> list[int]:
+    """The part (0-based) of each item: items in decreasing weight (equal weights in order)
+    each join the part with the least weight so far (the lowest such part), the
+    longest-processing-time rule. Equal weights thus go round-robin; no part's weight exceeds
+    the mean by more than the largest item, and with `count <= len(weights)` none is empty."""
+    loads, owners = [0] * count, [0] * len(weights)
+    for item in sorted(range(len(weights)), key=lambda i: -weights[i]):
+        part = min(range(count), key=lambda p: loads[p])
+        owners[item] = part
+        loads[part] += weights[item]
+    return owners
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Part `index` of `count` (1-based) of an experiment's groups, split by `balanced_parts`
+    over each group's environment steps: a split that depends on the experiment only."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Part":
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+        if match is None or not 1 <= int(match[1]) <= int(match[2]):
+            raise ValueError(f"--part must be K/N with integers 1 <= K <= N (e.g. 2/3), "
+                             f"got {text!r}")
+        return cls(int(match[1]), int(match[2]))
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def groups(self, experiment: Experiment) -> tuple[Group, ...]:
+        """This part's groups, in the experiment's order."""
+        total = len(experiment.groups)
+        if self.count > total:
+            raise ValueError(f"--part {self}: experiment {experiment.name!r} has {total} "
+                             f"group(s), so N must lie in 1..{total}")
+        owners = balanced_parts([group_steps(g) for g in experiment.groups], self.count)
+        return tuple(g for g, owner in zip(experiment.groups, owners) if owner == self.index - 1)
+
+
 # ---------------------------------------------------------------- memory and batches
 
 
@@ -411,48 +473,61 @@ class Batch:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """An experiment split into batches; `run_bytes` is the estimate per run of each group."""
+    """An experiment (or one `part` of it) split into batches; `run_bytes` is the estimate per
+    run of each of its groups."""
 
     experiment: Experiment
     batches: tuple[Batch, ...]
     num_devices: int
     budget_bytes: int
     run_bytes: Mapping[str, int]
+    part: Part | None = None
+
+    @property
+    def groups(self) -> tuple[Group, ...]:
+        """The groups this plan runs: the experiment's, or its part's."""
+        return self.experiment.groups if self.part is None else self.part.groups(self.experiment)
 
     def to_json(self) -> dict[str, Any]:
-        return {"experiment": self.experiment.name, "num_devices": self.num_devices,
+        return {"experiment": self.experiment.name,
+                "part": None if self.part is None else str(self.part),
+                "num_devices": self.num_devices,
                 "budget_bytes_per_device": self.budget_bytes,
                 "groups": [{"name": g.name, "config": g.config.to_dict(),
                             "run_bytes": self.run_bytes[g.name],
                             "runs": [dataclasses.asdict(r) for r in g.runs],
                             "batches": [dataclasses.asdict(b) for b in self.batches
                                         if b.group == g.name]}
-                           for g in self.experiment.groups]}
+                           for g in self.groups]}
 
     @classmethod
     def from_json(cls, experiment: Experiment, saved: Mapping[str, Any]) -> "Plan":
         groups = saved["groups"]
-        if [g["name"] for g in groups] != [g.name for g in experiment.groups]:
+        part = Part.parse(saved["part"]) if saved.get("part") else None
+        expected = experiment.groups if part is None else part.groups(experiment)
+        if [g["name"] for g in groups] != [g.name for g in expected]:
             raise ValueError(f"{PLAN_FILE} does not describe the groups of experiment "
-                             f"{experiment.name!r}")
+                             f"{experiment.name!r}" + (f", part {part}" if part else ""))
         return cls(experiment=experiment, num_devices=saved["num_devices"],
                    budget_bytes=saved["budget_bytes_per_device"],
                    run_bytes={g["name"]: g["run_bytes"] for g in groups},
                    batches=tuple(Batch(name=b["name"], group=b["group"], runs=tuple(b["runs"]),
                                        size=b["size"])
-                                 for g in groups for b in g["batches"]))
+                                 for g in groups for b in g["batches"]),
+                   part=part)
 
 
-def make_plan(experiment: Experiment, *, max_runs_per_batch: int | None = None,
-              memory_budget: int | None = None,
+def make_plan(experiment: Experiment, *, part: Part | None = None,
+              max_runs_per_batch: int | None = None, memory_budget: int | None = None,
               devices: Sequence[jax.Device] | None = None) -> Plan:
-    """Estimates each group's run memory and splits its runs into equal batches that fit
-    `memory_budget` bytes per device (default: `device_memory_budget`) on `devices`
-    (default: `jax.devices()`)."""
+    """Estimates the run memory of each group (of `part`, if given) and splits its runs into
+    equal batches that fit `memory_budget` bytes per device (default: `device_memory_budget`)
+    on `devices` (default: `jax.devices()`). The estimate traces shapes; nothing compiles."""
+    groups = experiment.groups if part is None else part.groups(experiment)
     devices = list(jax.devices() if devices is None else devices)
     budget = memory_budget if memory_budget is not None else device_memory_budget(devices[0])
     batches, run_bytes, estimates = [], {}, {}
-    for group in experiment.groups:
+    for group in groups:
         # Epochs and minibatches shape neither the train state nor the rollout.
         shape = group.config.replace(epochs=1, minibatches=1)
         if shape not in estimates:
@@ -463,7 +538,53 @@ def make_plan(experiment: Experiment, *, max_runs_per_batch: int | None = None,
         batches += [Batch(name=f"{group.name}-{i}", group=group.name, runs=tuple(runs), size=size)
                     for i, runs in enumerate(split)]
     return Plan(experiment=experiment, batches=tuple(batches), num_devices=len(devices),
-                budget_bytes=budget, run_bytes=run_bytes)
+                budget_bytes=budget, run_bytes=run_bytes, part=part)
+
+
+def _count(number: float) -> str:
+    return f"{number:,.0f}"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def plan_text(plan: Plan, steps_per_second: float | None = None) -> str:
+    """The plan as a table: per group its runs, memory estimate, batches and environment steps;
+    the totals; and the estimated training time at `steps_per_second` (all runs of a batch
+    together): executed steps (padding included) / `steps_per_second`, compilation aside."""
+    experiment = plan.experiment
+    groups = plan.groups
+    scope = (f"part {plan.part}: {len(groups)} of {len(experiment.groups)} groups"
+             if plan.part else f"{len(groups)} groups")
+    programs = {(plan.experiment.group(b.group).config, b.size) for b in plan.batches}
+    lines = [f"{experiment.name}, {scope}, {len(plan.batches)} batches in {len(programs)} "
+             f"compiled program(s); {plan.num_devices} device(s), memory budget "
+             f"{plan.budget_bytes / 2**30:,.1f} GiB per device",
+             f"{'group':<40} {'runs':>5} {'GiB/run':>8} {'batches':>10} {'env steps':>17}"]
+    steps = executed = 0
+    for group in groups:
+        batches = [b for b in plan.batches if b.group == group.name]
+        steps += group_steps(group)
+        executed += sum(b.size for b in batches) * group_steps(group) // len(group.runs)
+        lines.append(f"{group.name:<40} {len(group.runs):>5} "
+                     f"{plan.run_bytes[group.name] / 2**30:>8.3f} "
+                     f"{f'{len(batches)} x {batches[0].size}':>10} {_count(group_steps(group)):>17}")
+    runs = sum(len(g.runs) for g in groups)
+    lines.append(f"total: {_count(runs)} runs, {_count(steps)} environment steps "
+                 f"({_count(executed)} executed, with batch padding)")
+    if steps_per_second is None:
+        lines.append("estimated time: executed steps / R, where R is the steps/s of a batch's "
+                     "runs together (give --steps-per-second R)")
+    else:
+        lines.append(f"estimated time: {_count(executed)} executed steps / "
+                     f"{_count(steps_per_second)} steps/s = "
+                     f"{_duration(executed / steps_per_second)}, plus compilation (one per "
+                     f"program, each but the first overlapping the previous group's training)")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- running
@@ -543,13 +664,16 @@ def _batch_steps(plan: Plan, batch: Batch, updates: int) -> int:
 
 
 def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite: bool = False,
-                **plan_options: Any) -> Plan:
+                part: Part | None = None, **plan_options: Any) -> Plan:
     """Creates the sweep folder (refusing a non-empty one unless `overwrite`, which discards
-    its batches), plans the batches (`make_plan` options) and saves the plan."""
+    its batches), plans the batches of the experiment or its `part` (`make_plan` options) and
+    saves the plan."""
+    if part is not None:
+        part.groups(experiment)  # a part that does not exist is refused before any folder is made
     out = io.prepare_output_dir(out_dir, overwrite=overwrite)
     if overwrite:
         shutil.rmtree(out / RUNS_DIR, ignore_errors=True)
-    plan = make_plan(experiment, **plan_options)
+    plan = make_plan(experiment, part=part, **plan_options)
     io.write_text(out / EXPERIMENT_FILE, experiment.source)
     io.write_json(out / PLAN_FILE, plan.to_json())
     return plan
@@ -566,6 +690,21 @@ def load_sweep(out_dir: str | os.PathLike) -> Plan:
     experiment = parse_experiment((out / EXPERIMENT_FILE).read_text(encoding="utf-8"),
                                   name=saved["experiment"])
     return Plan.from_json(experiment, saved)
+
+
+def load_sweep_to_resume(out_dir: str | os.PathLike, experiment: Experiment | None = None,
+                         part: Part | None = None) -> Plan:
+    """The plan saved in `out_dir`, refusing an `experiment` or `part` other than the saved
+    ones (None: whatever is saved)."""
+    plan = load_sweep(out_dir)
+    if experiment is not None and not same_experiment(experiment, plan.experiment):
+        raise ValueError(f"cannot resume {str(out_dir)!r}: it holds a different experiment "
+                         f"({plan.experiment.name!r}); leave the experiment out to resume it")
+    if part is not None and part != plan.part:
+        saved = f"part {plan.part}" if plan.part else "the whole experiment, no part"
+        raise ValueError(f"--part {part} disagrees with the sweep saved in {str(out_dir)!r} "
+                         f"({saved}); leave --part out to resume it")
+    return plan
 
 
 def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
@@ -686,12 +825,22 @@ def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
 
 
 def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
-    """Builds the runs table from the batch folders and writes the report into `out_dir`."""
-    experiment = plan.experiment
+    """Builds the runs table from the batch folders and writes the report into `out_dir` (a
+    part's report covers its groups only, and says so in its title)."""
+    return write_experiment_report(plan.experiment, runs_table(plan, out_dir), out_dir,
+                                   note=f"part {plan.part}" if plan.part else None)
+
+
+def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
+                            out_dir: str | os.PathLike, note: str | None = None) -> dict[str, Any]:
+    """Writes the report of `runs`, a runs table of `experiment`, into `out_dir`; `note` is
+    added to the title in brackets."""
     testbed = experiment.testbed
     title = f"{experiment.name}: {experiment.description}" if experiment.description \
         else experiment.name
-    return report.write_report(runs_table(plan, out_dir), out_dir,
+    if note:
+        title = f"{title} ({note})"
+    return report.write_report(runs, out_dir,
                                score=report.Score(testbed.score, testbed.score_name,
                                                   testbed.steps_name),
                                reference_returns=dict(experiment.reference_returns) or None,
@@ -699,25 +848,23 @@ def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]
 
 
 def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
-          resume: bool = False, overwrite: bool = False, max_runs_per_batch: int | None = None,
-          memory_budget: int | None = None, progress: bool = True,
+          resume: bool = False, overwrite: bool = False, part: Part | None = None,
+          max_runs_per_batch: int | None = None, memory_budget: int | None = None,
+          progress: bool = True,
           on_chunk: Callable[[Batch, TrainingResult], None] | None = None) -> dict[str, Any]:
-    """Runs `experiment` into `out_dir` (or with `resume`, continues the sweep saved there; an
-    `experiment` given then must be the saved one) and writes its report; returns its summary.
+    """Runs `experiment`, or only its `part`, into `out_dir` (or with `resume`, continues the
+    sweep saved there; an `experiment` or `part` given then must be the saved one) and writes
+    its report; returns its summary.
     """
     if resume:
         if max_runs_per_batch is not None or memory_budget is not None:
             raise ValueError("a resumed sweep keeps its batches; max_runs_per_batch and "
                              "memory_budget apply only to a new sweep")
-        plan = load_sweep(out_dir)
-        if experiment is not None and tomllib.loads(experiment.source) != tomllib.loads(
-                plan.experiment.source):
-            raise ValueError(f"cannot resume {str(out_dir)!r}: it holds a different experiment "
-                             f"({plan.experiment.name!r}); leave the experiment out to resume it")
+        plan = load_sweep_to_resume(out_dir, experiment, part)
     elif experiment is None:
         raise ValueError("a new sweep needs an experiment")
     else:
-        plan = start_sweep(experiment, out_dir, overwrite=overwrite,
+        plan = start_sweep(experiment, out_dir, overwrite=overwrite, part=part,
                            max_runs_per_batch=max_runs_per_batch, memory_budget=memory_budget)
     run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk)
     return write_sweep_report(plan, out_dir)

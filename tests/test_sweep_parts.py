@@ -1,0 +1,300 @@
+"""Sweeps in parts: the balanced split of groups, `--part K/N`, `--plan`, and merging part
+folders into the report of the whole experiment (`vaco-jax report OUT --parts ...`)."""
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import jax
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from test_sweep import BATCH, TOY
+from vaco_jax import cli, sweep
+
+TOY2 = TOY.replace('algos = ["vaco"]', 'algos = ["ppo", "vaco"]')  # 2 groups of 8 runs
+PPO, VACO = "toy_reach-ppo-e2m2", "toy_reach-vaco-e2m2"
+
+
+@pytest.fixture(scope="module")
+def toy2_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("experiment") / "toy.toml"
+    path.write_text(TOY2)
+    return path
+
+
+# ---------------------------------------------------------------- the split
+
+
+def test_balanced_parts_by_hand():
+    # Decreasing weight, each to the lightest part so far: 5->0, 3->1, 3->1, 2->0, 1->1.
+    assert sweep.balanced_parts([5, 3, 3, 2, 1], 2) == [0, 1, 1, 0, 1]
+    assert sweep.balanced_parts([1, 1, 1, 1, 1], 2) == [0, 1, 0, 1, 0]  # round-robin
+    assert sweep.balanced_parts([1, 9, 1], 3) == [1, 0, 2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 100), min_size=1, max_size=12), st.data())
+def test_balanced_parts_cover_every_item_once_and_balance(weights, data):
+    count = data.draw(st.integers(1, len(weights)))
+    owners = sweep.balanced_parts(weights, count)
+    assert len(owners) == len(weights) and set(owners) == set(range(count))  # none empty
+    loads = [sum(w for w, o in zip(weights, owners) if o == p) for p in range(count)]
+    assert max(loads) - min(loads) <= max(weights)
+
+
+@pytest.mark.parametrize("text, part", [("2/3", (2, 3)), ("1/1", (1, 1)), (" 3 / 3 ", (3, 3))])
+def test_part_parses(text, part):
+    assert sweep.Part.parse(text) == sweep.Part(*part)
+    assert str(sweep.Part(*part)) == f"{part[0]}/{part[1]}"
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "x/y", "3", "1/0", "-1/3", "1/3/5", "", "1.5/3"])
+def test_bad_parts_are_refused_naming_the_form(text):
+    with pytest.raises(ValueError, match=r"--part must be K/N with integers 1 <= K <= N"):
+        sweep.Part.parse(text)
+
+
+def test_parts_split_groups_by_environment_steps():
+    text = TOY2.replace('tasks = ["toy_reach"]', 'tasks = ["toy_reach", "inverted_pendulum"]') \
+        .replace("epochs = 2", "epochs = [1, 2]") + "\n[overrides.ppo.hparams]\ntv_delta = 0.2\n"
+    experiment = sweep.parse_experiment(text)
+    # ppo groups: 2 lags x 2 seeds; vaco groups: also 2 thresholds; 512 steps per run.
+    assert [(g.name, sweep.group_steps(g)) for g in experiment.groups] == [
+        (f"{task}-{algo}-e{epochs}m2", runs * 512)
+        for task in ("toy_reach", "inverted_pendulum") for algo, runs in (("ppo", 4), ("vaco", 8))
+        for epochs in (1, 2)]
+
+    def names(part):
+        return [g.name.replace("inverted_pendulum", "ip").replace("toy_reach", "toy")
+                for g in sweep.Part.parse(part).groups(experiment)]
+
+    # The vaco groups first, one per part in turn, then the ppo groups to the lightest parts.
+    assert names("1/2") == ["toy-ppo-e1m2", "toy-vaco-e1m2", "ip-ppo-e1m2", "ip-vaco-e1m2"]
+    assert names("2/2") == ["toy-ppo-e2m2", "toy-vaco-e2m2", "ip-ppo-e2m2", "ip-vaco-e2m2"]
+    assert names("1/3") == ["toy-vaco-e1m2", "ip-vaco-e2m2"]
+    assert names("2/3") == ["toy-ppo-e1m2", "toy-vaco-e2m2", "ip-ppo-e1m2"]
+    assert names("3/3") == ["toy-ppo-e2m2", "ip-ppo-e2m2", "ip-vaco-e1m2"]
+    assert sweep.Part(1, 1).groups(experiment) == experiment.groups
+    with pytest.raises(ValueError, match=r"--part 1/9: experiment 'toy' has 8 group\(s\), "
+                                         r"so N must lie in 1..8"):
+        names("1/9")
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def test_plan_prints_runs_steps_and_time_without_compiling(toy2_file, tmp_path, capsys, caplog):
+    out = tmp_path / "never"
+    base = ["sweep", str(toy2_file), "--plan", "--max-runs-per-batch", "3", "--out", str(out)]
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING):
+        assert cli.main([*base, "--steps-per-second", "1024"]) == 0
+    compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not [m for m in compiled if any(f in m for f in ("init", "rollout", "train", "run"))]
+    printed = capsys.readouterr().out
+    # Each group: 8 runs in batches of at most 3 -> 3 batches of size 3 (the last padded by one).
+    assert "toy, 2 groups, 6 batches in 2 compiled program(s); 1 device(s)" in printed
+    for group in (PPO, VACO):
+        assert [line.split() for line in printed.splitlines() if line.startswith(group)] == [
+            [group, "8", "0.000", "3", "x", "3", "4,096"]]
+    assert "total: 16 runs, 8,192 environment steps (9,216 executed, with batch padding)" in printed
+    assert "9,216 executed steps / 1,024 steps/s = 9 s" in printed
+
+    assert cli.main([*base, "--part", "2/2", "--steps-per-second", "512"]) == 0
+    printed = capsys.readouterr().out
+    assert "toy, part 2/2: 1 of 2 groups, 3 batches" in printed and PPO not in printed
+    assert "total: 8 runs, 4,096 environment steps (4,608 executed" in printed
+    assert "4,608 executed steps / 512 steps/s = 9 s" in printed
+
+    assert cli.main(base) == 0
+    assert "give --steps-per-second R" in capsys.readouterr().out
+    assert not out.exists()
+
+
+def test_plan_text_estimates_days():
+    plan = sweep.make_plan(sweep.parse_experiment(TOY2), max_runs_per_batch=3,
+                           devices=jax.devices()[:1])
+    assert sweep.plan_text(plan, steps_per_second=0.1).endswith(
+        "9,216 executed steps / 0 steps/s = 1.1 d, plus compilation (one per program, each but "
+        "the first overlapping the previous group's training)")
+
+
+# ---------------------------------------------------------------- refusals before compiling
+
+
+@pytest.fixture
+def no_compilation(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("reached planning or training before refusing")
+    monkeypatch.setattr(sweep, "make_plan", refuse)
+    monkeypatch.setattr(sweep, "run_sweep", refuse)
+
+
+FORM = "--part must be K/N with integers 1 <= K <= N (e.g. 2/3)"
+
+
+@pytest.mark.parametrize("part, message", [
+    ("0/2", FORM), ("3/2", FORM), ("x/y", FORM), ("2", FORM),
+    ("3/3", "--part 3/3: experiment 'toy' has 2 group(s), so N must lie in 1..2"),
+])
+def test_cli_refuses_bad_parts_in_one_line(toy2_file, tmp_path, capsys, no_compilation, part,
+                                           message):
+    out = tmp_path / "sweep"
+    for plan in ([], ["--plan"]):
+        assert cli.main(["sweep", str(toy2_file), "--part", part, "--out", str(out),
+                         "--no-progress", *plan]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_refuses_steps_per_second_without_plan(toy2_file, tmp_path, capsys, no_compilation):
+    assert cli.main(["sweep", str(toy2_file), "--out", str(tmp_path / "s"),
+                     "--steps-per-second", "100"]) == 2
+    assert "--steps-per-second must be a positive rate given with --plan" in capsys.readouterr().err
+
+
+def test_the_part_is_saved_and_resume_keeps_it(toy2_file, tmp_path, capsys, monkeypatch):
+    experiment = sweep.load_experiment(toy2_file)
+    out, whole = tmp_path / "part", tmp_path / "whole"
+    sweep.start_sweep(experiment, out, part=sweep.Part(1, 2), max_runs_per_batch=BATCH)
+    sweep.start_sweep(experiment, whole, max_runs_per_batch=BATCH)
+    assert json.loads((out / "sweep.json").read_text())["part"] == "1/2"
+    plan = sweep.load_sweep(out)
+    assert plan.part == sweep.Part(1, 2) and [g.name for g in plan.groups] == [PPO]
+    assert {b.group for b in plan.batches} == {PPO}
+    assert sweep.load_sweep_to_resume(out).part == sweep.Part(1, 2)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("ran before refusing")
+    monkeypatch.setattr(sweep, "run_sweep", refuse)
+    for folder, part, saved in [(out, "2/2", "part 1/2"), (out, "1/3", "part 1/2"),
+                                (whole, "1/2", "the whole experiment, no part")]:
+        assert cli.main(["sweep", "--out", str(folder), "--resume", "--part", part,
+                         "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert f"--part {part} disagrees with the sweep saved in {str(folder)!r} ({saved}); " \
+               f"leave --part out to resume it" in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- running parts and merging
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory, toy2_file):
+    """The toy experiment run whole in one folder, and as parts 1/2 and 2/2 in two others."""
+    root = tmp_path_factory.mktemp("parts")
+    whole = root / "whole"
+    sweep.sweep(whole, sweep.load_experiment(toy2_file), max_runs_per_batch=BATCH,
+                progress=False)
+    folders = [root / "part1", root / "part2"]
+    for index, folder in enumerate(folders, 1):
+        assert cli.main(["sweep", str(toy2_file), "--part", f"{index}/2", "--out", str(folder),
+                         "--max-runs-per-batch", str(BATCH), "--no-progress"]) == 0
+    return whole, folders
+
+
+def runs(folder: Path) -> pd.DataFrame:
+    return pd.read_parquet(folder / "runs.parquet")
+
+
+def summary(folder: Path) -> dict:
+    return json.loads((folder / "summary.json").read_text())
+
+
+def test_each_part_reports_its_groups_only(parts):
+    whole, folders = parts
+    for folder, algo in zip(folders, ("ppo", "vaco")):
+        table = runs(folder)
+        assert set(table["algo"]) == {algo} and table["run_id"].nunique() == 8
+        assert sorted(p.name for p in (folder / "runs").iterdir()) == [
+            f"toy_reach-{algo}-e2m2-0", f"toy_reach-{algo}-e2m2-1"]
+        assert summary(folder)["title"].endswith(f"(part {folders.index(folder) + 1}/2)")
+    assert set(runs(whole)["algo"]) == {"ppo", "vaco"}
+
+
+def test_merged_parts_equal_the_whole_sweep(parts, tmp_path, capsys):
+    whole, (part1, part2) = parts
+    out = tmp_path / "merged"
+    # Given in reverse: the merge follows the experiment's group order, not the folders'.
+    assert cli.main(["report", str(out), "--parts", str(part2), str(part1)]) == 0
+    assert "toy: tiny toy sweep: 16 runs (0 diverged)" in capsys.readouterr().out
+    pd.testing.assert_frame_equal(runs(out), runs(whole), check_exact=True)
+    assert summary(out) == summary(whole)
+    assert (out / "experiment.toml").read_text() == TOY2
+    record = json.loads((out / "parts.json").read_text())
+    assert record == {"experiment": "toy", "complete": True,
+                      "parts": [{"folder": str(part2.resolve()), "part": "2/2", "groups": [VACO]},
+                                {"folder": str(part1.resolve()), "part": "1/2", "groups": [PPO]}],
+                      "missing_groups": [], "unfinished_groups": {}}
+
+    assert cli.main(["report", str(out), "--parts", str(part1), str(part2)]) == 2
+    assert "already exists and is not empty; pass --overwrite" in capsys.readouterr().err
+    assert cli.main(["report", str(out), "--parts", str(part1), str(part2), "--overwrite"]) == 0
+    pd.testing.assert_frame_equal(runs(out), runs(whole), check_exact=True)
+
+
+def test_a_whole_sweep_merges_as_its_own_single_part(parts, tmp_path):
+    whole, _ = parts
+    assert cli.main(["report", str(tmp_path / "merged"), "--parts", str(whole)]) == 0
+    pd.testing.assert_frame_equal(runs(tmp_path / "merged"), runs(whole), check_exact=True)
+
+
+def test_incomplete_merge_only_when_allowed_and_marked(parts, tmp_path, capsys):
+    whole, (part1, _) = parts
+    out = tmp_path / "merged"
+    assert cli.main(["report", str(out), "--parts", str(part1)]) == 2
+    err = capsys.readouterr().err
+    assert f"no part holds group(s) ['{VACO}']" in err and "--allow-incomplete" in err
+    assert not out.exists()
+    assert cli.main(["report", str(out), "--parts", str(part1), "--allow-incomplete"]) == 0
+    assert summary(out)["title"] == ("toy: tiny toy sweep (incomplete merge: 1 of 2 groups "
+                                     "missing or unfinished, see parts.json)")
+    expected = runs(whole)[lambda t: t["algo"] == "ppo"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(runs(out), expected, check_exact=True)
+    record = json.loads((out / "parts.json").read_text())
+    assert not record["complete"] and record["missing_groups"] == [VACO]
+
+
+def test_unfinished_part_is_named(parts, tmp_path, capsys):
+    _, (part1, part2) = parts
+    copy = tmp_path / "part2"
+    shutil.copytree(part2, copy)
+    (copy / "runs" / f"{VACO}-1" / "status.json").unlink()
+    assert cli.main(["report", str(tmp_path / "merged"), "--parts", str(part1), str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert f"{str(copy)!r} has not finished group(s) ['{VACO}'] (resume it with vaco-jax " \
+           f"sweep --resume --out {copy})" in err
+
+
+@pytest.mark.parametrize("case", ["overlap", "other experiment", "out is a part",
+                                  "not a sweep folder"])
+def test_bad_merges_are_refused_naming_the_folder(parts, tmp_path, capsys, case):
+    _, (part1, part2) = parts
+    out, folders, message = tmp_path / "merged", [part1, part2], None
+    if case == "overlap":
+        folders, message = [part1, part2, part1], (
+            f"part folder {str(part1)!r} overlaps {part1}: both hold group(s) ['{PPO}']")
+    elif case == "other experiment":
+        other = tmp_path / "other"
+        shutil.copytree(part2, other)
+        (other / "experiment.toml").write_text(TOY2.replace("learning_rate = 1e-3",
+                                                            "learning_rate = 3e-4"))
+        folders, message = [part1, other], (
+            f"part folder {str(other)!r} holds another experiment ('toy') than {str(part1)!r}")
+    elif case == "out is a part":
+        out, message = part2, f"the merged report's folder {str(part2)!r} is one of the parts"
+    else:
+        folders, message = [part1, tmp_path], f"{str(tmp_path)!r} is not a sweep folder"
+    assert cli.main(["report", str(out), "--parts", *map(str, folders)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "merged").exists()
+
+
+def test_merge_options_need_parts(parts, capsys):
+    whole, _ = parts
+    assert cli.main(["report", str(whole), "--overwrite"]) == 2
+    assert "apply only with --parts" in capsys.readouterr().err
