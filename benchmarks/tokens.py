@@ -41,7 +41,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
 from benchmarks.programs import seed_keys  # noqa: E402
-from benchmarks.tables import _load, _percent, _rate, _ratio, _table  # noqa: E402
+from benchmarks.tables import _compile, _load, _percent, _rate, _ratio, _table  # noqa: E402
 from vaco_jax import io  # noqa: E402
 from vaco_jax.policy_buffer import push  # noqa: E402
 from vaco_jax.tokens import tasks  # noqa: E402
@@ -75,7 +75,8 @@ class Settings:
 
 
 def presets(backend: str) -> dict[str, Settings]:
-    """`quick` (minutes on a CPU) and `full`, sized for the backend it runs on."""
+    """`quick` (fewer timed calls and seeds) and `full`, sized for the backend it runs on; on a
+    CPU compiling their 11 or 12 programs takes most of either (25 minutes under heavy load)."""
     quick = Settings(name="quick", config=TokenConfig(), batches_per_call=8, updates_per_call=4,
                      repeats=8, seed_counts=(1, 4), max_wait_s=0.0)
     if backend == "cpu":  # the testbed's defaults, at which the worked example learns
@@ -204,10 +205,6 @@ PARTS = {"throughput": throughput, "seeds": seeds}
 
 
 # ----------------------------------------------------------------------------------- tables
-def _compile_s(summary: dict[str, Any]) -> str:
-    return f"{summary['lower_s'] + summary['compile_s']:.0f}"
-
-
 def markdown(results: dict[str, Any]) -> str:
     m, s = results["machine"], results["settings"]
     v, c = m["versions"], s["config"]
@@ -231,13 +228,13 @@ def markdown(results: dict[str, Any]) -> str:
         t = parts["throughput"]
         forward = t["forward"]
         table = [["forward pass alone (limit)", _rate(forward["steps_per_s"]), "1.00", "-", "-",
-                  "-", "-", _compile_s(forward), _load(forward)]]
+                  "-", "-", _compile(forward), _load(forward)]]
         for row, r in t["rows"].items():
             g, u = r["generate"], r["update"]
             table.append([row, _rate(g["steps_per_s"]), _ratio(g["of_forward"]),
                           _percent(g["time_vs_baseline"]), _rate(u["steps_per_s"]),
                           _ratio(u["of_forward"]), _percent(u["time_vs_baseline"]),
-                          f"{_compile_s(g)} / {_compile_s(u)}", _load(g)])
+                          f"{_compile(g)} / {_compile(u)}", _load(g)])
         lines += ["", "#### Throughput (response tokens/s)", "",
                   _table(["acting", "generated tok/s (best)", "/ forward",
                           f"time vs {BASELINE}", "trained tok/s (best)", "/ forward",
@@ -248,7 +245,7 @@ def markdown(results: dict[str, Any]) -> str:
     if "seeds" in parts:
         rows = parts["seeds"]["rows"]
         table = [[n, _rate(r["steps_per_s"]), _rate(r["steps_per_s_median"]),
-                  _ratio(r["of_first"]), _compile_s(r), _load(r)] for n, r in rows.items()]
+                  _ratio(r["of_first"]), _compile(r), _load(r)] for n, r in rows.items()]
         lines += ["", f"#### Vmapped seeds ({BASELINE}, trained tokens/s of all seeds)", "",
                   _table(["seeds", "tok/s (best)", "tok/s (median)",
                           "x one seed (median of rounds)", "compile s", "load"], table)]
@@ -260,7 +257,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="every row, with fewer timed calls and seeds 1 and 4")
+    p.add_argument("--quick", action="store_true",
+                   help="every row, with fewer timed calls and seeds 1 and 4")
     p.add_argument("--only", default=",".join(PARTS),
                    help=f"comma-separated parts to run, of {', '.join(PARTS)}")
     p.add_argument("--out", default=None, help="results JSON (default "
