@@ -6,8 +6,9 @@ suite's XLA settings on a 2-core CPU, 6 seeds vmapped at a time, in three sets o
 6-11, 12-17): the warm start's held-out accuracy is 0.383 and after 20 updates every one of the
 18 seeds reaches 0.539 to 0.664, a gain of 0.156 to 0.281 (mean 0.22, standard deviation 0.037
 between seeds). The test asks for a gain of at least 0.1 in each of 3 seeds, 3 standard
-deviations below the mean and 0.056 below the smallest gain measured. With the advantages' sign flipped the same runs
-(seeds 0-2) end at 0.00 to 0.02, so a loss that pushes the wrong way fails here.
+deviations below the mean and 0.056 below the smallest gain measured. With the advantages' sign
+flipped the same runs (seeds 0-2) end at 0.00 to 0.02, so a loss that pushes the wrong way fails
+here.
 
 The warm start is deterministic, but how far 250 supervised steps get depends on their
 trajectory: with `WarmStart.seed` 1 to 5 instead of 0 the held-out accuracy lands between 0.02
