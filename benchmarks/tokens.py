@@ -1,66 +1,337 @@
-"""Token testbed throughput: generation and training against the forward pass alone.
+"""Token testbed throughput: generation and training against the forward pass alone, the cost of
+per-generator stale policies, and vmapped seeds.
 
-    PYTHONPATH=. python benchmarks/tokens.py [--repeats 5] [--prompts 8 --group-size 8]
+    python benchmarks/tokens.py --quick      # every row, fewer timed calls and seeds
+    python benchmarks/tokens.py              # sized for the backend it runs on
+    python benchmarks/tokens.py --prompts 64 --group-size 16 --layers 4 --width 256 --heads 8
 
-Rates count response tokens (P x G x response_length per update). `forward` is one
-teacher-forced pass over every prompt+response sequence, the physical limit of both:
-generation runs the same network once per token with a key-value cache, and an update is one
-generation plus a phase-start pass plus `epochs x minibatches` forward-backward passes.
+Rates count response tokens (P x G x response length per update or generation). `forward` is
+one teacher-forced pass over every prompt+response sequence, the physical limit of both
+generation (the same network once per token with a key-value cache) and training (a generation,
+a phase-start pass and `epochs x minibatches` forward-backward passes). Stale rows draw lags
+up to K - 1 per prompt group, per sample, or per token (`in_flight`); their time is compared
+with `fixed:0` timed in the same rounds.
+
+On a GPU or TPU: install JAX's accelerator plugin as the README's "Installing on a GPU or TPU"
+says, then run the same command; the accelerator preset (add with 4 digits, P x G = 64 x 16,
+4 layers of width 256, seeds 1 to 64) is chosen from `jax.default_backend()`, and every row
+records the device's peak memory. The model and batch flags resize every row: to find the
+largest that fits, raise them until compilation fails with RESOURCE_EXHAUSTED.
+
+Timing follows `benchmarks/harness.py`: compilation apart from throughput, programs compared in
+alternating calls, the machine's load recorded; results go to a JSON file written atomically
+after each part (never over an existing one without `--overwrite`), the tables are printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
+import sys
 import time
+from pathlib import Path
+from typing import Any, Sequence
 
-import jax
-import jax.numpy as jnp
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vaco_jax.policy_buffer import push
-from vaco_jax.tokens.config import TokenConfig, TokenHParams
-from vaco_jax.tokens.model import TokenPolicy
-from vaco_jax.tokens.train import TokenTrainer
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
+from benchmarks.programs import seed_keys  # noqa: E402
+from benchmarks.tables import _compile, _load, _percent, _rate, _ratio, _table  # noqa: E402
+from vaco_jax import io  # noqa: E402
+from vaco_jax.policy_buffer import push  # noqa: E402
+from vaco_jax.tokens import tasks  # noqa: E402
+from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate  # noqa: E402
+from vaco_jax.tokens.model import TokenPolicy  # noqa: E402
+from vaco_jax.tokens.train import TokenTrainer  # noqa: E402
+
+BASELINE = "fixed:0"
+# (row, config changes, stale): stale rows draw lags up to K - 1, the oldest buffered version.
+ACTINGS = ((BASELINE, {"lag_model": "fixed"}, False),
+           ("uniform per prompt group", {"lag_model": "uniform", "group_unit": "prompt"}, True),
+           ("uniform per sample", {"lag_model": "uniform", "group_unit": "sample"}, True),
+           ("in_flight per prompt group", {"lag_model": "in_flight", "group_unit": "prompt"},
+            True))
 
 
-def _seconds(fn, args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))  # compile
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What one run measures; `config` fixes task, model, batch and buffer for every row."""
+
+    name: str
+    config: TokenConfig
+    batches_per_call: int  # forward passes or generations per timed call
+    updates_per_call: int
+    repeats: int  # timed calls of each program after its warm-up call
+    seed_counts: tuple[int, ...]
+    max_wait_s: float  # longest wait for other processes to leave the CPU before timing
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--prompts", type=int, default=TokenConfig.prompts)
-    parser.add_argument("--group-size", type=int, default=TokenConfig.group_size)
-    args = parser.parse_args()
-    config = TokenConfig(prompts=args.prompts, group_size=args.group_size,
-                         lag_model="uniform", buffer_capacity=4)
+def presets(backend: str) -> dict[str, Settings]:
+    """`quick` (fewer timed calls and seeds) and `full`, sized for the backend it runs on; on a
+    CPU compiling their 11 or 12 programs takes most of either (25 minutes under heavy load)."""
+    quick = Settings(name="quick", config=TokenConfig(), batches_per_call=8, updates_per_call=4,
+                     repeats=8, seed_counts=(1, 4), max_wait_s=0.0)
+    if backend == "cpu":  # the testbed's defaults, at which the worked example learns
+        full = dataclasses.replace(quick, name="full", batches_per_call=16, updates_per_call=8,
+                                   repeats=15, seed_counts=(1, 4, 16), max_wait_s=30.0)
+    else:
+        full = dataclasses.replace(
+            quick, name="full",
+            config=TokenConfig(task_size=4, context=32, prompts=64, group_size=16, layers=4,
+                               width=256, heads=8),
+            batches_per_call=8, updates_per_call=4, repeats=10, seed_counts=(1, 4, 16, 64),
+            max_wait_s=60.0)
+    return {"quick": quick, "full": full}
+
+
+# ----------------------------------------------------------------------------------- programs
+def _tokens(config: TokenConfig) -> int:
+    """Response tokens of one generation or update."""
+    return config.batch_size * config.response_length
+
+
+def _start(config: TokenConfig, num_seeds: int) -> tuple[TokenTrainer, TokenHParams, Any]:
+    """A trainer of `config` (random parameters: the cost does not depend on their values) and
+    `num_seeds` initial states whose buffers hold K versions, so that no lag is capped."""
     params = TokenPolicy(config.model_spec).init(jax.random.PRNGKey(0))
     trainer = TokenTrainer(config, params)
-    key = jax.random.PRNGKey(1)
-    tokens = config.batch_size * config.response_length
-    rows = []
-    for name, lag in (("synchronous", 0.0), ("stale per prompt group", 3.0)):
-        hp = TokenHParams.create(lag=lag)
-        state = trainer.init(key, hp)
-        for _ in range(3):  # fill the buffer so that lags are not capped
-            state = state.replace(buffer=push(state.buffer, state.params))
-        batch = jax.jit(trainer.generate)(state, key, hp)
-        sequences = jnp.concatenate([batch.prompt, batch.response], axis=1)
-        forward = _seconds(jax.jit(trainer.policy.logits), (params, sequences), args.repeats)
-        generate = _seconds(jax.jit(trainer.generate), (state, key, hp), args.repeats)
-        update = _seconds(jax.jit(trainer.update), (state, hp), args.repeats)
-        rows.append((name, tokens / forward, tokens / generate, tokens / update))
-    print(f"{jax.devices()[0].platform}: P x G = {config.prompts} x {config.group_size}, "
-          f"response {config.response_length} tokens, model {config.model_spec}")
-    print(f"{'acting':<24}{'forward tok/s':>16}{'generated tok/s':>18}{'trained tok/s':>16}")
-    for name, forward, generated, trained in rows:
-        print(f"{name:<24}{forward:>16,.0f}{generated:>18,.0f}{trained:>16,.0f}")
+    lag = 0.0 if config.lag_model == "fixed" else float(config.buffer_capacity - 1)
+    hp = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_seeds,)), TokenHParams.create(lag=lag))
+    state = jax.jit(jax.vmap(trainer.init))(seed_keys(num_seeds), hp)
+    for _ in range(config.buffer_capacity - 1):
+        state = state.replace(buffer=jax.vmap(push)(state.buffer, state.params))
+    return trainer, hp, state
+
+
+def forward_program(config: TokenConfig, batches: int) -> harness.Program:
+    """`batches` teacher-forced passes over P x G prompt+response sequences."""
+    policy = TokenPolicy(config.model_spec)
+    params = policy.init(jax.random.PRNGKey(0))
+    length = config.task_spec.prompt_length + config.response_length
+    sequences = jax.random.randint(jax.random.PRNGKey(1), (batches, config.batch_size, length),
+                                   0, tasks.VOCAB_SIZE)
+
+    def chunk(params, sequences):  # every batch's logits returned: none is dead code
+        return jax.lax.scan(lambda _, s: (None, policy.logits(params, s)), None, sequences)[1]
+
+    return harness.Program(fn=jax.jit(chunk), args=(params, sequences),
+                           advance=lambda args, out: args,
+                           steps_per_call=batches * _tokens(config))
+
+
+def generate_program(config: TokenConfig, batches: int) -> harness.Program:
+    """`batches` generations (prompts, lags, stale sampling, rewards, advantages, phase-start
+    log-probs) from the same state, each with its own key."""
+    trainer, hp, state = _start(config, 1)
+
+    def chunk(state, hp):
+        keys = jax.random.split(state.key, batches)
+        return jax.lax.scan(lambda _, k: (None, trainer.generate(state, k, hp)), None, keys)[1]
+
+    return harness.Program(fn=jax.jit(jax.vmap(chunk)), args=(state, hp),
+                           advance=lambda args, out: args,
+                           steps_per_call=batches * _tokens(config))
+
+
+def update_program(config: TokenConfig, num_seeds: int, updates: int) -> harness.Program:
+    """`updates` training updates (generation and optimisation) of `num_seeds` runs per call."""
+    trainer, hp, state = _start(config, num_seeds)
+
+    def chunk(state, hp):
+        return jax.lax.scan(lambda s, _: trainer.update(s, hp), state, None, length=updates)
+
+    return harness.Program(fn=jax.jit(jax.vmap(chunk)), args=(state, hp),
+                           advance=lambda args, out: (out[0], args[1]),
+                           steps_per_call=num_seeds * updates * _tokens(config))
+
+
+# ----------------------------------------------------------------------------------- measurements
+def throughput(settings: Settings, log) -> dict[str, Any]:
+    """The forward pass, then generation and whole updates of every acting, all timed in the
+    same rounds."""
+    config = settings.config
+    log("compiling the forward pass")
+    programs = {"forward": harness.Compiled(forward_program(config, settings.batches_per_call))}
+    for row, changes, _ in ACTINGS:
+        acting = config.replace(**changes)
+        log(f"compiling generation and update: {row}")
+        programs[f"generate/{row}"] = harness.Compiled(
+            generate_program(acting, settings.batches_per_call))
+        programs[f"update/{row}"] = harness.Compiled(
+            update_program(acting, 1, settings.updates_per_call))
+    log(f"timing {len(programs)} programs in {settings.repeats} rounds")
+    timed = dict(zip(programs, harness.timed_rounds(list(programs.values()),
+                                                    repeats=settings.repeats,
+                                                    max_wait_s=settings.max_wait_s)))
+    forward = timed["forward"]
+    rows = {}
+    for row, _, _ in ACTINGS:
+        rows[row] = {}
+        for part in ("generate", "update"):
+            summary = timed[f"{part}/{row}"]
+            rows[row][part] = {
+                **summary,
+                "of_forward": harness.paired_rate_ratio(summary, forward),
+                "time_vs_baseline": 1 / harness.paired_rate_ratio(
+                    summary, timed[f"{part}/{BASELINE}"]) - 1,
+            }
+    return {"forward": forward, "rows": rows}
+
+
+def seeds(settings: Settings, log) -> dict[str, Any]:
+    """Whole updates of `fixed:0` with 1, 4, ... runs vmapped, timed in the same rounds."""
+    programs = {}
+    for n in settings.seed_counts:
+        log(f"compiling updates of {n} vmapped seed(s)")
+        programs[n] = harness.Compiled(update_program(settings.config, n,
+                                                      settings.updates_per_call))
+    timed = dict(zip(programs, harness.timed_rounds(list(programs.values()),
+                                                    repeats=settings.repeats,
+                                                    max_wait_s=settings.max_wait_s)))
+    one = timed[settings.seed_counts[0]]
+    return {"rows": {str(n): {**summary, "of_first": harness.paired_rate_ratio(summary, one)}
+                     for n, summary in timed.items()}}
+
+
+PARTS = {"throughput": throughput, "seeds": seeds}
+
+
+# ----------------------------------------------------------------------------------- tables
+def markdown(results: dict[str, Any]) -> str:
+    m, s = results["machine"], results["settings"]
+    v, c = m["versions"], s["config"]
+    lines = [
+        f"- device: {m['device_kind']} (`{m['backend']}`, {len(m['devices'])} device(s)); host "
+        f"{m['host']['cpu_count']} CPU cores; {m['date']}",
+        f"- versions: jax {v['jax']}, jaxlib {v['jaxlib']}, flax {v['flax']}, optax "
+        f"{v['optax']}, python {v['python']}",
+        f"- command: `{m['command']}`",
+        f"- settings `{s['name']}`: task {c['task']} (size {c['task_size']}), P x G = "
+        f"{c['prompts']} x {c['group_size']}, {c['layers']} layers of width {c['width']} "
+        f"({c['heads']} heads), K = {c['buffer_capacity']}, {c['epochs']} epoch(s) x "
+        f"{c['minibatches']} minibatch(es); {s['batches_per_call']} forward passes or "
+        f"generations, or {s['updates_per_call']} updates, per timed call; best of "
+        f"{s['repeats']} calls after a warm-up call",
+        "- load column: 1-minute load average / cores busy with other processes just before "
+        "timing",
+    ]
+    parts = results["parts"]
+    if "throughput" in parts:
+        t = parts["throughput"]
+        forward = t["forward"]
+        table = [["forward pass alone (limit)", _rate(forward["steps_per_s"]), "1.00", "-", "-",
+                  "-", "-", _compile(forward), _load(forward)]]
+        for row, r in t["rows"].items():
+            g, u = r["generate"], r["update"]
+            table.append([row, _rate(g["steps_per_s"]), _ratio(g["of_forward"]),
+                          _percent(g["time_vs_baseline"]), _rate(u["steps_per_s"]),
+                          _ratio(u["of_forward"]), _percent(u["time_vs_baseline"]),
+                          f"{_compile(g)} / {_compile(u)}", _load(g)])
+        lines += ["", "#### Throughput (response tokens/s)", "",
+                  _table(["acting", "generated tok/s (best)", "/ forward",
+                          f"time vs {BASELINE}", "trained tok/s (best)", "/ forward",
+                          f"time vs {BASELINE}", "compile s (generate / update)", "load"],
+                         table),
+                  "", "Ratios are medians over rounds of per-round ratios (programs timed in "
+                  "alternating calls)."]
+    if "seeds" in parts:
+        rows = parts["seeds"]["rows"]
+        table = [[n, _rate(r["steps_per_s"]), _rate(r["steps_per_s_median"]),
+                  _ratio(r["of_first"]), _compile(r), _load(r)] for n, r in rows.items()]
+        lines += ["", f"#### Vmapped seeds ({BASELINE}, trained tokens/s of all seeds)", "",
+                  _table(["seeds", "tok/s (best)", "tok/s (median)",
+                          "x one seed (median of rounds)", "compile s", "load"], table)]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------- main
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="every row, with fewer timed calls and seeds 1 and 4")
+    p.add_argument("--only", default=",".join(PARTS),
+                   help=f"comma-separated parts to run, of {', '.join(PARTS)}")
+    p.add_argument("--out", default=None, help="results JSON (default "
+                   "benchmarks/results/tokens/<backend>-<date>[-quick].json)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    p.add_argument("--markdown", default=None, help="also write the tables to this file")
+    for flag in ("prompts", "group_size", "layers", "width", "heads", "task_size", "context",
+                 "buffer_capacity"):
+        p.add_argument(f"--{flag.replace('_', '-')}", type=int, default=None,
+                       help=f"TokenConfig.{flag} (default: the preset's)")
+    p.add_argument("--task", default=None, choices=tasks.TASKS)
+    p.add_argument("--seeds", default=None, help="comma-separated seed counts, e.g. 1,4,16")
+    p.add_argument("--repeats", type=int, default=None, help="timed calls per program")
+    p.add_argument("--max-wait", type=float, default=None,
+                   help="seconds to wait for other processes to leave the CPU before timing")
+    args = p.parse_args(argv)
+    unknown = set(args.only.split(",")) - set(PARTS)
+    if unknown:
+        p.error(f"unknown part(s) {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    return args
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    settings = presets(jax.default_backend())["quick" if args.quick else "full"]
+    changes = {f: getattr(args, f) for f in ("prompts", "group_size", "layers", "width", "heads",
+                                             "task_size", "context", "buffer_capacity", "task")
+               if getattr(args, f) is not None}
+    config = settings.config.replace(**changes)
+    own: dict[str, Any] = {"config": config}
+    if args.seeds is not None:
+        own["seed_counts"] = tuple(int(n) for n in args.seeds.split(","))
+    if args.repeats is not None:
+        own["repeats"] = args.repeats
+    if args.max_wait is not None:
+        own["max_wait_s"] = args.max_wait
+    return dataclasses.replace(settings, **own)
+
+
+def default_out(quick: bool) -> Path:
+    name = f"{jax.default_backend()}-{datetime.date.today().isoformat()}"
+    return (Path(__file__).resolve().parent / "results" / "tokens"
+            / f"{name}{'-quick' if quick else ''}.json")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    settings = settings_from(args)
+    validate(settings.config)
+    out = Path(args.out) if args.out else default_out(args.quick)
+    if not args.overwrite:
+        existing = [str(p) for p in (out, args.markdown) if p is not None and Path(p).exists()]
+        if existing:
+            raise SystemExit(f"{', '.join(existing)} exists; pass --overwrite to replace it, "
+                             f"or another --out")
+    start = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - start:6.0f} s] {message}", flush=True)
+
+    results = {"machine": harness.machine(), "settings": settings.to_dict(), "parts": {}}
+    log(f"{results['machine']['device_kind']} ({jax.default_backend()}); settings "
+        f"{settings.name}; results -> {out}")
+    for name in args.only.split(","):
+        began = time.perf_counter()
+        results["parts"][name] = PARTS[name](settings, log)
+        results["parts"][name]["wall_s"] = round(time.perf_counter() - began, 1)
+        io.write_json(out, results)
+    text = markdown(results)
+    print("\n" + text, flush=True)
+    if args.markdown:
+        io.write_text(args.markdown, text)
+    log(f"done; results in {out}")
+    return results
 
 
 if __name__ == "__main__":

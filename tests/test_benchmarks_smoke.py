@@ -55,3 +55,38 @@ def test_run_refuses_to_overwrite_results_unless_asked(tmp_path):
     with pytest.raises(SystemExit, match="--overwrite"):
         run.main(["--quick", "--only", "env", "--out", str(out)])
     assert out.read_text() == "{}"
+
+
+def test_token_benchmark_refuses_to_overwrite_results_unless_asked(tmp_path):
+    from benchmarks import tokens
+
+    out = tmp_path / "results.json"
+    out.write_text("{}")
+    with pytest.raises(SystemExit, match="--overwrite"):
+        tokens.main(["--quick", "--out", str(out)])
+    assert out.read_text() == "{}"
+
+
+def test_token_benchmark_states_hold_every_lag_and_count_response_tokens():
+    from benchmarks import tokens
+    from vaco_jax.tokens.config import TokenConfig
+
+    config = TokenConfig(layers=1, width=16, heads=2, prompts=2, group_size=3,
+                         lag_model="uniform", buffer_capacity=3)
+    _, hp, state = tokens._start(config, num_seeds=2)
+    assert state.buffer.latest_version.tolist() == [2, 2]  # lag K - 1 is not capped
+    assert hp.lag.tolist() == [2.0, 2.0]
+    program = tokens.update_program(config, num_seeds=2, updates=3)
+    assert program.steps_per_call == 2 * 3 * 2 * 3 * config.response_length
+    assert tokens.forward_program(config, batches=4).args[1].shape == (
+        4, 6, config.task_spec.prompt_length + config.response_length)
+
+
+def test_recorded_token_results_render_as_tables():
+    from benchmarks import tokens
+
+    recorded = sorted((ROOT / "benchmarks" / "results" / "tokens").glob("*.json"))
+    assert recorded
+    for path in recorded:
+        text = tokens.markdown(json.loads(path.read_text()))
+        assert "#### Throughput" in text and "#### Vmapped seeds" in text, path

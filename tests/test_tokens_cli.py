@@ -12,6 +12,10 @@ def test_bad_token_settings_are_reported_before_any_work(tmp_path, capsys):
     assert "lag for lag_model='fixed' must be an integer in [0, 3]" in capsys.readouterr().err
     assert main(["tokens", "--lag", "empirical:0.5,0.6", "--out", str(out)]) == 2
     assert "lag_probabilities must sum to 1" in capsys.readouterr().err
+    assert main(["tokens", "--hparam", "learning_rate=inf", "--out", str(out)]) == 2
+    assert "hyper-parameter learning_rate must be finite, got [inf" in capsys.readouterr().err
+    assert main(["tokens", "--hparam", "temperature=nan", "--out", str(out)]) == 2
+    assert "hyper-parameter temperature must be finite, got [nan" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -30,6 +30,13 @@ HP = TokenHParams.create(learning_rate=3e-3)
     ({"lag_model": "empirical", "lag_probabilities": (0.5, 0.6)}, None, "must sum to 1"),
     ({"lag_model": "empirical", "lag_probabilities": (0.2,) * 5}, None, "at most buffer_capacity"),
     ({"lag_probabilities": (1.0,)}, None, "only used with lag_model='empirical'"),
+    ({}, TokenHParams.create(learning_rate=jnp.inf), r"learning_rate must be finite, got inf"),
+    ({}, TokenHParams.create(temperature=jnp.nan), r"temperature must be finite, got nan"),
+    ({}, TokenHParams.create(clip_eps=-jnp.inf), r"clip_eps must be finite, got -inf"),
+    ({"lag_model": "geometric"}, TokenHParams.create(lag=jnp.nan),
+     r"hyper-parameter lag must be finite, got nan"),
+    ({}, TokenHParams.create(max_grad_norm=jnp.array([1.0, jnp.inf])),
+     r"max_grad_norm must be finite, got \[1.0, inf\]"),
 ])
 def test_bad_settings_fail_before_compilation(changes, hparams, message):
     with pytest.raises(ValueError, match=message):

@@ -165,7 +165,12 @@ def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
 
 
 def validate_hparams(config: TokenConfig, hparams: TokenHParams) -> None:
+    """The driver's and the command line's check; the trainer itself takes any values, so a
+    non-finite one can still be run on purpose (the divergence freeze is tested so)."""
     values = {k: np.asarray(v, np.float64) for k, v in dataclasses.asdict(hparams).items()}
+    for name, array in values.items():
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"hyper-parameter {name} must be finite, got {array.tolist()}")
     for name in ("learning_rate", "clip_eps", "temperature", "max_grad_norm"):
         if not np.all(values[name] > 0):
             raise ValueError(f"hyper-parameter {name} must be > 0, got {values[name].tolist()}")
