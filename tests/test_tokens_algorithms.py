@@ -17,7 +17,7 @@ from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.model import TokenPolicy
 from vaco_jax.tokens.train import METRICS, TokenTrainer, make_train
 
-TINY = TokenConfig(task="add", task_size=1, layers=1, width=16, heads=2, context=10, prompts=2,
+TINY = TokenConfig(task="add", task_size=1, layers=1, width=32, heads=2, context=10, prompts=4,
                    group_size=4, num_updates=2, eval_every=2, eval_prompts=8,
                    buffer_capacity=4, minibatches=2, partial_credit=True)
 PARAMS = TokenPolicy(TINY.model_spec).init(jax.random.PRNGKey(0))
@@ -190,10 +190,12 @@ def test_threshold_losses_read_their_hyper_parameters():
 # ---------------------------------------------------------------------------- on the model
 @pytest.fixture(scope="module")
 def fresh_batch():
-    """One lag-0 batch of the untrained policy, its phase start the behaviour policy."""
+    """One lag-0 batch of the untrained policy, its phase start the behaviour policy; advantages
+    of both signs on every sequence, so that every token's gradient counts."""
     trainer = TokenTrainer(TINY, PARAMS)
     state = trainer.init(jax.random.PRNGKey(0), HP)
-    return state, jax.jit(trainer.generate)(state, jax.random.PRNGKey(1), HP)
+    batch = jax.jit(trainer.generate)(state, jax.random.PRNGKey(0), HP)
+    return state, batch.replace(advantages=jnp.linspace(-1.0, 1.0, TINY.batch_size))
 
 
 def _first_step_gradient(algo, batch, params, **hparams):
@@ -211,7 +213,6 @@ def _first_step_gradient(algo, batch, params, **hparams):
     ("bapo", {}), ("vaco", dict(tv_delta=0.01))])
 def test_at_lag_zero_the_corrected_algorithms_step_as_grpo(fresh_batch, algo, hparams):
     state, batch = fresh_batch
-    assert float(jnp.abs(batch.advantages).max()) > 0
     expected = _first_step_gradient("grpo", batch, state.params)
     got = _first_step_gradient(algo, batch, state.params, **hparams)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-6),
@@ -221,8 +222,8 @@ def test_at_lag_zero_the_corrected_algorithms_step_as_grpo(fresh_batch, algo, hp
 def test_the_batch_carries_the_algorithms_advantages(fresh_batch):
     state, _ = fresh_batch
     batch = jax.jit(TokenTrainer(TINY.replace(algo="rloo"), PARAMS).generate)(
-        state, jax.random.PRNGKey(1), HP)
-    reward = np.asarray(batch.reward).reshape(2, 4)
+        state, jax.random.PRNGKey(0), HP)
+    reward = np.asarray(batch.reward).reshape(4, 4)
     others = (reward.sum(axis=1, keepdims=True) - reward) / 3
     assert np.abs(reward - others).max() > 0
     np.testing.assert_allclose(batch.advantages, (reward - others).ravel(), rtol=1e-5, atol=1e-6)
@@ -230,16 +231,17 @@ def test_the_batch_carries_the_algorithms_advantages(fresh_batch):
 
 def test_ess_scaling_hook_shrinks_the_step_by_its_formula(fresh_batch):
     state, batch = fresh_batch
-    # A stale batch: staleness log-weights 0, ..., 7 over the eight sequences.
+    # A stale batch: sequence log staleness 0, 0.5, ..., 7.5.
+    log_staleness = jnp.arange(TINY.batch_size) / 2.0
     stale = batch.replace(behaviour_log_prob=batch.phase_log_prob - batch.mask * (
-        jnp.arange(8.0)[:, None] / batch.mask.sum(axis=1, keepdims=True)))
+        log_staleness[:, None] / batch.mask.sum(axis=1, keepdims=True)))
     trainer = TokenTrainer(TINY.replace(minibatches=1), PARAMS)
     plain = trainer.optimise(state, stale, jax.random.PRNGKey(0), HP)[0]
     trainer.algorithm = dataclasses.replace(trainer.algorithm, ess_scaling=True)
     hp = HP.replace(ess_target=jnp.float32(0.9))
     scaled = trainer.optimise(state.replace(opt_state=trainer.optimizer(hp).init(state.params)),
                               stale, jax.random.PRNGKey(0), hp)[0]
-    ess = float(losses.ess_ratio(jnp.arange(8.0)))
+    ess = float(losses.ess_ratio(log_staleness))
     factor = np.sqrt(min(1.0, ess / 0.9))
     assert factor < 0.9
     jax.tree.map(lambda s, p, p0: np.testing.assert_allclose(s - p0, factor * (p - p0),
@@ -252,7 +254,7 @@ def test_advantage_hook_supplies_per_sequence_gradient_norms(fresh_batch):
     trainer = TokenTrainer(TINY, PARAMS)
     trainer.algorithm = dataclasses.replace(
         trainer.algorithm, advantages=lambda inputs: inputs.sequence_grad_sq_norms())
-    batch = jax.jit(trainer.generate)(state, jax.random.PRNGKey(1), HP)
+    batch = jax.jit(trainer.generate)(state, jax.random.PRNGKey(0), HP)
 
     def sequence_log_prob(params, i):
         log_prob, _ = trainer.policy.response_log_probs(params, batch.prompt[i:i + 1],

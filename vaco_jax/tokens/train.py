@@ -1,4 +1,5 @@
-"""GRPO from stale generators on a token task, as one compiled program.
+"""A token algorithm (GRPO and its stabilisers) from stale generators on a token task, as one
+compiled program.
 
 `make_train(config)` returns `train(key, hparams) -> (state, metrics)`; every loop is a
 `lax.scan`, so `jax.jit(jax.vmap(train))` runs seeds and hyper-parameters together.
@@ -8,8 +9,9 @@ sample, `group_unit`) draws a lag from the lag model and generates with the poli
 version from the policy buffer, recording each token's behaviour version and log-prob
 (optionally computed in bfloat16); under `in_flight` the version changes while a sequence is
 decoded. Rewards are verified, advantages are group-relative, and `epochs x minibatches` steps
-of token-level PPO-clip on the behaviour ratio follow; the learner's parameters are then pushed
-into the buffer. A run whose update turns non-finite is frozen (`vaco_jax.divergence`).
+of the configured algorithm's surrogate follow (`vaco_jax.tokens.algorithms`; GRPO's is
+token-level PPO-clip on the behaviour ratio); the learner's parameters are then pushed into the
+buffer. A run whose update turns non-finite is frozen (`vaco_jax.divergence`).
 """
 
 from __future__ import annotations
