@@ -10,12 +10,13 @@ import optax
 import pytest
 
 from vaco_jax import losses
+from vaco_jax.policy_buffer import push
 from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, AdvantageInputs,
                                         TokenTerms, group_centred, group_relative,
                                         leave_one_out)
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.model import TokenPolicy
-from vaco_jax.tokens.train import METRICS, TokenTrainer, make_train
+from vaco_jax.tokens.train import METRICS, TokenTrainer
 
 TINY = TokenConfig(task="add", task_size=1, layers=1, width=32, heads=2, context=10, prompts=4,
                    group_size=4, num_updates=2, eval_every=2, eval_prompts=8,
@@ -273,23 +274,61 @@ def _stabiliser_metrics(algo):
     return set(ALGORITHMS[algo].policy_loss(terms, HP)[1])
 
 
+@pytest.fixture(scope="module")
+def lagged_batches(fresh_batch):
+    """A lag-0 batch and a lag-3 batch (a buffer of four distinct versions), stacked."""
+    state, fresh = fresh_batch
+    trainer = TokenTrainer(TINY, PARAMS)
+    stale_state = state
+    for seed in range(1, 4):
+        params = TokenPolicy(TINY.model_spec).init(jax.random.PRNGKey(seed))
+        stale_state = stale_state.replace(buffer=push(stale_state.buffer, params), params=params)
+    stale = jax.jit(trainer.generate)(stale_state, jax.random.PRNGKey(0),
+                                      HP.replace(lag=jnp.float32(3.0)))
+    assert float(stale.version_gap.min()) == 3
+    batches = jax.tree.map(lambda *x: jnp.stack(x), fresh, stale)
+    states = jax.tree.map(lambda *x: jnp.stack(x), state, stale_state)
+    return states, batches
+
+
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
-def test_every_algorithm_trains_without_nan_at_lag_zero_and_high_lag(algo):
-    config = TINY.replace(algo=algo, num_updates=4, eval_every=4)
-    train = jax.jit(jax.vmap(make_train(config, PARAMS), in_axes=(None, 0)))
-    hp = TokenHParams.create(lag=[0.0, 3.0], learning_rate=[3e-3, 3e-3])
-    hp = jax.tree.map(lambda x: jnp.broadcast_to(x, (2,)), hp)
-    state, metrics = train(jax.random.PRNGKey(0), hp)
-    assert set(metrics) == set(METRICS)
-    assert not np.asarray(state.diverged).any()
-    assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(state.params))
-    for name in ("reward_mean", "policy_loss", "grad_norm", "behaviour_kl", "tv_forward"):
-        assert np.isfinite(metrics[name]).all(), name
-    assert float(metrics["version_gap_max"][1, -1]) > 0  # the second run is stale
+def test_every_algorithm_trains_without_nan_at_lag_zero_and_at_lag_three(lagged_batches, algo):
+    """Three phases of 2 epochs x 2 minibatches on a fresh and a stale batch, vmapped: one
+    program per algorithm, its own advantages."""
+    states, batches = lagged_batches
+    trainer = TokenTrainer(TINY.replace(algo=algo, epochs=2), PARAMS)
+    batches = batches.replace(advantages=jax.vmap(lambda reward: trainer.algorithm.advantages(
+        _inputs(reward.reshape(4, 4))).reshape(-1))(batches.reward))
+    optimise = jax.jit(jax.vmap(lambda state, batch, key: trainer.optimise(state, batch, key, HP)))
     own = _stabiliser_metrics(algo)
-    for name in STABILISER_METRICS:
-        finite = np.isfinite(metrics[name])
-        assert finite.all() if name in own else not finite.any(), name
+    for phase in range(3):
+        params, opt_state, metrics = optimise(states, batches, jax.random.split(
+            jax.random.PRNGKey(phase), 2))
+        states = states.replace(params=params, opt_state=opt_state)
+        assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params))
+        for name in ("policy_loss", "grad_norm", "behaviour_kl", "tv_forward", "approx_kl"):
+            assert np.isfinite(metrics[name]).all(), name
+        for name in STABILISER_METRICS:
+            finite = np.isfinite(metrics[name])
+            assert finite.all() if name in own else not finite.any(), name
+    assert float(metrics["grad_norm"][0]) > 0  # the fresh batch trains every algorithm
+
+
+def test_a_token_algorithm_runs_end_to_end_through_every_lag():
+    """The whole program for `freshness`, which reads each token's recorded version."""
+    trainer = TokenTrainer(TINY.replace(algo="freshness"), PARAMS)
+
+    def train(hp):
+        state = trainer.init(jax.random.PRNGKey(0), hp)
+        return jax.lax.scan(lambda s, _: trainer.update(s, hp), state, None, length=4)
+
+    hp = TokenHParams.create(lag=[0.0, 3.0], learning_rate=[3e-3, 3e-3])
+    state, metrics = jax.jit(jax.vmap(train))(jax.tree.map(lambda x: jnp.broadcast_to(x, (2,)), hp))
+    assert not np.asarray(state.diverged).any()
+    np.testing.assert_array_equal(metrics["version_gap_max"], [[0, 0, 0, 0], [0, 1, 2, 3]])
+    # alpha = 1: at lag 3 the sequences two or three versions old are dropped.
+    np.testing.assert_array_equal(metrics["stale_dropped_fraction"], [[0, 0, 0, 0], [0, 0, 1, 1]])
+    assert np.isfinite(metrics["policy_loss"]).all()
 
 
 # ---------------------------------------------------------------------------- validation
