@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from vaco_jax import losses
+from vaco_jax import losses, sweep
 from vaco_jax.policy_buffer import push
 from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, AdvantageInputs,
                                         TokenTerms, group_centred, group_relative,
@@ -353,3 +353,41 @@ def test_a_token_algorithm_runs_end_to_end_through_every_lag():
 def test_bad_algorithms_and_thresholds_fail_before_compilation(changes, hparams, message):
     with pytest.raises(ValueError, match=message):
         validate(TINY.replace(**changes), TokenHParams.create(**hparams))
+
+
+SWEEP = """\
+name = "token_algorithms"
+testbed = "tokens"
+tasks = ["add"]
+algos = ["grpo", "tis", "vaco"]
+seeds = 2
+
+[lag]
+model = "fixed"
+levels = [0, 3]
+
+[config]
+task_size = 1
+is_level = "sequence"
+
+[overrides.tis.hparams]
+is_cap = [1.5, 4.0]
+
+[overrides.vaco.config]
+tv_reference = "behaviour"
+"""
+
+
+def test_a_token_sweep_takes_any_algorithm_and_sweeps_its_thresholds(monkeypatch):
+    def no_compilation(*args, **kwargs):
+        raise AssertionError("compiled before validating")
+    monkeypatch.setattr(jax, "jit", no_compilation)
+    experiment = sweep.parse_experiment(SWEEP)
+    groups = {g.config.algo: g for g in experiment.groups}
+    assert set(groups) == {"grpo", "tis", "vaco"}
+    assert groups["vaco"].config.tv_reference == "behaviour"
+    assert groups["tis"].config.is_level == "sequence"
+    caps = groups["tis"].hparams(range(len(groups["tis"].runs))).is_cap
+    assert sorted(set(np.asarray(caps).tolist())) == [1.5, 4.0]  # one program, traced caps
+    with pytest.raises(ValueError, match=r"is_cap must be finite and lie in \[1, inf\)"):
+        sweep.parse_experiment(SWEEP.replace("is_cap = [1.5, 4.0]", "is_cap = [0.5, 4.0]"))
