@@ -17,7 +17,7 @@ Hooks for algorithms that need more (VCPO): an entry's `advantages` receives `Ad
 which carries each sequence's log staleness and, on demand, the squared norms of each sequence's
 log-probability gradient (an off-policy optimal baseline needs them); `ess_scaling=True` scales
 every optimiser step by `sqrt(min(1, ess / ess_target))` (`losses.scale_by_ess`), `ess` being the
-minibatch's sequence-level ESS ratio of the behaviour ratio.
+minibatch's ESS ratio of the sequence staleness weights `pi_T / beta`.
 """
 
 from __future__ import annotations
