@@ -6,7 +6,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from vaco_jax import losses, sweep
@@ -16,7 +15,7 @@ from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, Advantag
                                         leave_one_out)
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.model import TokenPolicy
-from vaco_jax.tokens.train import METRICS, TokenTrainer
+from vaco_jax.tokens.train import TokenTrainer
 
 TINY = TokenConfig(task="add", task_size=1, layers=1, width=32, heads=2, context=10, prompts=4,
                    group_size=4, num_updates=2, eval_every=2, eval_prompts=8,

@@ -1,5 +1,6 @@
-"""`vaco-jax tokens`: any token algorithm (GRPO by default) on a token task from a cached warm start, over vmapped seeds, run by
-the driver like `vaco-jax train` (the same run flags, outputs, checkpoints and resume)."""
+"""`vaco-jax tokens`: any token algorithm (GRPO by default) on a token task from a cached warm
+start, over vmapped seeds, run by the driver like `vaco-jax train` (the same run flags, outputs,
+checkpoints and resume)."""
 
 from __future__ import annotations
 
