@@ -24,3 +24,20 @@ def test_unknown_lag_model_is_rejected_by_the_parser(capsys):
         main(["tokens", "--lag", "poisson:1"])
     assert "MODEL one of fixed, uniform, geometric, per_actor, bounded, in_flight, empirical" in (
         capsys.readouterr().err)
+
+
+def test_bad_thresholds_of_the_chosen_algorithm_are_reported_before_any_work(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["tokens", "--algo", "tis", "--is-level", "sequence", "--hparam", "is_cap=0.5",
+                 "--out", str(out)]) == 2
+    assert "is_cap must be finite and lie in [1, inf), got [0.5" in capsys.readouterr().err
+    assert main(["tokens", "--algo", "vaco", "--tv-reference", "behaviour", "--hparam",
+                 "tv_delta=2", "--out", str(out)]) == 2
+    assert "tv_delta must be finite and lie in [0, 1], got [2.0" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_unknown_algorithm_is_rejected_by_the_parser(capsys):
+    with pytest.raises(SystemExit):
+        main(["tokens", "--algo", "ppo"])
+    assert "invalid choice: 'ppo'" in capsys.readouterr().err

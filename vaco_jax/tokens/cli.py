@@ -1,5 +1,6 @@
-"""`vaco-jax tokens`: GRPO on a token task from a cached warm start, over vmapped seeds, run by
-the driver like `vaco-jax train` (the same run flags, outputs, checkpoints and resume)."""
+"""`vaco-jax tokens`: any token algorithm (GRPO by default) on a token task from a cached warm
+start, over vmapped seeds, run by the driver like `vaco-jax train` (the same run flags, outputs,
+checkpoints and resume)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import argparse
 import dataclasses
 
 from vaco_jax.cli import add_run_arguments, parse_lag, run_driver
-from vaco_jax.tokens.config import GROUP_UNITS, TokenConfig, TokenHParams
+from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES
+from vaco_jax.tokens.config import ALGORITHMS, GROUP_UNITS, TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.tokens.warm_start import WarmStart
 
@@ -32,9 +34,15 @@ def _hparam(text: str) -> tuple[str, float]:
 
 def add_parser(subparsers) -> None:
     d, w = TokenConfig(), WarmStart()
-    p = subparsers.add_parser("tokens", help="GRPO on a verifiable token task (token testbed)",
+    p = subparsers.add_parser("tokens", help="RL on a verifiable token task (token testbed)",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--task", default=d.task, choices=TASKS)
+    p.add_argument("--algo", default=d.algo, choices=ALGORITHMS,
+                   help="the algorithm (README: token algorithms); thresholds via --hparam")
+    p.add_argument("--is-level", default=d.is_level, choices=IS_LEVELS,
+                   help="tis / mis: importance weights per token or per sequence")
+    p.add_argument("--tv-reference", default=d.tv_reference, choices=TV_REFERENCES,
+                   help="vaco: the TV filter's reference policy, pi_T or beta")
     p.add_argument("--task-size", type=int, default=d.task_size,
                    help="digits per operand (add), list length (sort), steps (chain)")
     p.add_argument("--lag", type=parse_lag, default=("fixed", 0.0, ()),
@@ -65,7 +73,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     lag_model, lag, lag_probabilities = args.lag
     config = TokenConfig(
-        task=args.task, task_size=args.task_size, layers=args.layers, width=args.width,
+        task=args.task, task_size=args.task_size, algo=args.algo, is_level=args.is_level,
+        tv_reference=args.tv_reference, layers=args.layers, width=args.width,
         heads=args.heads, context=args.context, prompts=args.prompts,
         group_size=args.group_size, group_unit=args.group_unit, lag_model=lag_model,
         lag_probabilities=lag_probabilities,

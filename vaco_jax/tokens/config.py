@@ -12,13 +12,13 @@ from flax import struct
 from vaco_jax.config import Config
 from vaco_jax.losses import AGGREGATIONS
 from vaco_jax.policy_buffer import LAG_MODELS, validate_lag, validate_lag_probabilities
+from vaco_jax.tokens import algorithms
 from vaco_jax.tokens.model import ModelSpec
 from vaco_jax.tokens.tasks import TASKS, Task, make_task
 from vaco_jax.tokens.warm_start import WarmStart
 
 GROUP_UNITS = ("prompt", "sample")
-# Token-level PPO-clip on the behaviour ratio with group-relative advantages.
-ALGORITHMS = ("grpo",)
+ALGORITHMS = tuple(algorithms.ALGORITHMS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +35,11 @@ class TokenConfig(Config):
 
     task: str = "add"
     task_size: int = 2
-    algo: str = "grpo"  # one of ALGORITHMS
+    algo: str = "grpo"  # one of ALGORITHMS (`vaco_jax.tokens.algorithms`)
+    # `tis` and `mis`: one importance weight per token, or each sequence's product of ratios.
+    is_level: str = "token"
+    # `vaco`: the TV filter's reference policy, `phase` (pi_T) or `behaviour` (beta).
+    tv_reference: str = "phase"
     layers: int = 2
     width: int = 64
     heads: int = 4
@@ -107,6 +111,23 @@ class TokenHParams:
     clip_eps: Any = 0.2
     temperature: Any = 1.0
     max_grad_norm: Any = 1.0
+    # The stabilisers' thresholds (`vaco_jax.tokens.algorithms` says which algorithm reads which).
+    is_cap: Any = 2.0  # tis / decoupled_ppo: the truncation cap; mis: the upper bound
+    mis_low: Any = 0.0  # mis: the lower bound of the kept ratios
+    freshness_alpha: Any = 1.0  # freshness: the oldest version gap kept
+    m2po_tau: Any = 0.04  # m2po: the second-moment bound
+    gspo_clip_low: Any = 3e-4  # gspo: the sequence ratio's clip range
+    gspo_clip_high: Any = 4e-4
+    cispo_eps_low: Any = 1.0  # cispo: the weight's clip range [1 - low, 1 + high]
+    cispo_eps_high: Any = 1.0
+    bapo_positive_share: Any = 0.4  # bapo: the target share of positive tokens' gradient
+    bapo_low_start: Any = 0.6  # bapo: the path of the lower ratio bound
+    bapo_low_end: Any = 0.9
+    bapo_high_start: Any = 1.2  # bapo: the path of the upper ratio bound
+    bapo_high_end: Any = 3.0
+    tv_delta: Any = 0.2  # vaco: the TV filter's threshold
+    # Algorithms with an ESS-scaled step: the ESS ratio below which the step shrinks.
+    ess_target: Any = 0.5
 
     @classmethod
     def create(cls, **values: Any) -> "TokenHParams":
@@ -135,6 +156,8 @@ def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
     _choice("group_unit", config.group_unit, GROUP_UNITS)
     _choice("aggregation", config.aggregation, AGGREGATIONS)
     _choice("algo", config.algo, ALGORITHMS)
+    _choice("is_level", config.is_level, algorithms.IS_LEVELS)
+    _choice("tv_reference", config.tv_reference, algorithms.TV_REFERENCES)
     for field in ("task_size", "layers", "width", "heads", "context", "prompts", "group_size",
                   "buffer_capacity", "epochs", "minibatches", "num_updates", "eval_every",
                   "eval_prompts"):
@@ -164,6 +187,42 @@ def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
         validate_hparams(config, hparams)
 
 
+# Allowed ranges of the traced hyper-parameters: (low, high, low included, high included).
+HPARAM_RANGES = {
+    "learning_rate": (0.0, np.inf, False, False),
+    "clip_eps": (0.0, np.inf, False, False),
+    "temperature": (0.0, np.inf, False, False),
+    "max_grad_norm": (0.0, np.inf, False, False),
+    "is_cap": (1.0, np.inf, True, False),
+    "mis_low": (0.0, 1.0, True, True),
+    "freshness_alpha": (0.0, np.inf, True, False),
+    "m2po_tau": (0.0, np.inf, False, False),
+    "gspo_clip_low": (0.0, 1.0, False, True),
+    "gspo_clip_high": (0.0, np.inf, False, False),
+    "cispo_eps_low": (0.0, 1.0, True, True),
+    "cispo_eps_high": (0.0, np.inf, False, False),
+    "bapo_positive_share": (0.0, 1.0, False, True),
+    "bapo_low_start": (0.0, 1.0, False, True),
+    "bapo_low_end": (0.0, 1.0, False, True),
+    "bapo_high_start": (1.0, np.inf, True, False),
+    "bapo_high_end": (1.0, np.inf, True, False),
+    "tv_delta": (0.0, 1.0, True, True),
+    "ess_target": (0.0, 1.0, False, True),
+}
+# Pairs that must be ordered: (lower, upper).
+HPARAM_ORDER = (("bapo_low_start", "bapo_low_end"), ("bapo_high_start", "bapo_high_end"))
+
+
+def _in_range(name: str, value: np.ndarray) -> None:
+    low, high, low_in, high_in = HPARAM_RANGES[name]
+    above = value >= low if low_in else value > low
+    below = value <= high if high_in else value < high
+    if not np.all(np.isfinite(value) & above & below):
+        interval = f"{'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+        raise ValueError(f"hyper-parameter {name} must be finite and lie in {interval}, got "
+                         f"{value.tolist()}")
+
+
 def validate_hparams(config: TokenConfig, hparams: TokenHParams) -> None:
     """The driver's and the command line's check; the trainer itself takes any values, so a
     non-finite one can still be run on purpose (the divergence freeze is tested so)."""
@@ -171,7 +230,10 @@ def validate_hparams(config: TokenConfig, hparams: TokenHParams) -> None:
     for name, array in values.items():
         if not np.all(np.isfinite(array)):
             raise ValueError(f"hyper-parameter {name} must be finite, got {array.tolist()}")
-    for name in ("learning_rate", "clip_eps", "temperature", "max_grad_norm"):
-        if not np.all(values[name] > 0):
-            raise ValueError(f"hyper-parameter {name} must be > 0, got {values[name].tolist()}")
+    for name in HPARAM_RANGES:
+        _in_range(name, values[name])
+    for lower, upper in HPARAM_ORDER:
+        if np.any(values[lower] > values[upper]):
+            raise ValueError(f"hyper-parameter {lower} must be <= {upper}, got {lower}="
+                             f"{values[lower].tolist()} and {upper}={values[upper].tolist()}")
     validate_lag(config.lag_model, values["lag"], config.buffer_capacity)

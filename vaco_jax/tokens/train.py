@@ -1,4 +1,5 @@
-"""GRPO from stale generators on a token task, as one compiled program.
+"""A token algorithm (GRPO and its stabilisers) from stale generators on a token task, as one
+compiled program.
 
 `make_train(config)` returns `train(key, hparams) -> (state, metrics)`; every loop is a
 `lax.scan`, so `jax.jit(jax.vmap(train))` runs seeds and hyper-parameters together.
@@ -8,8 +9,9 @@ sample, `group_unit`) draws a lag from the lag model and generates with the poli
 version from the policy buffer, recording each token's behaviour version and log-prob
 (optionally computed in bfloat16); under `in_flight` the version changes while a sequence is
 decoded. Rewards are verified, advantages are group-relative, and `epochs x minibatches` steps
-of token-level PPO-clip on the behaviour ratio follow; the learner's parameters are then pushed
-into the buffer. A run whose update turns non-finite is frozen (`vaco_jax.divergence`).
+of the configured algorithm's surrogate follow (`vaco_jax.tokens.algorithms`; GRPO's is
+token-level PPO-clip on the behaviour ratio); the learner's parameters are then pushed into the
+buffer. A run whose update turns non-finite is frozen (`vaco_jax.divergence`).
 """
 
 from __future__ import annotations
@@ -28,15 +30,17 @@ from vaco_jax.policy_buffer import (PolicyBuffer, cond_in_every_run, effective_l
                                     in_flight_lags, init_buffer, init_per_actor_lags, push,
                                     sample_lags)
 from vaco_jax.tokens import tasks
+from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, AdvantageInputs,
+                                        TokenTerms)
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.evaluation import greedy_accuracy, held_out_set
 from vaco_jax.tokens.model import Samples, TokenPolicy, to_bfloat16
 from vaco_jax.tokens.warm_start import warm_start
 
 METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "version_gap_mean",
-           "version_gap_max", "tv_backward", "tv_forward", "ess_ratio", "clip_fraction",
-           "grad_norm", "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss",
-           "diverged")
+           "version_gap_max", "tv_backward", "tv_forward", "ess_ratio", "grad_norm",
+           "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss", "diverged"
+           ) + STABILISER_METRICS
 
 
 @struct.dataclass
@@ -64,11 +68,17 @@ class Batch:
     reward: jax.Array  # [N]
     entropy: jax.Array  # behaviour entropy per token
     behaviour_version: jax.Array  # [N, L] int32, each token's own
+    version_gap: jax.Array  # [N, L] float, versions between the phase's learner and each token
 
 
 def _kl(log_ratio: jax.Array, mask: jax.Array) -> jax.Array:
     """The `k3` estimate `E[r - 1 - log r]`, `r = exp(log_ratio)`, over valid tokens."""
     return losses.aggregate(jnp.expm1(log_ratio) - log_ratio, mask)
+
+
+def _sequence_log_staleness(phase_log_prob, behaviour_log_prob, mask) -> jax.Array:
+    """Each sequence's `log(pi_T / beta)`, summed over its valid tokens: `[N]`."""
+    return jnp.where(mask > 0, phase_log_prob - behaviour_log_prob, 0.0).sum(axis=-1)
 
 
 class TokenTrainer:
@@ -77,6 +87,7 @@ class TokenTrainer:
     def __init__(self, config: TokenConfig, initial_params=None):
         validate(config)
         self.config = config
+        self.algorithm = ALGORITHMS[config.algo]
         self.task = config.task_spec
         self.policy = TokenPolicy(config.model_spec)
         self.eval_prompts, self.eval_answers = held_out_set(self.task, config.eval_prompts)
@@ -85,8 +96,10 @@ class TokenTrainer:
                                           config.warm_start_dir))
 
     def optimizer(self, hp: TokenHParams) -> optax.GradientTransformation:
-        return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm),
-                           optax.adam(hp.learning_rate))
+        transforms = [optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(hp.learning_rate)]
+        if self.algorithm.ess_scaling:
+            transforms.append(losses.scale_by_ess())
+        return optax.chain(*transforms)
 
     def init(self, key: jax.Array, hp: TokenHParams) -> TokenState:
         cfg = self.config
@@ -167,27 +180,51 @@ class TokenTrainer:
         cfg = self.config
         reward = tasks.reward(answer, samples.response, partial_credit=cfg.partial_credit,
                               format_penalty=cfg.format_penalty)
-        advantages = estimators.group_relative_advantages(
-            reward.reshape(cfg.prompts, cfg.group_size),
-            scale_by_std=cfg.scale_advantages_by_std).reshape(-1)
         phase_log_prob, _ = self.policy.response_log_probs(state.params, prompt,
                                                            samples.response, hp.temperature)
+        log_staleness = _sequence_log_staleness(phase_log_prob, samples.log_prob, samples.mask)
+
+        def sequence_grad_sq_norms():
+            def sequence_log_prob(params, sequence):
+                prompt, response, mask = sequence
+                log_prob, _ = self.policy.response_log_probs(params, prompt[None],
+                                                             response[None], hp.temperature)
+                return jnp.where(mask > 0, log_prob[0], 0.0).sum()
+
+            norms = estimators.per_sample_grad_sq_norms(
+                sequence_log_prob, state.params, (prompt, samples.response, samples.mask))
+            return norms.reshape(cfg.prompts, cfg.group_size)
+
+        advantages = self.algorithm.advantages(AdvantageInputs(
+            reward=reward.reshape(cfg.prompts, cfg.group_size),
+            log_staleness=log_staleness.reshape(cfg.prompts, cfg.group_size),
+            scale_by_std=cfg.scale_advantages_by_std,
+            sequence_grad_sq_norms=sequence_grad_sq_norms)).reshape(-1)
         return Batch(prompt=prompt, response=samples.response, mask=samples.mask,
                      behaviour_log_prob=samples.log_prob, phase_log_prob=phase_log_prob,
                      advantages=advantages, reward=reward, entropy=samples.entropy,
-                     behaviour_version=versions)
+                     behaviour_version=versions,
+                     version_gap=(state.buffer.latest_version - versions).astype(jnp.float32))
 
     # ------------------------------------------------------------------------ optimisation
-    def _loss(self, params, mb: Batch, hp: TokenHParams):
+    def terms(self, params, mb: Batch, hp: TokenHParams) -> TokenTerms:
+        """The surrogate's inputs for minibatch `mb` under `params`."""
+        cfg = self.config
         log_prob, _ = self.policy.response_log_probs(params, mb.prompt, mb.response,
                                                      hp.temperature)
-        advantages = jnp.broadcast_to(mb.advantages[:, None], log_prob.shape)
-        loss, clip_metrics = losses.ppo_clip_loss(
-            log_prob - mb.behaviour_log_prob, advantages, hp.clip_eps, mask=mb.mask,
-            aggregation=self.config.aggregation)
-        behaviour_ratio = jax.lax.stop_gradient(log_prob - mb.behaviour_log_prob)
-        phase_ratio = jax.lax.stop_gradient(log_prob - mb.phase_log_prob)
-        return loss, {"policy_loss": loss, "clip_fraction": clip_metrics["clip_fraction"],
+        return TokenTerms(log_prob=log_prob, behaviour_log_prob=mb.behaviour_log_prob,
+                          phase_log_prob=mb.phase_log_prob, advantages=mb.advantages,
+                          mask=mb.mask, version_gap=mb.version_gap,
+                          aggregation=self.algorithm.aggregation or cfg.aggregation,
+                          is_level=cfg.is_level, tv_reference=cfg.tv_reference)
+
+    def _loss(self, params, mb: Batch, hp: TokenHParams):
+        t = self.terms(params, mb, hp)
+        loss, stabiliser = self.algorithm.policy_loss(t, hp)
+        behaviour_ratio = jax.lax.stop_gradient(t.behaviour_log_ratio)
+        phase_ratio = jax.lax.stop_gradient(t.phase_log_ratio)
+        metrics = {name: stabiliser.get(name, jnp.nan) for name in STABILISER_METRICS}
+        return loss, {**jax.lax.stop_gradient(metrics), "policy_loss": loss,
                       "tv_forward": losses.tv_estimate(phase_ratio, mb.mask),
                       "approx_kl": _kl(phase_ratio, mb.mask),
                       "behaviour_kl": _kl(behaviour_ratio, mb.mask)}
@@ -204,7 +241,10 @@ class TokenTrainer:
         def minibatch_step(carry, mb):
             params, opt_state = carry
             (_, metrics), grads = grad_fn(params, mb, hp)
-            updates, opt_state = tx.update(grads, opt_state, params)
+            extra = ({"ess": losses.ess_ratio(_sequence_log_staleness(
+                          mb.phase_log_prob, mb.behaviour_log_prob, mb.mask)),
+                      "ess_target": hp.ess_target} if self.algorithm.ess_scaling else {})
+            updates, opt_state = tx.update(grads, opt_state, params, **extra)
             grad_norm = optax.global_norm(grads)
             metrics["grad_norm"] = grad_norm
             # The step length per unit of gradient (Adam's and clipping's combined scaling);
@@ -228,7 +268,7 @@ class TokenTrainer:
                                   buffer=push(state.buffer, params), key=key,
                                   update=state.update + 1)
         staleness = batch.phase_log_prob - batch.behaviour_log_prob
-        gap = (state.buffer.latest_version - batch.behaviour_version).astype(jnp.float32)
+        gap = batch.version_gap
         metrics.update(
             reward_mean=batch.reward.mean(),
             response_length=batch.mask.sum(axis=1).mean(),
