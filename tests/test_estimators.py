@@ -13,6 +13,7 @@ from hypothesis.extra import numpy as hnp
 from vaco_jax.estimators import (
     gae,
     group_relative_advantages,
+    off_policy_optimal_baseline,
     opob_advantages,
     per_sample_grad_sq_norms,
     vtrace,
@@ -32,6 +33,7 @@ _grpo = jax.jit(
     group_relative_advantages, static_argnames=("num_groups", "scale_by_std")
 )
 _opob = jax.jit(opob_advantages, static_argnames=("num_groups",))
+_baseline = jax.jit(off_policy_optimal_baseline)
 
 # T = 4 hand example with gamma = 0.9:
 #   t=0 continues  (next_values[0] = values[1] = 1.0),
@@ -611,6 +613,87 @@ def test_opob_extreme_log_weights_stay_finite(data, shape, extreme):
         np.testing.assert_array_equal(grad, np.zeros(shape))
 
 
+@TRANSFORMS
+@pytest.mark.parametrize("shift", [0.0, 50.0, -50.0])
+def test_opob_baseline_hand_computed(transform, shift):
+    # Group 0 is the hand example above (b = 16/7). Group 1: R = [0, 4, 1],
+    # w = [1, 1, 3], ||g||^2 = [1, 2, 1] -> W = [1, 2, 9], b = (0 + 8 + 9) / 12.
+    rewards = jnp.stack([_OPOB_R, jnp.array([0.0, 4.0, 1.0])])
+    log_w = jnp.stack([_OPOB_LOG_W, jnp.log(jnp.array([1.0, 1.0, 3.0]))])
+    grad_sq_norms = jnp.stack([_OPOB_G2, jnp.array([1.0, 2.0, 1.0])])
+    baseline = transform(off_policy_optimal_baseline)(
+        rewards, log_w + shift, grad_sq_norms
+    )
+    assert baseline.shape == (2,)
+    np.testing.assert_allclose(baseline, [16 / 7, 17 / 12], rtol=1e-5)
+
+
+@TRANSFORMS
+def test_opob_baseline_truncates_weights_at_the_cap(transform):
+    # w = [1, 20, 1], ||g||^2 = [2, 1, 1]: untruncated W = [2, 400, 1],
+    # b = (2 + 800 + 6) / 403; at C = 8, W = [2, 64, 1], b = (2 + 128 + 6) / 67.
+    log_w = jnp.log(jnp.array([1.0, 20.0, 1.0]))
+    baseline = transform(
+        lambda r, lw, g, cap: off_policy_optimal_baseline(r, lw, g, weight_cap=cap)
+    )
+    np.testing.assert_allclose(
+        baseline(_OPOB_R, log_w, _OPOB_G2, jnp.inf), 808 / 403, rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        baseline(_OPOB_R, log_w, _OPOB_G2, 8.0), 136 / 67, rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        off_policy_optimal_baseline(_OPOB_R, log_w, _OPOB_G2), 808 / 403, rtol=1e-5
+    )
+
+
+@given(
+    rewards=hnp.arrays(
+        np.float32, _GROUP_SHAPES, elements=st.floats(-100, 100, width=32)
+    ),
+    log_w=st.floats(-60, 60, width=32),
+    grad_sq_norm=st.floats(0.0625, 1024.0, width=32),
+)
+@PROPERTY
+def test_opob_baseline_with_equal_weights_is_the_group_mean(
+    rewards, log_w, grad_sq_norm
+):
+    baseline = _baseline(
+        rewards,
+        jnp.full(rewards.shape, log_w),
+        jnp.full(rewards.shape, grad_sq_norm),
+    )
+    np.testing.assert_allclose(
+        baseline, rewards.mean(axis=-1), atol=1e-4 * (1 + np.abs(rewards).max())
+    )
+
+
+def test_opob_baseline_edge_cases():
+    rewards = jnp.array([[1.0, 2.0, 6.0], [1.0, 2.0, 6.0], [26.347404] * 3])
+    # All W = 0 -> the plain mean; all W on one sample -> its reward; huge
+    # log-weights stay finite; a constant group's baseline is its reward exactly.
+    grad_sq_norms = jnp.array([[0.0, 0.0, 0.0], [0.0, 0.0, 1.0], [1.0, 2.0, 3.0]])
+    log_w = jnp.array([[0.0, 0.0, 0.0], [1e4, -1e4, 1e4], [1e4, 0.0, -1e4]])
+    baseline = _baseline(rewards, log_w, grad_sq_norms)
+    np.testing.assert_allclose(baseline[:2], [3.0, 6.0], rtol=1e-6)
+    assert baseline[2] == np.float32(26.347404)
+
+
+def test_opob_advantages_use_the_opob_baseline():
+    rng = np.random.default_rng(3)
+    rewards, log_w = (jnp.asarray(rng.normal(size=(4, 6)), jnp.float32) for _ in range(2))
+    grad_sq_norms = jnp.asarray(rng.random((4, 6)), jnp.float32)
+    baseline = _baseline(rewards, log_w, grad_sq_norms, weight_cap=2.0)
+    std = rewards.std(axis=-1, keepdims=True)
+    np.testing.assert_allclose(
+        jax.jit(lambda *a: opob_advantages(*a, weight_cap=2.0, eps=0.0))(
+            rewards, log_w, grad_sq_norms
+        ),
+        (rewards - baseline[:, None]) / std,
+        atol=1e-4,
+    )
+
+
 # ------------------------------------------------- per-sample gradient norms
 
 
@@ -626,10 +709,13 @@ def test_per_sample_grad_sq_norms_closed_form(transform):
         "x": jnp.array([[1.0, 2.0, 2.0], [0.0, 0.0, 0.0], [3.0, 0.0, 4.0]]),
         "y": jnp.array([1.0, 5.0, -2.0]),
     }
-    norms = transform(
-        lambda p, b: per_sample_grad_sq_norms(log_prob_fn, p, b)
-    )(params, batch)
-    np.testing.assert_allclose(norms, [9.0 + 1.0, 0.0 + 1.0, 100.0 + 1.0])
+    for chunk_size in (None, 1, 2, 3):
+        norms = transform(
+            lambda p, b: per_sample_grad_sq_norms(
+                log_prob_fn, p, b, chunk_size=chunk_size
+            )
+        )(params, batch)
+        np.testing.assert_allclose(norms, [9.0 + 1.0, 0.0 + 1.0, 100.0 + 1.0])
 
 
 # ------------------------------------------------------------ input errors
@@ -729,6 +815,27 @@ _RETURNS = jnp.array([1.0, 2.0, 3.0])
             id="opob-int",
         ),
         pytest.param(
+            lambda: off_policy_optimal_baseline(
+                jnp.ones((2, 3)), jnp.zeros((2, 2)), jnp.ones((2, 3))
+            ),
+            "log_weights",
+            id="opob-baseline-shape",
+        ),
+        pytest.param(
+            lambda: off_policy_optimal_baseline(
+                jnp.array(1.0), jnp.array(0.0), jnp.array(1.0)
+            ),
+            "rewards",
+            id="opob-baseline-rank-0",
+        ),
+        pytest.param(
+            lambda: off_policy_optimal_baseline(
+                _RETURNS, jnp.zeros(3), jnp.ones(3), weight_cap=jnp.ones(3)
+            ),
+            "weight_cap",
+            id="opob-baseline-vector-cap",
+        ),
+        pytest.param(
             lambda: per_sample_grad_sq_norms(
                 lambda p, s: jnp.sum(s["x"] * p),
                 jnp.ones(2),
@@ -736,6 +843,13 @@ _RETURNS = jnp.array([1.0, 2.0, 3.0])
             ),
             "batch",
             id="batch-sizes",
+        ),
+        pytest.param(
+            lambda: per_sample_grad_sq_norms(
+                lambda p, s: jnp.sum(s * p), jnp.ones(2), jnp.ones((3, 2)), chunk_size=0
+            ),
+            "chunk_size",
+            id="chunk-size",
         ),
     ],
 )

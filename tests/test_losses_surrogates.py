@@ -22,6 +22,7 @@ from vaco_jax.losses import (
     ppo_kl_loss,
     spo_loss,
     value_loss,
+    vcpo_loss,
 )
 
 log = np.log
@@ -193,6 +194,51 @@ def test_gspo_hand_computed(call):
     np.testing.assert_allclose(grad, [[0, 0, 0], [-1 / 12] * 3, [0, 0, 0]], atol=1e-6)
 
 
+# VCPO hand example: two sequences of 3 tokens and an empty one.
+#   staleness  w_0 = 2 * 3 = 6 (third token masked) -> 6;  w_1 = 4 * 4 * 1 = 16 -> C = 8.
+#   phase ratio r_0 = (1.5, 0.5), r_1 = (1, 2, 0.5);  A = (1, -2).
+#   per-sequence token means: -6 * 1 * (1.5 + 0.5) / 2 = -6;  -8 * -2 * 3.5 / 3 = 56 / 3.
+_VCPO = dict(
+    log_ratio_phase=np.log(np.array([[1.5, 0.5, 9.0], [1.0, 2.0, 0.5], [3.0] * 3], np.float32)),
+    log_staleness=np.log(np.array([[2.0, 3.0, 9.0], [4.0, 4.0, 1.0], [5.0] * 3], np.float32)),
+    advantages=f32(1.0, -2.0, 7.0),
+    mask=f32([1, 1, 0], [1, 1, 1], [0, 0, 0]),
+)
+
+
+def test_vcpo_hand_computed(call):
+    inputs = dict(_VCPO)
+    mask = inputs.pop("mask")
+    loss, metrics = call(vcpo_loss, *inputs.values(), mask=mask)
+    np.testing.assert_allclose(loss, (-6.0 + 56 / 3) / 2, rtol=1e-5)
+    np.testing.assert_allclose(metrics["truncated_fraction"], 0.5)
+    np.testing.assert_allclose(metrics["is_weight_mean"], (6.0 + 8.0) / 2, rtol=1e-5)
+    # ESS of the untruncated weights (6, 16): 22^2 / (2 (36 + 256)).
+    np.testing.assert_allclose(metrics["ess_ratio"], 484 / 584, rtol=1e-5)
+    np.testing.assert_allclose(metrics["ratio_mean"], 5.5 / 5, rtol=1e-5)
+    grads = jax.jit(jax.grad(lambda *a: vcpo_loss(*a, mask=mask)[0], argnums=(0, 1, 2)))(
+        *inputs.values()
+    )
+    # d/d log r_it = -min(w_i, C) A_i r_it / (|y_i| * 2 sequences); w and A are stop-gradient.
+    np.testing.assert_allclose(
+        grads[0], [[-2.25, -0.75, 0.0], [8 / 3, 16 / 3, 4 / 3], [0.0] * 3], rtol=1e-5
+    )
+    np.testing.assert_array_equal(grads[1], 0.0)
+    np.testing.assert_array_equal(grads[2], 0.0)
+
+
+def test_vcpo_cap_is_traced():
+    inputs = dict(_VCPO)
+    mask = inputs.pop("mask")
+    losses = jax.jit(jax.vmap(lambda cap: vcpo_loss(*inputs.values(), is_cap=cap, mask=mask)[0]))(
+        f32(8.0, 32.0, 3.0)
+    )
+    # C = 32 truncates nothing: seq 1 gives 16 * 2 * 3.5 / 3 = 112 / 3; C = 3 truncates both.
+    np.testing.assert_allclose(
+        losses, [(-6 + 56 / 3) / 2, (-6 + 112 / 3) / 2, (-3 + 21 / 3) / 2], rtol=1e-5
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # PPO-clip's gradient structure.
 
@@ -256,6 +302,9 @@ LOSSES = {
     "cispo": lambda x, m: cispo_loss(x["log_ratio"], x["log_prob"], x["adv"], 0.2, 0.3, mask=m),
     # One advantage per sequence: the first token's.
     "gspo": lambda x, m: gspo_loss(x["log_ratio"], x["adv"][..., 0], 0.2, mask=m),
+    "vcpo": lambda x, m: vcpo_loss(
+        x["log_ratio"], x["log_prob"], x["adv"][..., 0], is_cap=2.0, mask=m
+    ),
     "value": lambda x, m: value_loss(x["log_ratio"], x["adv"], mask=m),
     "value_clipped": lambda x, m: value_loss(
         x["log_ratio"], x["adv"], old_values=x["log_prob"], clip_eps=0.2, mask=m
@@ -368,6 +417,12 @@ def test_bad_inputs_name_the_argument():
         cispo_loss(lr, jnp.zeros((3, 4), jnp.int32), adv, 0.2, 0.2)
     with pytest.raises(AssertionError, match="advantages"):
         gspo_loss(lr, adv, 0.2)
+    with pytest.raises(AssertionError, match="advantages"):
+        vcpo_loss(lr, lr, adv)
+    with pytest.raises(AssertionError, match="log_staleness"):
+        vcpo_loss(lr, jnp.zeros(3), jnp.ones(3))
+    with pytest.raises(ValueError, match="token axis"):
+        vcpo_loss(jnp.zeros(()), jnp.zeros(()), jnp.ones(()))
     with pytest.raises(ValueError, match="aggregation"):
         ppo_kl_loss(lr, adv, 0.1, aggregation="token-sum")
     with pytest.raises(ValueError, match="clip_eps"):

@@ -128,6 +128,31 @@ def test_scale_by_ess_scales_adam_updates_exactly():
             np.testing.assert_allclose(updates[key], factor * expected[key], rtol=1e-5)
 
 
+def test_scale_by_ess_is_vcpo_step_rule_and_leaves_adam_state_alone():
+    # VCPO sets Adam's learning rate to lr0 * sqrt(min(1, ess / ess0)) for each step; Adam's
+    # moments never see the learning rate, so scaling the step after Adam must give the same
+    # updates and exactly the moments (and count) of an unscaled run on the same gradients.
+    lr0, ess0 = 1e-2, 1.0
+    scaled = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr0), scale_by_ess())
+    plain = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr0))
+    vcpo = optax.chain(optax.clip_by_global_norm(1.0),
+                       optax.inject_hyperparams(optax.adam)(learning_rate=lr0))
+    scaled_state, plain_state, vcpo_state = (tx.init(PARAMS) for tx in (scaled, plain, vcpo))
+    for step, ess in enumerate([0.2, 1.0, 0.05, 0.7, 0.3]):
+        grads = _grads(step)
+        updates, scaled_state = jax.jit(scaled.update)(grads, scaled_state, PARAMS, ess=ess)
+        plain_updates, plain_state = jax.jit(plain.update)(grads, plain_state, PARAMS)
+        vcpo_state[1].hyperparams["learning_rate"] = lr0 * np.sqrt(min(1.0, ess / ess0))
+        vcpo_updates, vcpo_state = jax.jit(vcpo.update)(grads, vcpo_state, PARAMS)
+        factor = np.sqrt(min(1.0, ess / ess0))
+        for key in PARAMS:
+            np.testing.assert_allclose(updates[key], factor * plain_updates[key], rtol=1e-5)
+            np.testing.assert_allclose(updates[key], vcpo_updates[key], rtol=1e-5)
+        for got, want in zip(jax.tree.leaves(scaled_state[1][0]),
+                             jax.tree.leaves(plain_state[1][0])):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_scale_by_ess_vmaps_over_ess_and_target():
     tx = optax.chain(optax.sgd(1.0), scale_by_ess(0.5))
     state = tx.init(PARAMS)

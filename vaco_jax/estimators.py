@@ -329,50 +329,26 @@ def group_relative_advantages(
     return jax.lax.stop_gradient(advantages)
 
 
-def opob_advantages(
+def _grouped_floats(
+    group_ids: Optional[Array], num_groups: Optional[int], **arrays: Array
+) -> tuple[Array, ...]:
+    """The grouped arrays, validated by `_check_groups`, in one float dtype."""
+    dtype = _check_groups(group_ids, num_groups, **arrays)
+    return tuple(jnp.asarray(x, dtype) for x in arrays.values())
+
+
+def _opob_baseline(
     returns: Array,
     log_w: Array,
     grad_sq_norms: Array,
-    *,
-    group_ids: Optional[Array] = None,
-    num_groups: Optional[int] = None,
-    eps: float = 1e-6,
+    weight_cap: Optional[Numeric],
+    group_ids: Optional[Array],
+    num_groups: Optional[int],
 ) -> Array:
-    """Advantages with the optimal off-policy baseline (OPOB, from VCPO).
-
-    Within a group, `b = sum_i W_i R_i / sum_i W_i` with
-    `W_i = w_i^2 * grad_sq_norms_i` and `w_i = exp(log_w_i)`: the baseline
-    that minimises the variance of the importance-weighted policy gradient.
-    The advantage is `(R_i - b) / (std_g R + eps)` with the population standard
-    deviation of the returns. A group whose weights are all 0 falls back to the
-    plain mean baseline.
-
-    Args:
-        returns: `[..., N]` returns, one group along the last axis; or `[B]`
-            when `group_ids` is given.
-        log_w: log importance weights of the samples, shape of `returns`.
-        grad_sq_norms: non-negative `||grad log pi(tau_i)||^2`, shape of
-            `returns` (see `per_sample_grad_sq_norms`).
-        group_ids: optional `[B]` integer group of each sample, in
-            `[0, num_groups)`.
-        num_groups: static number of groups; required with `group_ids`.
-        eps: added to the standard deviation.
-
-    Returns:
-        Stop-gradient advantages with the shape of `returns`.
-    """
-    dtype = _check_groups(
-        group_ids,
-        num_groups,
-        returns=returns,
-        log_w=log_w,
-        grad_sq_norms=grad_sq_norms,
-    )
-    returns, log_w, grad_sq_norms = (
-        jnp.asarray(x, dtype) for x in (returns, log_w, grad_sq_norms)
-    )
-    returns = _shift_to_group_max(returns, group_ids, num_groups)
-
+    """Each element's group baseline `sum W R / sum W` (the mean if all W = 0)."""
+    if weight_cap is not None:
+        cap = _scalar("weight_cap", weight_cap, log_w.dtype)
+        log_w = jnp.minimum(log_w, jnp.log(cap))
     # The baseline only needs W up to a per-group factor, so shift log W by the
     # group max before exponentiating: w^2 overflows already at log_w = 45.
     log_big_w = 2.0 * log_w + jnp.log(grad_sq_norms)
@@ -386,8 +362,105 @@ def opob_advantages(
     weighted_baseline = _group_sum(
         weights * returns, group_ids, num_groups
     ) / jnp.where(has_weight, weight_sums, 1.0)
-    mean, std = _group_mean_and_std(returns, group_ids, num_groups)
-    baseline = jnp.where(has_weight, weighted_baseline, mean)
+    mean, _ = _group_mean_and_std(returns, group_ids, num_groups)
+    return jnp.where(has_weight, weighted_baseline, mean)
+
+
+def off_policy_optimal_baseline(
+    rewards: Array,
+    log_weights: Array,
+    grad_sq_norms: Array,
+    *,
+    weight_cap: Optional[Numeric] = None,
+) -> Array:
+    """VCPO's off-policy optimal baseline (OPOB), one per group.
+
+    `b = sum_i W_i R_i / sum_i W_i` over the `G` samples of a group, with
+    `W_i = w_i^2 * grad_sq_norms_i` and `w_i = exp(log_weights_i)` the
+    sequence importance weight: the constant baseline that minimises the
+    variance of the policy gradient `sum_i w_i g_i (R_i - b)` when
+    `grad_sq_norms_i = ||g_i||^2 = ||grad log pi(seq_i)||^2`. Weights are
+    formed in log space relative to the group's largest, so any finite
+    log-weight (even 1e4) gives a finite baseline. A group whose `W` are all 0
+    falls back to its plain mean; equal `W` give the group mean.
+
+    VCPO's paper and released configuration use the untruncated `w` here,
+    though its loss truncates at `C = 8`; `weight_cap = C` gives the released
+    code's `use_clipped_is_ratios` option, `min(w, C)`. (That code measures
+    `||g_i||` on the per-sequence loss, which carries `min(w_i, C)`: pass
+    `grad_sq_norms * min(w, C)^2` to reproduce it exactly.)
+
+    Args:
+        rewards: `[..., G]` rewards, one group of `G` samples along the last
+            axis (`[P, G]`: `P` prompts, `G` responses each).
+        log_weights: `[..., G]` log sequence importance weights, e.g.
+            `sum_t (log pi_T - log beta)` over each response's tokens.
+        grad_sq_norms: `[..., G]` non-negative `||grad log pi(seq_i)||^2`.
+        weight_cap: optional truncation `C` of `w` (a traced scalar allowed).
+
+    Returns:
+        `[...]` stop-gradient baselines, one per group.
+    """
+    rewards, log_weights, grad_sq_norms = _grouped_floats(
+        None, None, rewards=rewards, log_weights=log_weights,
+        grad_sq_norms=grad_sq_norms,
+    )
+    # Measured from the group's best reward, as in `_shift_to_group_max`, a
+    # constant group's baseline is exactly its reward.
+    best = jnp.max(rewards, axis=-1)
+    baseline = best + _opob_baseline(
+        rewards - best[..., None],
+        log_weights,
+        grad_sq_norms,
+        weight_cap,
+        None,
+        None,
+    )[..., 0]
+    chex.assert_shape(baseline, rewards.shape[:-1])
+    return jax.lax.stop_gradient(baseline)
+
+
+def opob_advantages(
+    returns: Array,
+    log_w: Array,
+    grad_sq_norms: Array,
+    *,
+    group_ids: Optional[Array] = None,
+    num_groups: Optional[int] = None,
+    weight_cap: Optional[Numeric] = None,
+    eps: float = 1e-6,
+) -> Array:
+    """Advantages with the optimal off-policy baseline (OPOB, from VCPO).
+
+    `(R_i - b) / (std_g R + eps)` with `b` the group's
+    `off_policy_optimal_baseline` (`W_i = w_i^2 * grad_sq_norms_i`,
+    `w_i = exp(log_w_i)`, truncated at `weight_cap` when given) and the
+    population standard deviation of the returns, as VCPO normalises.
+
+    Args:
+        returns: `[..., N]` returns, one group along the last axis; or `[B]`
+            when `group_ids` is given.
+        log_w: log importance weights of the samples, shape of `returns`.
+        grad_sq_norms: non-negative `||grad log pi(tau_i)||^2`, shape of
+            `returns` (see `per_sample_grad_sq_norms`).
+        group_ids: optional `[B]` integer group of each sample, in
+            `[0, num_groups)`.
+        num_groups: static number of groups; required with `group_ids`.
+        weight_cap: optional truncation `C` of `w` in the baseline.
+        eps: added to the standard deviation.
+
+    Returns:
+        Stop-gradient advantages with the shape of `returns`.
+    """
+    returns, log_w, grad_sq_norms = _grouped_floats(
+        group_ids, num_groups, returns=returns, log_w=log_w,
+        grad_sq_norms=grad_sq_norms,
+    )
+    returns = _shift_to_group_max(returns, group_ids, num_groups)
+    baseline = _opob_baseline(
+        returns, log_w, grad_sq_norms, weight_cap, group_ids, num_groups
+    )
+    _, std = _group_mean_and_std(returns, group_ids, num_groups)
     return jax.lax.stop_gradient((returns - baseline) / (std + eps))
 
 
@@ -395,14 +468,22 @@ def per_sample_grad_sq_norms(
     log_prob_fn: Callable[[chex.ArrayTree, chex.ArrayTree], Array],
     params: chex.ArrayTree,
     batch: chex.ArrayTree,
+    *,
+    chunk_size: Optional[int] = None,
 ) -> Array:
     """Squared L2 norm of each sample's log-probability gradient.
+
+    `jax.vmap(jax.grad(...))` holds one gradient per sample at once, `B` copies
+    of the parameters; `chunk_size` bounds that to `chunk_size` copies by
+    mapping over chunks in sequence (`lax.map`), same results.
 
     Args:
         log_prob_fn: `log_prob_fn(params, sample) -> scalar`, the summed
             log-probability of one sample (e.g. one trajectory).
         params: parameters pytree.
         batch: pytree whose leaves share a leading batch axis of size B.
+        chunk_size: optional static number of samples differentiated together;
+            None differentiates all `B` together.
 
     Returns:
         `[B]` stop-gradient array whose entry i is
@@ -420,4 +501,13 @@ def per_sample_grad_sq_norms(
         grads = jax.grad(log_prob_fn)(params, sample)
         return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))
 
-    return jax.lax.stop_gradient(jax.vmap(grad_sq_norm)(batch))
+    if chunk_size is None:
+        return jax.lax.stop_gradient(jax.vmap(grad_sq_norm)(batch))
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(
+            "`chunk_size` must be a positive integer or None, "
+            f"got {chunk_size!r}."
+        )
+    return jax.lax.stop_gradient(
+        jax.lax.map(grad_sq_norm, batch, batch_size=chunk_size)
+    )

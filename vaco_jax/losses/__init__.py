@@ -35,6 +35,7 @@ from vaco_jax.losses.surrogates import (
     ppo_clip_loss,
     ppo_kl_loss,
     spo_loss,
+    vcpo_loss,
 )
 from vaco_jax.losses.value import entropy_loss, value_loss
 
@@ -70,6 +71,7 @@ __all__ = [
     "tv_estimate",
     "tv_filter_mask",
     "value_loss",
+    "vcpo_loss",
     "weighted_kl_estimate",
     "weighted_tv_estimate",
 ]

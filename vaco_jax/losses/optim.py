@@ -34,6 +34,12 @@ def ess_ratio(log_w: ArrayLike, mask: ArrayLike | None = None) -> Array:
 def scale_by_ess(ess_target: ArrayLike = 1.0) -> optax.GradientTransformationExtraArgs:
     """Scales updates by `sqrt(min(1, ess / ess_target))`, VCPO's ESS learning-rate rule.
 
+    VCPO sets the optimiser's learning rate to `lr0 * sqrt(min(1, ess / ess0))` for each step,
+    `ess` being `ess_ratio` of the minibatch's sequence weights `pi_T / beta` (normalised by the
+    number of sequences, untruncated) and `ess0 = 1` (the default here). Adam's moments never
+    see the learning rate, so scaling the step after Adam is that rule exactly and leaves Adam's
+    state as an unscaled run's.
+
     Put it last in a chain, after the optimiser, so it scales the step itself:
     `optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr), scale_by_ess(0.5))`, then
     `tx.update(grads, state, params, ess=ess_ratio(log_w))`. `optax.chain` forwards the extra

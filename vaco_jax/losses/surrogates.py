@@ -16,6 +16,7 @@ Conventions:
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -32,6 +33,7 @@ from vaco_jax.losses.filters import (
     gspo_sequence_log_ratio,
     truncated_is_weights,
 )
+from vaco_jax.losses.optim import ess_ratio
 
 ClipEps = ArrayLike | tuple[ArrayLike, ArrayLike]
 
@@ -336,3 +338,67 @@ def gspo_loss(
     sequence_log_ratio = gspo_sequence_log_ratio(log_ratio, mask)
     has_tokens = valid_mask(mask, jnp.shape(log_ratio)).any(axis=-1)
     return ppo_clip_loss(sequence_log_ratio, advantages, clip_eps, mask=has_tokens)
+
+
+def vcpo_loss(
+    log_ratio_phase: ArrayLike,
+    log_staleness: ArrayLike,
+    advantages: ArrayLike,
+    *,
+    is_cap: ArrayLike = 8.0,
+    mask: ArrayLike | None = None,
+    aggregation: str = "seq-mean-token-mean",
+) -> tuple[Array, Metrics]:
+    """VCPO's policy loss: the token ratio to the phase policy, weighted per sequence by the
+    truncated sequence importance weight.
+
+    Sequence `i`'s weight is `sg(min(w_i, is_cap))` with
+    `w_i = exp(sum_t log_staleness_it)` over its valid tokens (`pi_T(y_i) / beta(y_i)`); the
+    per-token loss is `-min(w_i, C) * A_i * r_it` with `r_it = exp(log_ratio_phase_it)`
+    (`pi_theta / pi_T`, no clipping: VCPO's PPO bounds are set wide open), aggregated
+    `seq-mean-token-mean` as VCPO does. At `pi_theta = pi_T` its gradient is
+    `-mean_i min(w_i, C) A_i grad log pi(y_i) / |y_i|`. `A_i` is meant to be
+    `(R_i - b) / std_g R` with `b` the group's `off_policy_optimal_baseline`.
+
+    Args:
+      log_ratio_phase: token log-ratios `log pi_theta - log pi_T`, `[..., L]`.
+      log_staleness: token log-ratios `log pi_T - log beta`, `[..., L]`.
+      advantages: one advantage per sequence, shape `log_ratio_phase.shape[:-1]`.
+      is_cap: the truncation `C` of the sequence weight (VCPO: 8), a float or traced scalar.
+      mask: optional token validity mask `[..., L]`.
+      aggregation: one of `AGGREGATIONS`.
+
+    Returns:
+      `(loss, metrics)`: `ratio_mean` and `approx_kl` of the phase ratio over valid tokens, and
+      over the sequences with at least one valid token `truncated_fraction` (share with
+      `w > C`), `is_weight_mean` (mean truncated weight) and `ess_ratio` (the normalised
+      effective sample size of the untruncated `w`, the quantity VCPO's step size follows).
+    """
+    valid, log_ratio_phase, log_staleness = validate_and_mask(
+        mask, log_ratio_phase=log_ratio_phase, log_staleness=log_staleness
+    )
+    if jnp.ndim(log_ratio_phase) == 0:
+        raise ValueError("`log_ratio_phase` needs a token axis, got a scalar")
+    sequence_shape = jnp.shape(log_ratio_phase)[:-1]
+    chex.assert_shape(
+        advantages,
+        sequence_shape,
+        custom_message=f"`advantages` must have one entry per sequence, shape {sequence_shape}",
+    )
+    has_tokens = valid.any(axis=-1)
+    sequence_log_w = log_staleness.sum(axis=-1)
+    weights = truncated_is_weights(sequence_log_w, is_cap)
+    loss, metrics = importance_sampled_loss(
+        log_ratio_phase,
+        jnp.broadcast_to(jnp.expand_dims(advantages, -1), valid.shape),
+        mask=valid,
+        weights=jnp.broadcast_to(weights[..., None], valid.shape),
+        aggregation=aggregation,
+    )
+    return loss, {
+        **metrics,
+        "truncated_fraction": _fraction(clamp_log_ratio(sequence_log_w) > jnp.log(is_cap),
+                                        has_tokens),
+        "is_weight_mean": jax.lax.stop_gradient(aggregate(weights, has_tokens)),
+        "ess_ratio": jax.lax.stop_gradient(ess_ratio(sequence_log_w, has_tokens)),
+    }
