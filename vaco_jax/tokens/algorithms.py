@@ -271,9 +271,18 @@ def _vcpo(t: TokenTerms, hp):
                   "is_truncated_fraction": metrics["truncated_fraction"]}
 
 
-_VCPO_SURROGATE = ("-min(w, vcpo_is_cap) A pi_theta/pi_T, w = pi_T(y)/beta(y) the sequence "
-                   "staleness, seq-mean-token-mean")
-_VCPO_SOURCE = "VCPO (Stable Asynchrony: variance-controlled off-policy RL for LLMs)"
+def _vcpo_entry(name: str, advantages: AdvantageFn, ess_scaling: bool,
+                summary: str) -> TokenAlgorithm:
+    """VCPO or one of its ablations: VCPO's surrogate with `advantages`, and its ESS-scaled
+    step if `ess_scaling`."""
+    return TokenAlgorithm(
+        name, advantages, _vcpo,
+        hparams=("vcpo_is_cap",) + (("ess_target",) if ess_scaling else ()),
+        aggregation="seq-mean-token-mean", ess_scaling=ess_scaling,
+        description=f"{summary}; -min(w, vcpo_is_cap) A pi_theta/pi_T, w = pi_T(y)/beta(y) the "
+                    "sequence staleness, seq-mean-token-mean",
+        source="VCPO (Stable Asynchrony: variance-controlled off-policy RL for LLMs)")
+
 
 ALGORITHMS: dict[str, TokenAlgorithm] = {a.name: a for a in (
     TokenAlgorithm(
@@ -347,22 +356,11 @@ ALGORITHMS: dict[str, TokenAlgorithm] = {a.name: a for a in (
                     "TV to the reference (`tv_reference`) are dropped; no advantage "
                     "realignment (it needs a critic)",
         source="VACO"),
-    TokenAlgorithm(
-        "vcpo", off_policy_optimal, _vcpo, hparams=("vcpo_is_cap", "ess_target"),
-        aggregation="seq-mean-token-mean", ess_scaling=True,
-        description=f"{_VCPO_SURROGATE}; advantages with the off-policy optimal baseline; every "
-                    "step scaled by sqrt(min(1, ess / ess_target))",
-        source=_VCPO_SOURCE),
-    TokenAlgorithm(
-        "vcpo_ess_only", group_relative, _vcpo, hparams=("vcpo_is_cap", "ess_target"),
-        aggregation="seq-mean-token-mean", ess_scaling=True,
-        description=f"VCPO without its baseline: {_VCPO_SURROGATE}; group-relative "
-                    "advantages; ESS-scaled steps",
-        source=_VCPO_SOURCE),
-    TokenAlgorithm(
-        "vcpo_opob_only", off_policy_optimal, _vcpo, hparams=("vcpo_is_cap",),
-        aggregation="seq-mean-token-mean",
-        description=f"VCPO without its step scaling: {_VCPO_SURROGATE}; advantages with the "
-                    "off-policy optimal baseline",
-        source=_VCPO_SOURCE),
+    _vcpo_entry("vcpo", off_policy_optimal, True,
+                "advantages with the off-policy optimal baseline, every step scaled by "
+                "sqrt(min(1, ess / ess_target))"),
+    _vcpo_entry("vcpo_ess_only", group_relative, True,
+                "VCPO without its baseline: group-relative advantages, ESS-scaled steps"),
+    _vcpo_entry("vcpo_opob_only", off_policy_optimal, False,
+                "VCPO without its step scaling: advantages with the off-policy optimal baseline"),
 )}
