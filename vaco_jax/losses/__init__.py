@@ -24,7 +24,12 @@ from vaco_jax.losses.filters import (
     tv_estimate,
     tv_filter_mask,
 )
-from vaco_jax.losses.optim import clip_by_global_norm_per_subtree, ess_ratio, scale_by_ess
+from vaco_jax.losses.optim import (
+    clip_by_global_norm_per_subtree,
+    ess_ratio,
+    ess_step_scale,
+    scale_by_ess,
+)
 from vaco_jax.losses.surrogates import (
     adaptive_kl_coef,
     cispo_loss,
@@ -52,6 +57,7 @@ __all__ = [
     "decoupled_ppo_loss",
     "entropy_loss",
     "ess_ratio",
+    "ess_step_scale",
     "freshness_mask",
     "gspo_loss",
     "gspo_sequence_log_ratio",

@@ -31,6 +31,12 @@ def ess_ratio(log_w: ArrayLike, mask: ArrayLike | None = None) -> Array:
     return jnp.where(count > 0, ess, 1.0)
 
 
+def ess_step_scale(ess: ArrayLike, ess_target: ArrayLike = 1.0) -> Array:
+    """VCPO's learning-rate factor `sqrt(min(1, ess / ess_target))`: 1 while the ESS ratio is at
+    least the target, shrinking with its square root below."""
+    return jnp.sqrt(jnp.minimum(1.0, ess / ess_target))
+
+
 def scale_by_ess(ess_target: ArrayLike = 1.0) -> optax.GradientTransformationExtraArgs:
     """Scales updates by `sqrt(min(1, ess / ess_target))`, VCPO's ESS learning-rate rule.
 
@@ -75,7 +81,7 @@ def scale_by_ess(ess_target: ArrayLike = 1.0) -> optax.GradientTransformationExt
                 "tx.update(grads, state, params, ess=ess_ratio(log_w))"
             )
         target = default_target if ess_target is None else ess_target
-        scale = jnp.sqrt(jnp.minimum(1.0, ess / target))
+        scale = ess_step_scale(ess, target)
         return jax.tree.map(lambda u: (u * scale).astype(u.dtype), updates), state
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -18,6 +18,13 @@ which carries each sequence's log staleness and, on demand, the squared norms of
 log-probability gradient (an off-policy optimal baseline needs them); `ess_scaling=True` scales
 every optimiser step by `sqrt(min(1, ess / ess_target))` (`losses.scale_by_ess`), `ess` being the
 minibatch's ESS ratio of the sequence staleness weights `pi_T / beta`.
+
+VCPO (`vcpo`, and its ablations `vcpo_ess_only` and `vcpo_opob_only`) computes its advantages once
+per phase, at `pi_T`: the off-policy optimal baseline weighs each sequence by its squared
+staleness times the squared norm of its log-probability gradient at `pi_T`. With the token
+default of 1 epoch x 1 minibatch that is VCPO's own rule (norms at the parameters being
+updated); with more steps per phase the later steps reuse the phase-start norms, an
+approximation (exact per-step norms would need minibatches that keep whole groups together).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ TV_REFERENCES = ("phase", "behaviour")
 STABILISER_METRICS = (
     "clip_fraction",  # valid tokens (sequences for gspo) whose gradient a clip zeroes or bounds
     "is_weight_mean",  # mean importance weight applied (truncated, masked or tapered)
-    "is_truncated_fraction",  # valid tokens whose importance weight hits its cap
+    "is_truncated_fraction",  # valid tokens (sequences for vcpo) whose weight hits its cap
     "is_masked_fraction",  # valid tokens an importance-sampling mask drops (mis, m2po)
     "stale_dropped_fraction",  # valid tokens of sequences older than `freshness_alpha` versions
     "filter_fraction",  # valid tokens VACO's TV filter drops
@@ -117,6 +124,15 @@ def group_relative(inputs: AdvantageInputs) -> jax.Array:
 def group_centred(inputs: AdvantageInputs) -> jax.Array:
     """`R - mean_group(R)`: the group-mean baseline, no std scaling (Dr. GRPO, REINFORCE)."""
     return estimators.group_relative_advantages(inputs.reward, scale_by_std=False)
+
+
+def off_policy_optimal(inputs: AdvantageInputs) -> jax.Array:
+    """VCPO's `(R - b) / std_group(R)`, `b = sum W R / sum W` per group with
+    `W = w^2 ||grad log pi_T(y)||^2` and `w = pi_T(y) / beta(y)` untruncated, as VCPO's paper
+    defines it (`estimators.opob_advantages`). Always divided by the population std, VCPO's
+    normalisation, whatever `scale_advantages_by_std` says."""
+    return estimators.opob_advantages(inputs.reward, inputs.log_staleness,
+                                      inputs.sequence_grad_sq_norms())
 
 
 def leave_one_out(inputs: AdvantageInputs) -> jax.Array:
@@ -246,6 +262,28 @@ def _vaco(t: TokenTerms, hp):
                   "filter_fraction": filtered["filter_fraction"]}
 
 
+def _vcpo(t: TokenTerms, hp):
+    loss, metrics = losses.vcpo_loss(t.phase_log_ratio, t.log_staleness, t.advantages,
+                                     is_cap=hp.vcpo_is_cap, mask=t.mask,
+                                     aggregation=t.aggregation)
+    # VCPO truncates whole sequences, so its truncated fraction counts sequences.
+    return loss, {"is_weight_mean": metrics["is_weight_mean"],
+                  "is_truncated_fraction": metrics["truncated_fraction"]}
+
+
+def _vcpo_entry(name: str, advantages: AdvantageFn, ess_scaling: bool,
+                summary: str) -> TokenAlgorithm:
+    """VCPO or one of its ablations: VCPO's surrogate with `advantages`, and its ESS-scaled
+    step if `ess_scaling`."""
+    return TokenAlgorithm(
+        name, advantages, _vcpo,
+        hparams=("vcpo_is_cap",) + (("ess_target",) if ess_scaling else ()),
+        aggregation="seq-mean-token-mean", ess_scaling=ess_scaling,
+        description=f"{summary}; -min(w, vcpo_is_cap) A pi_theta/pi_T, w = pi_T(y)/beta(y) the "
+                    "sequence staleness, seq-mean-token-mean",
+        source="VCPO (Stable Asynchrony: variance-controlled off-policy RL for LLMs)")
+
+
 ALGORITHMS: dict[str, TokenAlgorithm] = {a.name: a for a in (
     TokenAlgorithm(
         "grpo", group_relative, _grpo, hparams=("clip_eps",),
@@ -318,4 +356,11 @@ ALGORITHMS: dict[str, TokenAlgorithm] = {a.name: a for a in (
                     "TV to the reference (`tv_reference`) are dropped; no advantage "
                     "realignment (it needs a critic)",
         source="VACO"),
+    _vcpo_entry("vcpo", off_policy_optimal, True,
+                "advantages with the off-policy optimal baseline, every step scaled by "
+                "sqrt(min(1, ess / ess_target))"),
+    _vcpo_entry("vcpo_ess_only", group_relative, True,
+                "VCPO without its baseline: group-relative advantages, ESS-scaled steps"),
+    _vcpo_entry("vcpo_opob_only", off_policy_optimal, False,
+                "VCPO without its step scaling: advantages with the off-policy optimal baseline"),
 )}

@@ -126,8 +126,12 @@ class TokenHParams:
     bapo_high_start: Any = 1.2  # bapo: the path of the upper ratio bound
     bapo_high_end: Any = 3.0
     tv_delta: Any = 0.2  # vaco: the TV filter's threshold
-    # Algorithms with an ESS-scaled step: the ESS ratio below which the step shrinks.
-    ess_target: Any = 0.5
+    # vcpo*: the cap `C` of the sequence importance weight. Not `is_cap`: VCPO's sequence weight
+    # is a product over tokens and its paper caps it at 8, while `is_cap` bounds the token weights
+    # of tis / mis / decoupled_ppo at 2; one field would give one of them a wrong default.
+    vcpo_is_cap: Any = 8.0
+    # vcpo, vcpo_ess_only: the ESS ratio below which the step shrinks (VCPO's `ess_0` = 1).
+    ess_target: Any = 1.0
 
     @classmethod
     def create(cls, **values: Any) -> "TokenHParams":
@@ -207,6 +211,7 @@ HPARAM_RANGES = {
     "bapo_high_start": (1.0, np.inf, True, False),
     "bapo_high_end": (1.0, np.inf, True, False),
     "tv_delta": (0.0, 1.0, True, True),
+    "vcpo_is_cap": (1.0, np.inf, True, False),
     "ess_target": (0.0, 1.0, False, True),
 }
 # Pairs that must be ordered: (lower, upper).

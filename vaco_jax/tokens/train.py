@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import estimators, losses, phase
+from vaco_jax import losses, phase
 from vaco_jax.divergence import freeze_if_diverged
 from vaco_jax.policy_buffer import (PolicyBuffer, cond_in_every_run, effective_lags,
                                     in_flight_lags, init_buffer, init_per_actor_lags, push,
@@ -35,12 +35,14 @@ from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, Advantag
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.evaluation import greedy_accuracy, held_out_set
 from vaco_jax.tokens.model import Samples, TokenPolicy, to_bfloat16
+from vaco_jax.tokens.vcpo import sequence_grad_sq_norms
 from vaco_jax.tokens.warm_start import warm_start
 
 METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "version_gap_mean",
            "version_gap_max", "tv_backward", "tv_forward", "ess_ratio", "grad_norm",
-           "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss", "diverged"
-           ) + STABILISER_METRICS
+           "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss", "diverged",
+           # the ESS learning-rate factor sqrt(min(1, ess / ess_target)), NaN without ESS scaling
+           "ess_lr_scale") + STABILISER_METRICS
 
 
 @struct.dataclass
@@ -184,22 +186,15 @@ class TokenTrainer:
                                                            samples.response, hp.temperature)
         log_staleness = _sequence_log_staleness(phase_log_prob, samples.log_prob, samples.mask)
 
-        def sequence_grad_sq_norms():
-            def sequence_log_prob(params, sequence):
-                prompt, response, mask = sequence
-                log_prob, _ = self.policy.response_log_probs(params, prompt[None],
-                                                             response[None], hp.temperature)
-                return jnp.where(mask > 0, log_prob[0], 0.0).sum()
-
-            norms = estimators.per_sample_grad_sq_norms(
-                sequence_log_prob, state.params, (prompt, samples.response, samples.mask))
-            return norms.reshape(cfg.prompts, cfg.group_size)
+        def grad_sq_norms():  # at pi_T, traced only for an algorithm that asks for them
+            return sequence_grad_sq_norms(self.policy, state.params, prompt, samples.response,
+                                          hp.temperature).reshape(cfg.prompts, cfg.group_size)
 
         advantages = self.algorithm.advantages(AdvantageInputs(
             reward=reward.reshape(cfg.prompts, cfg.group_size),
             log_staleness=log_staleness.reshape(cfg.prompts, cfg.group_size),
             scale_by_std=cfg.scale_advantages_by_std,
-            sequence_grad_sq_norms=sequence_grad_sq_norms)).reshape(-1)
+            sequence_grad_sq_norms=grad_sq_norms)).reshape(-1)
         return Batch(prompt=prompt, response=samples.response, mask=samples.mask,
                      behaviour_log_prob=samples.log_prob, phase_log_prob=phase_log_prob,
                      advantages=advantages, reward=reward, entropy=samples.entropy,
@@ -241,9 +236,14 @@ class TokenTrainer:
         def minibatch_step(carry, mb):
             params, opt_state = carry
             (_, metrics), grads = grad_fn(params, mb, hp)
-            extra = ({"ess": losses.ess_ratio(_sequence_log_staleness(
-                          mb.phase_log_prob, mb.behaviour_log_prob, mb.mask)),
-                      "ess_target": hp.ess_target} if self.algorithm.ess_scaling else {})
+            extra = {}
+            if self.algorithm.ess_scaling:
+                ess = losses.ess_ratio(_sequence_log_staleness(
+                    mb.phase_log_prob, mb.behaviour_log_prob, mb.mask))
+                extra = {"ess": ess, "ess_target": hp.ess_target}
+                metrics["ess_lr_scale"] = losses.ess_step_scale(ess, hp.ess_target)
+            else:
+                metrics["ess_lr_scale"] = jnp.nan
             updates, opt_state = tx.update(grads, opt_state, params, **extra)
             grad_norm = optax.global_norm(grads)
             metrics["grad_norm"] = grad_norm
