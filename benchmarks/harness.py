@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 import jax
 
+from vaco_jax import io
+
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
@@ -234,3 +236,12 @@ def _summary(compiled: Compiled, calls: list[float], load: dict[str, Any],
         "load_after": load_after,
         "device_memory": device_memory(),
     }
+
+
+def publish(text: str, markdown_path: str | None, out: Any, log: Callable[[str], None]) -> None:
+    """Prints a benchmark's Markdown tables, also writes them to `markdown_path` if given, and
+    says where the results are."""
+    print("\n" + text, flush=True)
+    if markdown_path:
+        io.write_text(markdown_path, text)
+    log(f"done; results in {out}")

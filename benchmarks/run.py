@@ -149,11 +149,7 @@ def _run(args: argparse.Namespace, settings: suites.Settings, out: Path) -> dict
         results["benchmarks"][name]["wall_s"] = round(time.perf_counter() - began, 1)
         results["wall_s"] = round(sum(b["wall_s"] for b in results["benchmarks"].values()), 1)
         io.write_json(out, results)
-    text = tables.markdown(results)
-    print("\n" + text, flush=True)
-    if args.markdown:
-        io.write_text(args.markdown, text)
-    log(f"done; results in {out}")
+    harness.publish(tables.markdown(results), args.markdown, out, log)
     return results
 
 

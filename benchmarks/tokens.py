@@ -326,11 +326,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         results["parts"][name] = PARTS[name](settings, log)
         results["parts"][name]["wall_s"] = round(time.perf_counter() - began, 1)
         io.write_json(out, results)
-    text = markdown(results)
-    print("\n" + text, flush=True)
-    if args.markdown:
-        io.write_text(args.markdown, text)
-    log(f"done; results in {out}")
+    harness.publish(markdown(results), args.markdown, out, log)
     return results
 
 
