@@ -276,7 +276,8 @@ class TokenTrainer:
             version_gap_mean=losses.aggregate(gap, batch.mask),
             version_gap_max=jnp.where(batch.mask > 0, gap, 0.0).max(),
             tv_backward=losses.tv_estimate(staleness, batch.mask),
-            ess_ratio=losses.ess_ratio(staleness.sum(axis=1)),
+            ess_ratio=losses.ess_ratio(_sequence_log_staleness(
+                batch.phase_log_prob, batch.behaviour_log_prob, batch.mask)),
         )
         return freeze_if_diverged(state, new_state, (params, opt_state, metrics["policy_loss"]),
                                   metrics)
