@@ -141,7 +141,9 @@ def test_named_experiments_cover_what_they_promise(named):
     ("seeds = 2", "seeds = [1, 1]", "seeds lists a value twice"),
     ("seeds = 2\n", "", r"missing required key\(s\) \['seeds'\]"),
     ("[forward]", "[overrides.ppo.hparams]\nclip_eps = 0.1\n\n[forward]",
-     r"\[overrides\]: algorithm: unknown value\(s\) \['ppo'\]; allowed: vaco"),
+     r"\[overrides\]: task or algorithm: unknown value\(s\) \['ppo'\]; allowed: toy_reach, vaco"),
+    ("[forward]", "[overrides.toy_reach.config]\nnum_env = 8\n\n[forward]",
+     r"\[overrides.toy_reach\]: unknown TrainConfig field\(s\) \['num_env'\]"),
     ("[forward]", "[reference_returns]\nhopper = 1.0\n\n[forward]",
      r"\[reference_returns\]: task: unknown value\(s\) \['hopper'\]; allowed: toy_reach"),
     ("seeds = 2", "seeds = ", "not valid TOML"),
@@ -189,6 +191,28 @@ def test_expansion_into_groups_and_runs():
     np.testing.assert_allclose(stacked.lag, [0.0, 2.0])
     np.testing.assert_allclose(stacked.learning_rate, [1e-3, 1e-3])
     np.testing.assert_allclose(stacked.clip_eps, [HParams().clip_eps] * 2)
+
+
+
+def test_task_overrides_apply_before_algorithm_overrides():
+    text = TOY.replace('tasks = ["toy_reach"]', 'tasks = ["toy_reach", "inverted_pendulum"]') \
+        .replace('algos = ["vaco"]', 'algos = ["ppo", "vaco"]') \
+        + "\n[overrides.inverted_pendulum.config]\nnum_envs = 4\nrollout_length = 16\n" \
+        + "\n[overrides.inverted_pendulum.hparams]\nlearning_rate = 5e-4\n" \
+        + "\n[overrides.vaco.config]\nnum_envs = 16\n"
+    groups = {g.name: g for g in sweep.parse_experiment(text).groups}
+    shape = {name: (g.config.num_envs, g.config.rollout_length) for name, g in groups.items()}
+    default = sweep.parse_experiment(TOY).groups[0].config
+    assert shape == {
+        "toy_reach-ppo-e2m2": (8, default.rollout_length),
+        "toy_reach-vaco-e2m2": (16, default.rollout_length),
+        "inverted_pendulum-ppo-e2m2": (4, 16),
+        # The algorithm's override wins over the task's, key by key.
+        "inverted_pendulum-vaco-e2m2": (16, 16),
+    }
+    rates = {name: float(g.hparams([0]).learning_rate[0]) for name, g in groups.items()}
+    assert rates["toy_reach-ppo-e2m2"] == pytest.approx(1e-3)
+    assert rates["inverted_pendulum-ppo-e2m2"] == pytest.approx(5e-4)
 
 
 # ---------------------------------------------------------------- batches

@@ -225,7 +225,8 @@ def _forward_values(table: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 
 @dataclasses.dataclass(frozen=True)
 class _Settings:
-    """The per-algorithm view of an experiment: shared values with its overrides applied."""
+    """The view of one (task, algorithm) of an experiment: the shared values with the task's
+    overrides applied, then the algorithm's."""
 
     testbed: Testbed
     config: Mapping[str, Any]
@@ -311,15 +312,18 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
         shared = _Settings(testbed=testbed, config=config, hparams=hparams, forward=forward)
         overrides = _table(spec, "overrides")
         with _context("[overrides]"):
-            _check_names("algorithm", list(overrides), algos)
+            _check_names("task or algorithm", list(overrides), tasks + algos)
         settings = {}
-        for algo in algos:
-            with _context(f"[overrides.{algo}]"):
-                settings[algo] = shared.overridden(_table(overrides, algo))
+        for task in tasks:
+            with _context(f"[overrides.{task}]"):
+                per_task = shared.overridden(_table(overrides, task))
+            for algo in algos:
+                with _context(f"[overrides.{algo}]"):
+                    settings[task, algo] = per_task.overridden(_table(overrides, algo))
         groups = tuple(_group(task, algo, epochs, minibatches, lag["model"], lags, seeds,
-                              settings[algo])
+                              settings[task, algo])
                        for task in tasks for algo in algos
-                       for epochs, minibatches in settings[algo].forward_variants())
+                       for epochs, minibatches in settings[task, algo].forward_variants())
     return Experiment(name=name, description=str(spec.get("description", "")), source=text,
                       testbed=testbed, focus_algo=focus_algo,
                       reference_returns=reference_returns, groups=groups)
