@@ -135,7 +135,8 @@ def test_run_events_give_collapse_warnings_and_leads():
         )
     assert events.loc["warned", "drop_lead"] == 2 * PERIOD
     assert events.loc["late", "drop_lead"] == -2 * PERIOD
-    assert events.loc["floor", ["task", "variant", "lag", "seed"]].to_list() == ["add", "vcpo", 4.0, 4]
+    coordinates = events.loc["floor", ["task", "variant", "lag", "seed"]].to_list()
+    assert coordinates == ["add", "vcpo", 4.0, 4]
 
 
 def test_cell_counts_of_each_variant_and_lag():
@@ -192,9 +193,9 @@ def test_summary_records_thresholds_cells_and_runs_as_json():
 def test_without_a_finite_ess_ratio_there_is_nothing_to_analyse(change):
     events = run_events(change(make_runs()))
     assert events is None
+    defaults = {"collapse_fraction": 0.5, "min_peak": 0.2, "ess_drop": 0.5, "ess_floor": 0.2}
     assert summary(events, Thresholds()) == {
-        "thresholds": {"collapse_fraction": 0.5, "min_peak": 0.2, "ess_drop": 0.5, "ess_floor": 0.2},
-        "skipped": "the runs table has no finite ess_ratio",
+        "thresholds": defaults, "skipped": "the runs table has no finite ess_ratio"
     }
 
 

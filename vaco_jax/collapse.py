@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 WARNING_RULES = ("drop", "floor")
-"""The ESS warning rules: a fall below ``ess_drop`` x the first period's level, or below ``ess_floor``."""
+"""The ESS warning rules: below ``ess_drop`` x the first period's level; below ``ess_floor``."""
 RUN_COORDINATES = ("task", "variant", "lag", "seed")
 
 

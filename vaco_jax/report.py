@@ -21,6 +21,8 @@ held-out accuracy) and what ``env_steps`` counts. Scoring:
   matrix: runs are paired across tasks by seed order, and tasks with more runs
   than the smallest count keep their lowest seeds. Every confidence interval
   is a 95% stratified percentile bootstrap drawn with the same ``seed``.
+- Whether a run's ESS fell before its score collapsed is ``vaco_jax.collapse``'s analysis of
+  the normalised scores (NaN after divergence, not carried forward) and ``ess_ratio``.
 """
 
 from __future__ import annotations
@@ -230,7 +232,8 @@ def _with_scores(table: pd.DataFrame, references: pd.DataFrame, score: Score) ->
     scores = stats.normalize_scores(
         table["filled_return"].to_numpy(), task["initial"].to_numpy(), task["reference"].to_numpy()
     )
-    return table.assign(score=scores, evaluated_score=np.where(table[score.column].isna(), np.nan, scores))
+    evaluated = np.where(table[score.column].isna(), np.nan, scores)
+    return table.assign(score=scores, evaluated_score=evaluated)
 
 
 def _run_table(
@@ -581,13 +584,11 @@ def _runs_as_one_line(rows: pd.DataFrame, column: str) -> tuple[np.ndarray, np.n
 def _event_points(
     table: pd.DataFrame, events: pd.DataFrame, steps_column: str, value_column: str
 ) -> pd.DataFrame:
-    """Per run with an event at ``events[steps_column]``: its variant, lag, env steps and
-    ``value_column`` there (as ``value``)."""
-    at = events[["variant", "lag", steps_column]].dropna().rename(columns={steps_column: "env_steps"})
-    values = table[["run_id", "env_steps", value_column]].astype({"env_steps": float})
-    return at.rename_axis("run_id").reset_index().merge(values, on=["run_id", "env_steps"]).rename(
-        columns={value_column: "value"}
-    )
+    """Per run of ``table`` with an event at ``events[steps_column]``: its ``variant``,
+    ``env_steps`` and ``value``, its ``value_column`` there."""
+    at = events[steps_column].dropna().rename("env_steps").rename_axis("run_id").reset_index()
+    values = table[["run_id", "variant", "env_steps", value_column]].astype({"env_steps": float})
+    return at.merge(values, on=["run_id", "env_steps"]).rename(columns={value_column: "value"})
 
 
 def _staleness_rows(table: pd.DataFrame, score: Score) -> dict[str, tuple[str, str]]:
