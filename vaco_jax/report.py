@@ -67,6 +67,12 @@ FRACTION_METRICS = {
 STALENESS_METRICS = {"ess_ratio": "ESS ratio", "grad_norm": "gradient norm (log)"}
 """Per-update metrics drawn over training beside the score, per run, if present."""
 LOG_SCALE_METRICS = ("grad_norm",)
+EVENT_MARKERS = {
+    "collapse": ("evaluated_score", "collapse_env_steps", "score", "x"),
+    "ESS warning (drop rule)": ("ess_ratio", "drop_warning_env_steps", "ess_ratio", "v"),
+}
+"""Marker key -> (column of the panel row's run lines, event column of
+``collapse.run_events``, column of the marked value, marker) of each run's marked events."""
 OFF_POLICY_METRICS = {
     "tv_backward": "Backward TV",
     "tv_forward": "Forward TV",
@@ -227,7 +233,7 @@ def _normalisation(
 
 def _with_scores(table: pd.DataFrame, references: pd.DataFrame, score: Score) -> pd.DataFrame:
     """Adds ``score``, the normalised ``filled_return``, and ``evaluated_score``, the same
-    left NaN where the evaluation is (after a run diverged)."""
+    but NaN where the evaluation is missing (after a run diverged)."""
     task = references.loc[table["task"]]
     scores = stats.normalize_scores(
         table["filled_return"].to_numpy(), task["initial"].to_numpy(), task["reference"].to_numpy()
@@ -601,14 +607,6 @@ def _staleness_rows(table: pd.DataFrame, score: Score) -> dict[str, tuple[str, s
     }
 
 
-EVENT_MARKERS = {
-    "collapse": ("evaluated_score", "collapse_env_steps", "score", "x"),
-    "ESS warning (drop rule)": ("ess_ratio", "drop_warning_env_steps", "ess_ratio", "v"),
-}
-"""Marker key -> (panel row's run column, event column of ``collapse.run_events``, value
-column, marker) of the events marked on every run's line."""
-
-
 def _mark_events(
     ax: Axes, rows: pd.DataFrame, events: pd.DataFrame | None, run_column: str,
     colours: Mapping[str, Any],
@@ -663,9 +661,7 @@ def _figure_staleness(
         ax.set_title(f"lag {lag:g}")
     for ax in grid[-1]:
         ax.set_xlabel(score.steps)
-    figure.suptitle(
-        "Score, ESS and gradient norm over training: median over runs (thick), each run (thin)"
-    )
+    figure.suptitle("Over training: each run (thin) and the median over runs (thick)")
     _shared_legend(figure, axes, [*colours, *EVENT_MARKERS])
     return figure
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vaco_jax.collapse import WARNING_RULES
+
 
 def _fmt(value: float) -> str:
     return f"{value:.3f}"
@@ -174,14 +176,13 @@ def _md_ess_collapse(summary: Mapping[str, Any]) -> list[str]:
     if "skipped" in analysis:
         return lines + [f"Not analysed: {analysis['skipped']}.", ""]
     t, steps = analysis["thresholds"], summary["score"]["steps"]
-    rules = ("drop", "floor")
     header = ["variant", "lag", "runs", "collapsed"] + [
-        f"{column} ({rule})" for rule in rules
+        f"{column} ({rule})" for rule in WARNING_RULES
         for column in ("warned in time", "median lead", "false alarms")
     ]
     rows = [
         [c["variant"], f"{c['lag']:g}", c["runs"], c["collapsed"]] + [
-            value for rule in rules
+            value for rule in WARNING_RULES
             for value in (c[rule]["warned_in_time"], _fmt_steps(c[rule]["median_lead"]),
                           c[rule]["false_alarms"])
         ]
