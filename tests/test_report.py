@@ -1,5 +1,6 @@
 """Tests of the sweep report on a small synthetic runs table."""
 
+import contextlib
 import itertools
 import json
 
@@ -8,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from vaco_jax import report as report_module
 from vaco_jax import stats
-from vaco_jax.report import variant_names, write_report
+from vaco_jax.report import Score, variant_names, write_report
 
 # Per task: initial return, and the return a perfect run gains over training.
 TASKS = {"hopper": (10.0, 100.0), "walker": (-5.0, 50.0)}
@@ -35,6 +37,7 @@ REPS = 200
 FIGURES = (
     "fig_aggregates",
     "fig_learning_curves",
+    "fig_staleness_diagnostics",
     "fig_auc",
     "fig_filter_clip",
     "fig_score_vs_off_policy",
@@ -120,12 +123,37 @@ def runs():
     return make_runs()
 
 
+@contextlib.contextmanager
+def drawn_figures(into):
+    """Records each figure ``write_report`` saves into the dict ``into``, by file stem."""
+    save = report_module._save_figure
+
+    def record(figure, out_dir, stem):
+        into[stem] = figure
+        return save(figure, out_dir, stem)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report_module, "_save_figure", record)
+        yield into
+
+
+def panels(figure):
+    return [ax for ax in figure.axes if ax.get_visible()]
+
+
 @pytest.fixture(scope="module")
-def report(runs, tmp_path_factory):
+def figures():
+    """The figures of the ``report`` fixture, by file stem."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def report(runs, tmp_path_factory, figures):
     out = tmp_path_factory.mktemp("report")
-    summary = write_report(
-        runs, out, final_fraction=FINAL_FRACTION, reps=REPS, seed=0, title="Synthetic sweep"
-    )
+    with drawn_figures(figures):
+        summary = write_report(
+            runs, out, final_fraction=FINAL_FRACTION, reps=REPS, seed=0, title="Synthetic sweep"
+        )
     return out, summary
 
 
@@ -378,3 +406,165 @@ def test_off_policy_uses_robust_columns_when_present_and_none_when_absent(runs, 
     assert summary["off_policy_metrics"] == []
     assert "skipped" in summary["figures"]["fig_score_vs_off_policy"]
     assert "Not measured" in (tmp_path / "none" / "report.md").read_text()
+
+
+# ---------------------------------------------------------------- stabilisers and staleness
+
+
+def test_fraction_figure_of_the_control_table_draws_filter_and_clip(report, figures):
+    figure = figures["fig_filter_clip"]
+    assert [ax.get_title() for ax in panels(figure)] == ["Filter fraction", "Clip fraction"]
+    assert figure.get_suptitle().startswith("Share of samples filtered, clipped")
+
+
+def test_staleness_figure_of_the_control_table_has_score_ess_and_grad_norm_rows(report, figures):
+    axes = panels(figures["fig_staleness_diagnostics"])
+    assert len(axes) == 3 * len(LAGS)
+    assert [ax.get_ylabel() for ax in axes[:: len(LAGS)]] == [
+        "normalised return", "ESS ratio", "gradient norm (log)"
+    ]
+    assert [ax.get_yscale() for ax in axes] == ["linear"] * 4 + ["log"] * 2
+    _, summary = report
+    assert len(summary["ess_collapse"]["runs"]) == len(RUNS)
+
+
+# A token-testbed-like table: held-out accuracy at sampled responses, the ESS ratio NaN at the
+# first evaluation (no update precedes it), token stabilisers' fractions.
+TOKEN_STEPS = np.arange(6) * 64
+TOKEN_UPDATES = np.arange(6) * 10
+TOKEN_SEEDS = (0, 1, 2)
+TOKEN_ALGOS = ("grpo", "vcpo")
+COLLAPSING = ("grpo", 4.0, 0)  # scores 0, .4, .8, .9, .2, .1: collapses at 256 steps
+COLLAPSING_ACCURACY = [0.5, 0.7, 0.9, 0.95, 0.6, 0.55]
+COLLAPSING_ESS = [np.nan, 0.6, 0.6, 0.25, 0.1, 0.1]  # halves at 192 steps, under 0.2 at 256
+TOKEN_DIVERGED = ("vcpo", 4.0, 1)  # NaN after update 25: collapses at 192 steps
+
+
+def token_run_rows(algo, lag, seed):
+    accuracy = np.array([0.5, 0.6, 0.7, 0.8, 0.85, 0.9]) + 0.01 * seed * (TOKEN_STEPS > 0)
+    ess = np.where(TOKEN_STEPS > 0, 1.0 if lag == 0 else 0.6, np.nan)
+    if (algo, lag, seed) == COLLAPSING:
+        accuracy, ess = np.array(COLLAPSING_ACCURACY), np.array(COLLAPSING_ESS)
+    diverged = (algo, lag, seed) == TOKEN_DIVERGED
+    if diverged:
+        accuracy = np.where(TOKEN_UPDATES > 25, np.nan, accuracy)
+        ess = np.where(TOKEN_UPDATES > 25, np.nan, ess)
+    coordinates = {
+        "task": "add", "algo": algo, "lag_model": "fixed", "lag": lag, "epochs": 1,
+        "minibatches": 1, "seed": seed, "run_id": f"add-{algo}-lag{lag:g}-r{seed}",
+        "diverged": diverged, "diverged_at": 25 if diverged else -1,
+    }
+    return [
+        {
+            **coordinates, "update": int(update), "env_steps": int(steps),
+            "eval_accuracy": accuracy[i], "ess_ratio": ess[i],
+            "grad_norm": np.nan if steps == 0 else 1.0 + i,
+            "clip_fraction": 0.1 * lag if algo == "grpo" else np.nan,
+            "is_truncated_fraction": 0.05 * lag if algo == "vcpo" else np.nan,
+            "is_masked_fraction": np.nan,
+        }
+        for i, (update, steps) in enumerate(zip(TOKEN_UPDATES, TOKEN_STEPS))
+    ]
+
+
+def make_token_runs():
+    runs = itertools.product(TOKEN_ALGOS, LAGS, TOKEN_SEEDS)
+    return pd.DataFrame([row for run in runs for row in token_run_rows(*run)])
+
+
+def write_token_report(runs, out):
+    return write_report(
+        runs, out, score=Score("eval_accuracy", "held-out accuracy", "sampled responses"),
+        reference_returns={"add": 1.0}, focus_algo="vcpo", reps=20,
+    )
+
+
+@pytest.fixture(scope="module")
+def token_report(tmp_path_factory):
+    out, figures = tmp_path_factory.mktemp("tokens"), {}
+    with drawn_figures(figures):
+        summary = write_token_report(make_token_runs(), out)
+    return out, summary, figures
+
+
+def test_token_report_finds_the_collapse_and_its_warnings(token_report):
+    _, summary, _ = token_report
+    analysis = summary["ess_collapse"]
+    assert analysis["thresholds"] == {
+        "collapse_fraction": 0.5, "min_peak": 0.2, "ess_drop": 0.5, "ess_floor": 0.2
+    }
+    calm = {"warned_in_time": 0, "median_lead": None, "false_alarms": 0}
+    assert analysis["cells"] == [
+        {"variant": "grpo", "lag": 0.0, "runs": 3, "collapsed": 0, "drop": calm, "floor": calm},
+        {
+            "variant": "grpo", "lag": 4.0, "runs": 3, "collapsed": 1,
+            "drop": {"warned_in_time": 1, "median_lead": 64.0, "false_alarms": 0},
+            "floor": {"warned_in_time": 1, "median_lead": 0.0, "false_alarms": 0},
+        },
+        {"variant": "vcpo", "lag": 0.0, "runs": 3, "collapsed": 0, "drop": calm, "floor": calm},
+        {"variant": "vcpo", "lag": 4.0, "runs": 3, "collapsed": 1, "drop": calm, "floor": calm},
+    ]
+    collapses = {r["run_id"]: r["collapse_env_steps"] for r in analysis["runs"] if r["collapsed"]}
+    assert collapses == {"add-grpo-lag4-r0": 256.0, "add-vcpo-lag4-r1": 192.0}
+
+
+def test_token_report_md_has_the_ess_collapse_table(token_report):
+    out, _, _ = token_report
+    text = (out / "report.md").read_text()
+    assert "## Does the ESS fall before the score collapses?" in text
+    assert "below 0.5 x its best earlier score (once that best is at least 0.2)" in text
+    assert "| grpo | 4 | 3 | 1 | 1 | 64 | 0 | 1 | 0 | 0 |" in text
+    assert "| vcpo | 4 | 3 | 1 | 0 | n/a | 0 | 0 | n/a | 0 |" in text
+    assert "](fig_staleness_diagnostics.png)" in text
+
+
+def offsets(ax):
+    """The points of every scatter of ``ax``, rounded."""
+    return {tuple(np.round(p, 6)) for c in ax.collections for p in c.get_offsets()}
+
+
+def test_token_staleness_figure_draws_runs_medians_and_marks_events(token_report):
+    _, _, figures = token_report
+    axes = panels(figures["fig_staleness_diagnostics"])
+    score_at_4, ess_at_4, grad_norm_at_4 = axes[1], axes[3], axes[5]
+    assert axes[0].get_ylabel() == "normalised held-out accuracy"
+    # Collapses at their score (the diverged run at its last finite one, 0.71 accuracy).
+    assert offsets(score_at_4) == {(256.0, 0.2), (192.0, 0.42)}
+    assert offsets(ess_at_4) == {(192.0, 0.25)}
+    assert offsets(axes[0]) == offsets(axes[2]) == set()
+    runs_line, median_line = score_at_4.lines[:2]  # grpo's
+    assert np.isnan(runs_line.get_xdata()).sum() == len(TOKEN_SEEDS)
+    # Median over seeds at 256 steps of 0.2, 0.72 and 0.74.
+    assert median_line.get_ydata()[4] == pytest.approx(0.72)
+    assert grad_norm_at_4.get_yscale() == "log"
+
+
+def test_token_fraction_figure_draws_the_stabilisers_fractions(token_report):
+    _, summary, figures = token_report
+    titles = [ax.get_title() for ax in panels(figures["fig_filter_clip"])]
+    assert titles == ["Clip fraction", "Truncated fraction"]  # is_masked_fraction is all NaN
+    (truncated,) = [ax for ax in panels(figures["fig_filter_clip"]) if ax.get_title() == titles[1]]
+    (line,) = truncated.lines
+    assert line.get_ydata() == pytest.approx([0.0, 0.2])
+    assert summary["figures"]["fig_filter_clip"]["caption"].startswith("Filtered, clipped")
+
+
+def test_without_ess_ratio_the_analysis_is_skipped_and_without_grad_norm_the_figure(tmp_path):
+    runs = make_token_runs().drop(columns=["ess_ratio"])
+    figures = {}
+    with drawn_figures(figures):
+        summary = write_token_report(runs, tmp_path / "grad_norm_only")
+    reason = "the runs table has no finite ess_ratio"
+    assert summary["ess_collapse"] == {"thresholds": summary["ess_collapse"]["thresholds"],
+                                       "skipped": reason}
+    axes = panels(figures["fig_staleness_diagnostics"])
+    assert [ax.get_ylabel() for ax in axes[:: len(LAGS)]] == [
+        "normalised held-out accuracy", "gradient norm (log)"
+    ]
+    assert f"Not analysed: {reason}." in (tmp_path / "grad_norm_only" / "report.md").read_text()
+
+    summary = write_token_report(runs.assign(grad_norm=np.nan), tmp_path / "none")
+    skipped = summary["figures"]["fig_staleness_diagnostics"]["skipped"]
+    assert skipped == "the runs table has no finite ess_ratio or grad_norm"
+    assert not (tmp_path / "none" / "fig_staleness_diagnostics.png").exists()
+    assert f"Skipped: {skipped}." in (tmp_path / "none" / "report.md").read_text()

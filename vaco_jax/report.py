@@ -21,6 +21,8 @@ held-out accuracy) and what ``env_steps`` counts. Scoring:
   matrix: runs are paired across tasks by seed order, and tasks with more runs
   than the smallest count keep their lowest seeds. Every confidence interval
   is a 95% stratified percentile bootstrap drawn with the same ``seed``.
+- Whether a run's ESS fell before its score collapsed is ``vaco_jax.collapse``'s analysis of
+  the normalised scores (NaN after divergence, not carried forward) and ``ess_ratio``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from vaco_jax import io, report_markdown, stats
+from vaco_jax import collapse, io, report_markdown, stats
 
 HP_PREFIX = "hp_"
 RUN_COORDINATES = ("task", "algo", "lag_model", "lag", "epochs", "minibatches", "seed")
@@ -54,7 +56,23 @@ AGGREGATES: dict[str, tuple[str, stats.Aggregate]] = {
     "mean": ("Mean", stats.aggregate_mean),
     "optimality_gap": ("Optimality gap", stats.aggregate_optimality_gap),
 }
-FRACTION_METRICS = {"filter_fraction": "Filter fraction", "clip_fraction": "Clip fraction"}
+FRACTION_METRICS = {
+    "filter_fraction": "Filter fraction",
+    "clip_fraction": "Clip fraction",
+    "is_truncated_fraction": "Truncated fraction",
+    "is_masked_fraction": "Masked fraction",
+    "stale_dropped_fraction": "Stale-dropped fraction",
+}
+"""Shares of samples a stabiliser filters, clips, truncates, masks or drops, plotted if present."""
+STALENESS_METRICS = {"ess_ratio": "ESS ratio", "grad_norm": "gradient norm (log)"}
+"""Per-update metrics drawn over training beside the score, per run, if present."""
+LOG_SCALE_METRICS = ("grad_norm",)
+EVENT_MARKERS = {
+    "collapse": ("evaluated_score", "collapse_env_steps", "score", "x"),
+    "ESS warning (drop rule)": ("ess_ratio", "drop_warning_env_steps", "ess_ratio", "v"),
+}
+"""Marker key -> (column of the panel row's run lines, event column of
+``collapse.run_events``, column of the marked value, marker) of each run's marked events."""
 OFF_POLICY_METRICS = {
     "tv_backward": "Backward TV",
     "tv_forward": "Forward TV",
@@ -213,12 +231,15 @@ def _normalisation(
     return references
 
 
-def _with_scores(table: pd.DataFrame, references: pd.DataFrame) -> pd.DataFrame:
+def _with_scores(table: pd.DataFrame, references: pd.DataFrame, score: Score) -> pd.DataFrame:
+    """Adds ``score``, the normalised ``filled_return``, and ``evaluated_score``, the same
+    but NaN where the evaluation is missing (after a run diverged)."""
     task = references.loc[table["task"]]
     scores = stats.normalize_scores(
         table["filled_return"].to_numpy(), task["initial"].to_numpy(), task["reference"].to_numpy()
     )
-    return table.assign(score=scores)
+    evaluated = np.where(table[score.column].isna(), np.nan, scores)
+    return table.assign(score=scores, evaluated_score=evaluated)
 
 
 def _run_table(
@@ -460,14 +481,15 @@ def _new_figure(
     *,
     panel_size: tuple[float, float] = (5.0, 3.6),
     max_cols: int = 3,
-    sharey: bool = False,
+    sharex: bool = False,
+    sharey: bool | str = False,
 ) -> tuple[Figure, list[Axes]]:
     """A figure of ``panels`` axes in rows of at most ``max_cols``, with room for a legend."""
     cols = min(panels, max_cols)
     rows = math.ceil(panels / cols)
     size = (panel_size[0] * cols, panel_size[1] * rows + 0.8)
     figure = Figure(figsize=size, layout="constrained")
-    axes = figure.subplots(rows, cols, squeeze=False, sharey=sharey).ravel().tolist()
+    axes = figure.subplots(rows, cols, squeeze=False, sharex=sharex, sharey=sharey).ravel().tolist()
     for unused in axes[panels:]:
         unused.set_visible(False)
     return figure, axes[:panels]
@@ -556,6 +578,94 @@ def _figure_curves(
     return figure
 
 
+def _runs_as_one_line(rows: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """x (env steps) and y of every run of ``rows`` in turn, NaN-separated: one plot call."""
+    xs, ys = [], []
+    for _, run in rows.groupby("run_id", sort=False):
+        xs += [run["env_steps"].to_numpy(dtype=float), [np.nan]]
+        ys += [run[column].to_numpy(dtype=float), [np.nan]]
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def _event_points(
+    table: pd.DataFrame, events: pd.DataFrame, steps_column: str, value_column: str
+) -> pd.DataFrame:
+    """Per run of ``table`` with an event at ``events[steps_column]``: its ``variant``,
+    ``env_steps`` and ``value``, its ``value_column`` there."""
+    at = events[steps_column].dropna().rename("env_steps").rename_axis("run_id").reset_index()
+    values = table[["run_id", "variant", "env_steps", value_column]].astype({"env_steps": float})
+    return at.merge(values, on=["run_id", "env_steps"]).rename(columns={value_column: "value"})
+
+
+def _staleness_rows(table: pd.DataFrame, score: Score) -> dict[str, tuple[str, str]]:
+    """Panel row -> (column of the per-run lines, column of the median line): the score
+    (runs left NaN after diverging, the median over runs carried forward), then each finite
+    ``STALENESS_METRICS`` column."""
+    present = [m for m in STALENESS_METRICS if m in table.columns and table[m].notna().any()]
+    return {f"normalised {score.name}": ("evaluated_score", "score")} | {
+        STALENESS_METRICS[m]: (m, m) for m in present
+    }
+
+
+def _mark_events(
+    ax: Axes, rows: pd.DataFrame, events: pd.DataFrame | None, run_column: str,
+    colours: Mapping[str, Any],
+) -> None:
+    for label, (row_column, steps_column, value_column, marker) in EVENT_MARKERS.items():
+        if events is None or row_column != run_column:
+            continue
+        points = _event_points(rows, events, steps_column, value_column)
+        ax.scatter(
+            points["env_steps"], points["value"], marker=marker, s=28, zorder=3,
+            color=[colours[v] for v in points["variant"]],
+        )
+        ax.scatter([], [], marker=marker, color="grey", label=label)
+
+
+def _staleness_panel(
+    ax: Axes, at_lag: pd.DataFrame, events: pd.DataFrame | None, columns: tuple[str, str],
+    colours: Mapping[str, Any],
+) -> None:
+    """Each run's line (thin) and the median over runs (thick) of each variant at one lag."""
+    run_column, median_column = columns
+    for variant, runs in at_lag.groupby("variant", sort=True):
+        ax.plot(*_runs_as_one_line(runs, run_column), color=colours[variant], lw=0.6, alpha=0.3)
+        median = runs.groupby("env_steps")[median_column].median()
+        ax.plot(median.index, median.to_numpy(), color=colours[variant], lw=2, label=variant)
+    _mark_events(ax, at_lag, events, run_column, colours)
+    if run_column in LOG_SCALE_METRICS:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+
+
+def _figure_staleness(
+    table: pd.DataFrame,
+    events: pd.DataFrame | None,
+    colours: Mapping[str, Any],
+    lags: Sequence[float],
+    score: Score,
+) -> Figure | _Skipped:
+    rows = _staleness_rows(table, score)
+    if len(rows) == 1:
+        return _Skipped(f"the runs table has no finite {' or '.join(STALENESS_METRICS)}")
+    figure, axes = _new_figure(
+        len(rows) * len(lags), panel_size=(4.2, 2.8), max_cols=len(lags), sharex=True,
+        sharey="row",
+    )
+    grid = np.array(axes, dtype=object).reshape(len(rows), len(lags))
+    for row_axes, (label, columns) in zip(grid, rows.items()):
+        for ax, lag in zip(row_axes, lags):
+            _staleness_panel(ax, table[table["lag"] == lag], events, columns, colours)
+        row_axes[0].set_ylabel(label)
+    for ax, lag in zip(grid[0], lags):
+        ax.set_title(f"lag {lag:g}")
+    for ax in grid[-1]:
+        ax.set_xlabel(score.steps)
+    figure.suptitle("Over training: each run (thin) and the median over runs (thick)")
+    _shared_legend(figure, axes, [*colours, *EVENT_MARKERS])
+    return figure
+
+
 def _figure_auc(
     summaries: Sequence[Mapping[str, Any]], colours: Mapping[str, Any], lags: Sequence[float]
 ) -> Figure:
@@ -583,7 +693,7 @@ def _figure_fractions(
         _lag_axis(ax, lags)
         ax.set_ylabel(f"{FRACTION_METRICS[metric].lower()} (mean over runs and training)")
         ax.set_title(FRACTION_METRICS[metric])
-    figure.suptitle("Share of samples filtered and clipped against lag")
+    figure.suptitle("Share of samples filtered, clipped, truncated, masked or dropped against lag")
     _shared_legend(figure, axes, list(colours))
     return figure
 
@@ -718,6 +828,8 @@ def _figure_builders(
     cell_summaries: Sequence[Mapping[str, Any]],
     curves: Mapping[tuple[str, float], Mapping[str, np.ndarray]],
     fraction_means: pd.DataFrame,
+    table: pd.DataFrame,
+    events: pd.DataFrame | None,
     run_table: pd.DataFrame,
     improvements: Sequence[Mapping[str, Any]],
     focus_algo: str,
@@ -735,12 +847,17 @@ def _figure_builders(
             "IQM learning curves per lag level",
             lambda: _figure_curves(curves, colours, lags, score),
         ),
+        "fig_staleness_diagnostics": (
+            f"Normalised {score.name}, ESS ratio and gradient norm over training, per run and "
+            "median, with each run's collapse and ESS warning marked",
+            lambda: _figure_staleness(table, events, colours, lags, score),
+        ),
         "fig_auc": (
             "IQM of the area under the learning curve against lag",
             lambda: _figure_auc(cell_summaries, colours, lags),
         ),
         "fig_filter_clip": (
-            "Filter and clip fractions against lag",
+            "Filtered, clipped, truncated, masked and dropped fractions against lag",
             lambda: _figure_fractions(fraction_means, colours, lags),
         ),
         "fig_score_vs_off_policy": (
@@ -765,17 +882,20 @@ def write_report(
     reps: int = 2000,
     seed: int = 0,
     title: str | None = None,
+    collapse_thresholds: collapse.Thresholds = collapse.Thresholds(),
 ) -> dict[str, Any]:
     """Scores a sweep's runs table and writes the report into ``out_dir``.
 
     Args:
       runs: the runs table, one row per run per evaluation point: the columns
         of ``required_columns(score)``, any ``hp_*`` columns, and training metrics of
-        which ``filter_fraction`` and ``clip_fraction`` are plotted if present,
-        and the off-policy metrics of ``OFF_POLICY_METRICS`` (with any
-        ``*_median``/``*_p90`` per-update summaries of them) are summarised
-        per run and per (variant, lag), and the final score plotted against
-        the run means of ``tv_backward`` and ``behaviour_kl``, if present.
+        which those of ``FRACTION_METRICS`` are plotted against lag and those of
+        ``STALENESS_METRICS`` over training per run, if present; the off-policy
+        metrics of ``OFF_POLICY_METRICS`` (with any ``*_median``/``*_p90``
+        per-update summaries of them) are summarised per run and per (variant,
+        lag), and the final score plotted against the run means of
+        ``tv_backward`` and ``behaviour_kl``, if present; ``ess_ratio``, if
+        present, is set against each run's collapse (``vaco_jax.collapse``).
       out_dir: folder of the report, created if needed; report files already
         there are replaced, each atomically.
       score: what the evaluations measure (default: returns in ``eval_return``
@@ -789,6 +909,8 @@ def write_report(
       reps: bootstrap resamples per confidence interval.
       seed: seed of every bootstrap.
       title: heading of ``report.md``.
+      collapse_thresholds: when a run collapses and when its ESS warns, for the
+        ESS-versus-collapse table (``vaco_jax.collapse``).
 
     Writes ``runs.parquet`` (``runs`` as given), ``summary.json``, ``report.md``
     and each figure as ``fig_*.png`` and ``fig_*.pdf``; a figure without data
@@ -801,7 +923,7 @@ def write_report(
     table = _prepared(runs, score)
     final_returns = _final_returns(table, final_fraction)
     references = _normalisation(table, final_returns, reference_returns)
-    table = _with_scores(table, references)
+    table = _with_scores(table, references, score)
     off_policy_columns = _off_policy_columns(table)
     run_table = _run_table(table, final_returns, references).join(
         _run_off_policy(table), on="run_id"
@@ -810,10 +932,15 @@ def write_report(
     cell_summaries = [_cell_summary(cell, reps, seed) for cell in cells]
     improvements = _improvements(cells, focus_algo, reps, seed)
     overview = _run_overview(table, run_table)
+    events = collapse.run_events(
+        table, score_column="evaluated_score", thresholds=collapse_thresholds
+    )
     builders = _figure_builders(
         cell_summaries,
         {(c.variant, c.lag): _learning_curve(c, table, tasks, reps, seed) for c in cells},
         _fraction_means(table),
+        table,
+        events,
         run_table,
         improvements,
         focus_algo,
@@ -855,6 +982,7 @@ def write_report(
         "off_policy_metrics": off_policy_columns,
         "off_policy": _off_policy_summaries(run_table, off_policy_columns),
         "diverged_runs": _diverged_runs(run_table),
+        "ess_collapse": collapse.summary(events, collapse_thresholds),
         "figures": figures,
     }
     io.write_table(out / "runs.parquet", runs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vaco_jax.collapse import WARNING_RULES
+
 
 def _fmt(value: float) -> str:
     return f"{value:.3f}"
@@ -164,6 +166,45 @@ def _fmt_optional(value: float | None) -> str:
     return "n/a" if value is None else _fmt(value)
 
 
+def _fmt_steps(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def _md_ess_collapse(summary: Mapping[str, Any]) -> list[str]:
+    lines = ["## Does the ESS fall before the score collapses?", ""]
+    analysis = summary["ess_collapse"]
+    if "skipped" in analysis:
+        return lines + [f"Not analysed: {analysis['skipped']}.", ""]
+    t, steps = analysis["thresholds"], summary["score"]["steps"]
+    header = ["variant", "lag", "runs", "collapsed"] + [
+        f"{column} ({rule})" for rule in WARNING_RULES
+        for column in ("warned in time", "median lead", "false alarms")
+    ]
+    rows = [
+        [c["variant"], f"{c['lag']:g}", c["runs"], c["collapsed"]] + [
+            value for rule in WARNING_RULES
+            for value in (c[rule]["warned_in_time"], _fmt_steps(c[rule]["median_lead"]),
+                          c[rule]["false_alarms"])
+        ]
+        for c in analysis["cells"]
+    ]
+    return lines + [
+        f"A run collapses at the first evaluation at which its normalised score is below "
+        f"{t['collapse_fraction']:g} x its best earlier score (once that best is at least "
+        f"{t['min_peak']:g}), or at which it has diverged. The ESS warns, by the drop rule, at the "
+        f"first evaluation period whose mean ESS ratio is below {t['ess_drop']:g} x the run's "
+        f"first period's, and by the floor rule below {t['ess_floor']:g}. Read it as: of the "
+        "collapsed runs, how many were warned at or before their collapse, and by how many "
+        f"{steps} (median lead, collapse minus warning, over the collapsed runs with a warning; "
+        "negative: the ESS fell only after the collapse); false alarms are runs warned that "
+        "never collapsed. The ESS predicts collapse where collapsed runs are warned in time and "
+        "false alarms are few. Each run's events are in `summary.json` (`ess_collapse`).",
+        "",
+        *_md_table(header, rows),
+        "",
+    ]
+
+
 def _md_diverged(summary: Mapping[str, Any]) -> list[str]:
     lines = ["## Diverged runs", ""]
     diverged = summary["diverged_runs"]
@@ -206,6 +247,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
         _md_scores(summary),
         _md_improvement(summary),
         _md_off_policy(summary),
+        _md_ess_collapse(summary),
         _md_diverged(summary),
         _md_figures(summary),
     ]
