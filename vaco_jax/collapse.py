@@ -1,18 +1,17 @@
 """Does a run's effective sample size fall before its score collapses?
 
 Works on a runs table (one row per run per evaluation, columns ``run_id``, ``task``,
-``variant``, ``lag``, ``seed``, ``env_steps``, a normalised score and ``ess_ratio``: the mean
+``variant``, ``lag``, ``seed``, ``env_steps``, a score and ``ess_ratio``: the mean
 over the evaluation period's updates of the sequence-level ESS ratio of ``pi_T / beta``).
 Each run's rows are read in ``env_steps`` order. With the defaults of ``Thresholds``:
 
 - A run *collapses* at the first evaluation at which its score is below
   ``collapse_fraction`` (0.5) times the best score of its earlier evaluations (the running
   maximum, the current evaluation left out), provided that best is at least ``min_peak``
-  (0.2), so that a run that never learned does not "collapse"; on a score normalised to 0 at
-  the initial policies and 1 at the reference, it collapses when it loses more than half of
-  the best gain it had made (a run that falls from its initial level without gaining first is
-  not counted). A NaN score (every evaluation after a run diverged) is a collapse at that
-  evaluation.
+  (0.2), so that a run that never learned does not "collapse". The report judges the score
+  as a fraction of the task's reference, so that a run that starts at half the reference
+  collapses when it falls below a quarter of it, whether or not it gained first. A NaN score
+  (every evaluation after a run diverged) is a collapse at that evaluation.
 - An *ESS warning* is raised by two rules, each at the first evaluation period at which it
   holds: ``drop``, the period's ``ess_ratio`` is below ``ess_drop`` (0.5) times that of the
   run's first period with a finite ``ess_ratio`` (a fall relative to the level the run's lag

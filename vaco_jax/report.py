@@ -232,14 +232,28 @@ def _normalisation(
 
 
 def _with_scores(table: pd.DataFrame, references: pd.DataFrame, score: Score) -> pd.DataFrame:
-    """Adds ``score``, the normalised ``filled_return``, and ``evaluated_score``, the same
-    but NaN where the evaluation is missing (after a run diverged)."""
+    """Adds ``score``, the normalised ``filled_return``; ``evaluated_score``, the same but NaN
+    where the evaluation is missing (after a run diverged); and ``reference_fraction``, the
+    evaluated score divided by the task's reference (NaN where that is not positive)."""
     task = references.loc[table["task"]]
     scores = stats.normalize_scores(
         table["filled_return"].to_numpy(), task["initial"].to_numpy(), task["reference"].to_numpy()
     )
     evaluated = np.where(table[score.column].isna(), np.nan, scores)
-    return table.assign(score=scores, evaluated_score=evaluated)
+    reference = task["reference"].to_numpy()
+    fraction = np.where(reference > 0, table[score.column].to_numpy() / reference, np.nan)
+    return table.assign(score=scores, evaluated_score=evaluated, reference_fraction=fraction)
+
+
+def _collapse_events(
+    table: pd.DataFrame, references: pd.DataFrame, thresholds: collapse.Thresholds
+) -> pd.DataFrame | None:
+    """``collapse.run_events`` judged on the score as a fraction of the task's reference, not on
+    the normalised score: a warm-started run that falls below its initial level without gaining
+    first must count as a collapse. Tasks with a reference that is not positive (a fraction of
+    it has no meaning) are left out."""
+    judged = table[table["task"].isin(references.index[references["reference"] > 0])]
+    return collapse.run_events(judged, score_column="reference_fraction", thresholds=thresholds)
 
 
 def _run_table(
@@ -932,9 +946,7 @@ def write_report(
     cell_summaries = [_cell_summary(cell, reps, seed) for cell in cells]
     improvements = _improvements(cells, focus_algo, reps, seed)
     overview = _run_overview(table, run_table)
-    events = collapse.run_events(
-        table, score_column="evaluated_score", thresholds=collapse_thresholds
-    )
+    events = _collapse_events(table, references, collapse_thresholds)
     builders = _figure_builders(
         cell_summaries,
         {(c.variant, c.lag): _learning_curve(c, table, tasks, reps, seed) for c in cells},
