@@ -134,7 +134,7 @@ def test_named_experiments_cover_what_they_promise(named):
      r"\[config\]: unknown TrainConfig field\(s\) \['num_env'\]; allowed: \["),
     ("[config]", "[config]\nepochs = 8", r"epochs is set by \[forward\] epochs"),
     ('model = "uniform"', 'model = "poisson"',
-     "group toy_reach-vaco-e2m2: lag_model='poisson' is not supported; allowed values: fixed"),
+     r"\[lag\]: model: unknown value\(s\) \['poisson'\]; allowed: fixed, uniform"),
     ("levels = [0, 2]", "levels = [0, 4]",
      r"lag for lag_model='uniform' must be an integer in \[0, 3\]"),
     ("minibatches = 2", "minibatches = 3", "must be divisible by minibatches=3"),
