@@ -10,6 +10,7 @@ import pytest
 
 from test_sweep import BATCH, EXPERIMENTS, TOY
 from vaco_jax import cli, sweep
+from vaco_jax.policy_buffer import mean_lag
 
 SINGLE = '[lag]\nmodel = "uniform"\nlevels = [0, 2]\n'
 SEVERAL = ('[[lag]]\nmodel = "uniform"\nlevels = [0, 2]\n\n'
@@ -173,3 +174,20 @@ def test_report_of_several_lag_models_names_them_in_the_variants(parts):
     # The control trainer logs its version gap, so runs compare at equal measured staleness.
     assert "version_gap_mean" in summary["off_policy_metrics"]
 
+
+def test_tokens_in_flight_compares_lag_models_at_equal_mean_staleness():
+    experiment = sweep.load_experiment(EXPERIMENTS / "tokens_in_flight.toml")
+    levels: dict[str, set[float]] = {}
+    for group in experiment.groups:
+        levels.setdefault(group.config.lag_model, set()).update(r.lag for r in group.runs)
+        assert all(len({r.seed for r in group.runs if r.lag == lag}) == 10
+                   for lag in levels[group.config.lag_model])
+    assert levels == {"fixed": {0.0, 8.0}, "uniform": {16.0}, "in_flight": {23.0}}
+    assert {g.config.algo for g in experiment.groups} == {"grpo", "tis", "vcpo"}
+    config = experiment.groups[0].config
+    # The version gap is measured over a well-formed response's tokens, up to its EOS.
+    length, valid = config.response_length, config.task_spec.answer_length
+    staleness = [mean_lag("fixed", 8, length), mean_lag("uniform", 16, length),
+                 mean_lag("in_flight", 23, length, valid)]
+    assert max(staleness) - min(staleness) < 0.1
+    assert max(r.lag for g in experiment.groups for r in g.runs) < config.buffer_capacity
