@@ -8,7 +8,8 @@ import jax
 import pandas as pd
 import pytest
 
-from test_sweep import BATCH, EXPERIMENTS, TOY
+from test_sweep import EXPERIMENTS, TOY
+from test_sweep_parts import whole_and_parts
 from vaco_jax import cli, sweep
 from vaco_jax.policy_buffer import mean_lag
 
@@ -129,15 +130,7 @@ def test_plan_lists_a_group_per_lag_model(models_file, capsys):
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory, models_file):
     """The two-model toy experiment run whole, and as parts 1/2 and 2/2."""
-    root = tmp_path_factory.mktemp("parts")
-    whole = root / "whole"
-    sweep.sweep(whole, sweep.load_experiment(models_file), max_runs_per_batch=BATCH,
-                progress=False)
-    folders = [root / "part1", root / "part2"]
-    for index, folder in enumerate(folders, 1):
-        assert cli.main(["sweep", str(models_file), "--part", f"{index}/2", "--out", str(folder),
-                         "--max-runs-per-batch", str(BATCH), "--no-progress"]) == 0
-    return whole, folders
+    return whole_and_parts(tmp_path_factory.mktemp("parts"), models_file)
 
 
 def test_parts_of_several_lag_models_split_resume_and_merge(parts, tmp_path, capsys):
