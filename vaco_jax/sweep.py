@@ -220,14 +220,14 @@ def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
-class LagSpec:
+class _LagSpec:
     """One `[lag]` entry: a lag model and its levels (each level one lag value of the runs)."""
 
     model: str
     levels: tuple[float, ...]
 
 
-def _lag_spec(table: Any) -> LagSpec:
+def _lag_spec(table: Any) -> _LagSpec:
     if not isinstance(table, dict):
         raise ValueError(f"must be a table with keys {list(LAG_KEYS)}, got {table!r}")
     _check_keys(table, LAG_KEYS)
@@ -237,10 +237,10 @@ def _lag_spec(table: Any) -> LagSpec:
     if not isinstance(model, str):
         raise ValueError(f"model must be one lag model name, got {model!r}")
     _check_names("model", [model], LAG_MODELS)
-    return LagSpec(model=model, levels=_values("levels", table["levels"]))
+    return _LagSpec(model=model, levels=_values("levels", table["levels"]))
 
 
-def _lag_specs(value: Any) -> tuple[LagSpec, ...]:
+def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
     """`[lag]`, one table, or `[[lag]]`, an array of tables of distinct models."""
     if isinstance(value, dict):
         with _context("[lag]"):
@@ -291,8 +291,8 @@ class _Settings:
                          forward={**self.forward, **_forward_values(_table(override, "forward"))})
 
 
-def _group(task: str, algo: str, epochs: int, minibatches: int, lag: LagSpec,
-           lag_specs: tuple[LagSpec, ...], seeds: tuple[int, ...], settings: _Settings) -> Group:
+def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
+           lag_specs: tuple[_LagSpec, ...], seeds: tuple[int, ...], settings: _Settings) -> Group:
     """One group with its runs in the order lag level, grid point, seed (seed varies fastest).
 
     With several lag models (`lag_specs`) the group's name includes its model, and the shared
@@ -310,9 +310,9 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: LagSpec,
     fixed = {n: v for n, v in settings.hparams.items() if n not in swept}
     grid = itertools.product(*(settings.hparams[n] for n in swept))
     points = itertools.product(lag.levels, grid, seeds)
-    runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=float(lag),
+    runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=float(level),
                          hparams=dict(zip(swept, point)))
-                 for i, (lag, point, seed) in enumerate(points))
+                 for i, (level, point, seed) in enumerate(points))
     group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs)
     with _context(f"group {name}"):
         testbed.validate(config, group.hparams(range(len(runs))))
