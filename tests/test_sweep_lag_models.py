@@ -135,6 +135,7 @@ def parts(tmp_path_factory, models_file):
 
 def test_parts_of_several_lag_models_split_resume_and_merge(parts, tmp_path, capsys):
     whole, (part1, part2) = parts
+    assert [g.name for g in sweep.load_sweep_to_resume(whole).groups] == [UNIFORM, IN_FLIGHT]
     # The larger uniform group is part 1, the in-flight group part 2.
     for folder, group in ((part1, UNIFORM), (part2, IN_FLIGHT)):
         saved = json.loads((folder / sweep.PLAN_FILE).read_text())
