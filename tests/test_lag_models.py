@@ -9,7 +9,8 @@ from scipy import stats
 
 from engine_configs import TOY
 from vaco_jax.config import LAG_WARMUPS, HParams, TrainConfig, validate
-from vaco_jax.policy_buffer import PolicyBuffer, draw_lags, in_flight_lags, push, sample_lags
+from vaco_jax.policy_buffer import (PolicyBuffer, draw_lags, in_flight_lags, mean_lag, push,
+                                    sample_lags)
 from vaco_jax.train import Trainer, make_train
 
 CAPACITY = 8
@@ -92,6 +93,46 @@ def test_in_flight_lags_catch_up_to_the_newest_version():
     np.testing.assert_array_equal(lags[:, 0], 0)  # synchronous stays synchronous
     np.testing.assert_array_equal(lags[:, 3], 7 - np.arange(8))  # one version per step
     assert np.all(np.diff(lags, axis=0) <= 0) and np.all(lags >= 0)
+
+
+@pytest.mark.parametrize("lag_model, level, length, counted_steps, expected", [
+    ("fixed", 8, 5, None, 8.0),
+    ("uniform", 16, 5, None, 8.0),
+    ("per_actor", 3, 5, 2, 1.5),
+    ("in_flight", 0, 4, None, 0.0),
+    # Start 0: lags 0 0 0 0; start 1: 1 - floor(2t / 4) = 1 1 0 0.
+    ("in_flight", 1, 4, None, (0 + 2 / 4) / 2),
+    # Start 1: 1 - floor(2t / 5) = 1 1 1 0 0; start 2: 2 - floor(3t / 5) = 2 2 1 1 0.
+    ("in_flight", 2, 5, None, (0 + 3 / 5 + 6 / 5) / 3),
+    ("in_flight", 2, 5, 4, (0 + 3 / 4 + 6 / 4) / 3),  # the first 4 steps only
+    ("in_flight", 2.0, 5, 1, 1.0),  # the first step: the start lag, uniform over 0..2
+])
+def test_mean_lag_by_hand(lag_model, level, length, counted_steps, expected):
+    assert mean_lag(lag_model, level, length, counted_steps) == pytest.approx(expected, abs=1e-12)
+
+
+def test_mean_lag_is_the_mean_of_the_drawn_in_flight_lags():
+    start = sample_lags(jax.random.PRNGKey(3), "in_flight", jnp.float32(6), DRAWS, CAPACITY,
+                        PER_ACTOR)
+    lags = np.asarray(in_flight_lags(start, 5), np.float64)
+    standard_error = lags.mean(axis=0).std() / np.sqrt(DRAWS)
+    assert abs(lags.mean() - mean_lag("in_flight", 6, 5)) < 4 * standard_error
+    assert abs(lags[:3].mean() - mean_lag("in_flight", 6, 5, 3)) < 4 * standard_error
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (("geometric", 1, 4), r"mean_lag is defined for lag_model in fixed, uniform, per_actor, "
+                          r"in_flight .*got 'geometric'"),
+    (("bounded", 1, 4), "got 'bounded'"),
+    (("fixed", -1, 4), "level must be an integer >= 0, got -1"),
+    (("uniform", 1.5, 4), "level must be an integer >= 0, got 1.5"),
+    (("fixed", 1, 0), "length must be an integer >= 1, got 0"),
+    (("in_flight", 1, 4, 5), r"counted_steps must be an integer in \[1, length=4\], got 5"),
+    (("in_flight", 1, 4, 0), r"counted_steps must be an integer in \[1, length=4\], got 0"),
+])
+def test_mean_lag_refuses_what_it_does_not_define(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        mean_lag(*arguments)
 
 
 @pytest.mark.parametrize("probabilities,message", [

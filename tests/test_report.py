@@ -313,6 +313,74 @@ def test_given_references_unequal_counts_and_rewrites(runs, tmp_path):
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_mean_version_gap_is_an_off_policy_axis_only_when_measured(runs, tmp_path):
+    """Without ``version_gap_mean`` the figure keeps its two panels in one row; with it (finite)
+    a third panel takes a second row."""
+    heights = {}
+    for name, table in {
+        "absent": runs.drop(columns=["version_gap_mean"]),
+        "not finite": runs.assign(version_gap_mean=np.nan),
+        "measured": runs,
+    }.items():
+        summary = write_report(table, tmp_path / name, final_fraction=FINAL_FRACTION, reps=20)
+        assert ("version_gap_mean" in summary["off_policy_metrics"]) == (name != "absent")
+        heights[name] = matplotlib.image.imread(tmp_path / name / "fig_score_vs_off_policy.png").shape[0]
+    assert heights["absent"] == heights["not finite"]
+    assert heights["measured"] > 1.5 * heights["absent"]
+
+
+# Per lag model: its lag levels, chosen as at equal mean staleness (in_flight also at 8, the
+# fixed level, where a level means another distribution).
+LAG_LEVELS = {"fixed": (0.0, 8.0), "uniform": (16.0,), "in_flight": (8.0, 23.0)}
+
+
+@pytest.fixture(scope="module")
+def lag_model_runs():
+    """Two algorithms, each under three lag models at different levels, on one task."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for algo, model, seed in itertools.product(("grpo", "tis"), LAG_LEVELS, SEEDS):
+        for lag in LAG_LEVELS[model]:
+            quality = rng.uniform(0.2, 1.0)
+            rows += [
+                {
+                    "task": "add", "algo": algo, "lag_model": model, "lag": lag, "epochs": 1,
+                    "minibatches": 1, "seed": seed, "run_id": f"{algo}/{model}/{lag:g}/{seed}",
+                    "diverged": False, "diverged_at": -1, "update": int(update),
+                    "env_steps": int(steps),
+                    "eval_accuracy": quality * steps / ENV_STEPS[-1] + rng.normal(0.0, 0.05),
+                    "tv_backward": rng.uniform(), "version_gap_mean": lag / 2 + rng.uniform(),
+                    "clip_fraction": rng.uniform(0.0, 0.1),
+                }
+                for update, steps in zip(UPDATES, ENV_STEPS)
+            ]
+    return pd.DataFrame(rows)
+
+
+def test_variants_of_one_algorithm_at_different_lags_and_models(lag_model_runs, tmp_path):
+    summary = write_report(
+        lag_model_runs, tmp_path, score=Score("eval_accuracy", "accuracy", "responses"),
+        focus_algo="tis", final_fraction=FINAL_FRACTION, reps=20,
+    )
+    assert {(c["variant"], c["lag"]) for c in summary["cells"]} == {
+        (f"{algo}[lag_model={model}]", lag)
+        for algo in ("grpo", "tis") for model, lags in LAG_LEVELS.items() for lag in lags
+    }
+    skipped = {stem for stem, figure in summary["figures"].items() if "skipped" in figure}
+    assert skipped == {"fig_staleness_diagnostics"}  # the table has no ess_ratio or grad_norm
+    assert summary["run"]["lags"] == [0.0, 8.0, 16.0, 23.0]
+    # A lag level is compared with the baseline under the same lag model only.
+    assert sorted(
+        (r["lag"], r["variant"], r["baseline"]) for r in summary["probability_of_improvement"]
+    ) == sorted(
+        (lag, f"tis[lag_model={model}]", f"grpo[lag_model={model}]")
+        for model, lags in LAG_LEVELS.items() for lag in lags
+    )
+    text = (tmp_path / "report.md").read_text()
+    assert "| 8 | tis[lag_model=in_flight] | grpo[lag_model=in_flight] |" in text
+    assert "| 8 | tis[lag_model=in_flight] | grpo[lag_model=fixed] |" not in text
+
+
 # ---------------------------------------------------------------- variants and bad input
 
 
@@ -362,7 +430,7 @@ def test_rejects_bad_input(runs, tmp_path, change, options, message):
 
 def test_off_policy_summaries_match_hand_computation(report, runs):
     _, summary = report
-    measured = ["tv_backward", "tv_forward", "behaviour_kl", "approx_kl"]
+    measured = ["tv_backward", "tv_forward", "behaviour_kl", "approx_kl", "version_gap_mean"]
     assert summary["off_policy_metrics"] == measured
     (record,) = [
         r for r in summary["off_policy"] if r["variant"] == "vaco[tv_delta=0.2]" and r["lag"] == 4.0
@@ -392,7 +460,7 @@ def test_off_policy_table_in_report_md(report):
 
 
 def test_off_policy_uses_robust_columns_when_present_and_none_when_absent(runs, tmp_path):
-    measured = runs.drop(columns=["behaviour_kl", "approx_kl"]).assign(
+    measured = runs.drop(columns=["behaviour_kl", "approx_kl", "version_gap_mean"]).assign(
         tv_forward_p90=runs["tv_forward"] + 1.0
     )
     summary = write_report(measured, tmp_path / "robust", final_fraction=FINAL_FRACTION, reps=20)
@@ -401,7 +469,9 @@ def test_off_policy_uses_robust_columns_when_present_and_none_when_absent(runs, 
         assert record["tv_forward_p90"]["mean"] == pytest.approx(record["tv_forward"]["mean"] + 1.0)
     assert "skipped" not in summary["figures"]["fig_score_vs_off_policy"]
 
-    unmeasured = runs.drop(columns=["tv_backward", "tv_forward", "behaviour_kl", "approx_kl"])
+    unmeasured = runs.drop(
+        columns=["tv_backward", "tv_forward", "behaviour_kl", "approx_kl", "version_gap_mean"]
+    )
     summary = write_report(unmeasured, tmp_path / "none", final_fraction=FINAL_FRACTION, reps=20)
     assert summary["off_policy_metrics"] == []
     assert "skipped" in summary["figures"]["fig_score_vs_off_policy"]

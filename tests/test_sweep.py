@@ -19,6 +19,7 @@ import pytest
 
 from vaco_jax import cli, report, sweep, testbeds
 from vaco_jax.config import HParams
+from vaco_jax.tokens.algorithms import ALGORITHMS as TOKEN_ALGORITHMS
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 TOY = """\
@@ -117,6 +118,24 @@ def test_named_experiments_cover_what_they_promise(named):
                                                     "vaco_realign_only", "ppo",
                                                     "ppo_recompute"}
     assert len(lags("component_ablation")) >= 2
+    staleness = named["tokens_staleness"]
+    assert values("tokens_staleness", "task") == {"add", "chain"}
+    assert values("tokens_staleness", "algo") == set(TOKEN_ALGORITHMS)
+    assert 0 in lags("tokens_staleness") and len(lags("tokens_staleness")) >= 3
+    for name in ("tokens_staleness", "tokens_staleness_cpu"):
+        assert all({r.seed for r in g.runs} == set(range(10)) for g in named[name].groups)
+        assert {0, 32} <= lags(name)
+    sizes = {g.config.task: (g.config.task_size, g.config.warm_start.steps)
+             for g in staleness.groups}
+    assert sizes == {"add": (2, 250), "chain": (3, 175)}
+    assert all(g.config.tv_reference == "behaviour" for g in staleness.groups
+               if g.config.algo == "vaco")
+    swept = {g.config.algo: g.swept for g in named["tokens_thresholds"].groups}
+    assert swept == {"grpo": (), "vaco": ("tv_delta",), "m2po": ("m2po_tau",),
+                     "tis": ("is_cap",)}
+    assert {(g.config.algo, g.config.epochs * g.config.minibatches)
+            for g in named["tokens_forward_lag"].groups} == {
+        (algo, steps) for algo in ("grpo", "vaco") for steps in (1, 4, 16)}
     forward = {(g.config.epochs, g.config.minibatches) for g in named["forward_lag"].groups}
     assert len(forward) >= 4 and len(lags("forward_lag")) == 1
 
@@ -134,7 +153,7 @@ def test_named_experiments_cover_what_they_promise(named):
      r"\[config\]: unknown TrainConfig field\(s\) \['num_env'\]; allowed: \["),
     ("[config]", "[config]\nepochs = 8", r"epochs is set by \[forward\] epochs"),
     ('model = "uniform"', 'model = "poisson"',
-     "group toy_reach-vaco-e2m2: lag_model='poisson' is not supported; allowed values: fixed"),
+     r"\[lag\]: model: unknown value\(s\) \['poisson'\]; allowed: fixed, uniform"),
     ("levels = [0, 2]", "levels = [0, 4]",
      r"lag for lag_model='uniform' must be an integer in \[0, 3\]"),
     ("minibatches = 2", "minibatches = 3", "must be divisible by minibatches=3"),

@@ -183,18 +183,23 @@ def test_the_part_is_saved_and_resume_keeps_it(toy2_file, tmp_path, capsys, monk
 # ---------------------------------------------------------------- running parts and merging
 
 
-@pytest.fixture(scope="module")
-def parts(tmp_path_factory, toy2_file):
-    """The toy experiment run whole in one folder, and as parts 1/2 and 2/2 in two others."""
-    root = tmp_path_factory.mktemp("parts")
+def whole_and_parts(root: Path, experiment_file: Path) -> tuple[Path, list[Path]]:
+    """The experiment run whole in `root/whole`, and as parts 1/2 and 2/2 in `root/part1` and
+    `root/part2`."""
     whole = root / "whole"
-    sweep.sweep(whole, sweep.load_experiment(toy2_file), max_runs_per_batch=BATCH,
+    sweep.sweep(whole, sweep.load_experiment(experiment_file), max_runs_per_batch=BATCH,
                 progress=False)
     folders = [root / "part1", root / "part2"]
     for index, folder in enumerate(folders, 1):
-        assert cli.main(["sweep", str(toy2_file), "--part", f"{index}/2", "--out", str(folder),
-                         "--max-runs-per-batch", str(BATCH), "--no-progress"]) == 0
+        assert cli.main(["sweep", str(experiment_file), "--part", f"{index}/2", "--out",
+                         str(folder), "--max-runs-per-batch", str(BATCH), "--no-progress"]) == 0
     return whole, folders
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory, toy2_file):
+    """The toy experiment run whole in one folder, and as parts 1/2 and 2/2 in two others."""
+    return whole_and_parts(tmp_path_factory.mktemp("parts"), toy2_file)
 
 
 def runs(folder: Path) -> pd.DataFrame:

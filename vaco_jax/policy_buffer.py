@@ -120,6 +120,42 @@ def in_flight_lags(start_lags: jax.Array, length: int) -> jax.Array:
     return jnp.maximum(start_lags[None, :] - caught_up, 0).astype(jnp.int32)
 
 
+MEAN_LAG_MODELS = ("fixed", "uniform", "per_actor", "in_flight")
+"""Models whose expected lag `mean_lag` gives: those needing neither the buffer nor a histogram."""
+
+
+def mean_lag(lag_model: str, level: int, length: int, counted_steps: int | None = None) -> float:
+    """The expected lag of a step of a rollout of `length` steps under `lag_model` at lag
+    `level`, with every lag available (a full buffer): the mean staleness at which lag models
+    compare.
+
+    `fixed`: `level`. `uniform` and `per_actor` (lags uniform over `{0..level}`): `level / 2`.
+    `in_flight` (start lag `s` uniform over `{0..level}`, then `in_flight_lags`): the mean of
+    `max(s - floor(t (s + 1) / length), 0)` over `s` and the steps `t`. The steps counted are
+    all `length` of them, or the first `counted_steps`: the token trainer's `version_gap_mean`
+    counts a response's valid tokens only (up to its EOS, not the padding after it), and under
+    `in_flight` a response shorter than `length` misses the latest, freshest steps.
+    """
+    if lag_model not in MEAN_LAG_MODELS:
+        raise ValueError(f"mean_lag is defined for lag_model in {', '.join(MEAN_LAG_MODELS)} "
+                         f"(the others need the buffer or a histogram), got {lag_model!r}")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or level != int(level) \
+            or level < 0:
+        raise ValueError(f"level must be an integer >= 0, got {level!r}")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be an integer >= 1, got {length!r}")
+    counted = length if counted_steps is None else counted_steps
+    if isinstance(counted, bool) or not isinstance(counted, int) or not 1 <= counted <= length:
+        raise ValueError(f"counted_steps must be an integer in [1, length={length}], "
+                         f"got {counted_steps!r}")
+    if lag_model == "fixed":
+        return float(level)
+    if lag_model in ("uniform", "per_actor"):
+        return level / 2
+    lags = in_flight_lags(jnp.arange(int(level) + 1, dtype=jnp.int32), length)
+    return float(np.mean(np.asarray(lags)[:counted]))
+
+
 def validate_lag_probabilities(lag_model: str, lag_probabilities: Any, capacity: int) -> None:
     """Raises a `ValueError` unless `lag_probabilities` suits `lag_model` and the buffer."""
     probs = lag_probabilities

@@ -78,14 +78,18 @@ OFF_POLICY_METRICS = {
     "tv_forward": "Forward TV",
     "behaviour_kl": "Behaviour KL",
     "approx_kl": "Approx. KL",
+    "version_gap_mean": "Mean version gap",
 }
-"""Per-update measures of how far the behaviour policy lagged, summarised per run."""
+"""Per-update measures of how far the behaviour policy lagged, summarised per run.
+``version_gap_mean`` (versions between the learner and the behaviour policy, averaged over the
+update's samples: the mean staleness) compares runs of different lag models, whose lag levels
+mean different things, at equal measured staleness."""
 ROBUST_SUFFIXES = ("_median", "_p90")
 """Per-update robust summaries of an off-policy metric, reported too when the table has them."""
 RUN_QUANTILES = {"median": 0.5, "p90": 0.9}
 """Quantiles over each run's updates reported beside the mean."""
 RUN_SUMMARIES = ("mean", *RUN_QUANTILES)
-OFF_POLICY_AXES = ("tv_backward", "behaviour_kl")
+OFF_POLICY_AXES = ("tv_backward", "behaviour_kl", "version_gap_mean")
 """Metrics on the x axes of the score-against-off-policyness figure."""
 CURVE_POINTS = 50
 """Most evaluation points per learning curve in the curve figure (each costs one bootstrap)."""
@@ -285,6 +289,7 @@ class _Cell:
 
     variant: str
     algo: str
+    lag_model: str
     lag: float
     num_runs: int
     num_diverged: int
@@ -320,6 +325,7 @@ def _cells(
             _Cell(
                 variant=variant,
                 algo=str(cell_runs["algo"].iloc[0]),
+                lag_model=str(cell_runs["lag_model"].iloc[0]),
                 lag=float(lag),
                 num_runs=len(cell_runs),
                 num_diverged=int(cell_runs["diverged"].sum()),
@@ -361,12 +367,14 @@ def _improvements(
 ) -> list[dict[str, Any]]:
     """P(focus variant > baseline) per lag, for each focus_algo variant and each baseline.
 
-    Baselines are the variants of every other algorithm at the same lag.
+    Baselines are the variants of every other algorithm at the same lag under the same lag
+    model (a level means another lag distribution under another model).
     """
     focus_cells = sorted((c for c in cells if c.algo == focus_algo), key=lambda c: (c.lag, c.variant))
     records = []
     for focus in focus_cells:
-        for baseline in (c for c in cells if c.algo != focus_algo and c.lag == focus.lag):
+        for baseline in (c for c in cells if c.algo != focus_algo and c.lag == focus.lag
+                         and c.lag_model == focus.lag_model):
             estimate = stats.stratified_bootstrap_ci_pair(
                 focus.scores,
                 baseline.scores,
@@ -875,7 +883,7 @@ def _figure_builders(
             lambda: _figure_fractions(fraction_means, colours, lags),
         ),
         "fig_score_vs_off_policy": (
-            "Final score per run against measured backward TV and behaviour KL",
+            "Final score per run against measured backward TV, behaviour KL and mean version gap",
             lambda: _figure_off_policy(run_table, colours, lags),
         ),
         "fig_probability_of_improvement": (
@@ -908,8 +916,9 @@ def write_report(
         metrics of ``OFF_POLICY_METRICS`` (with any ``*_median``/``*_p90``
         per-update summaries of them) are summarised per run and per (variant,
         lag), and the final score plotted against the run means of
-        ``tv_backward`` and ``behaviour_kl``, if present; ``ess_ratio``, if
-        present, is set against each run's collapse (``vaco_jax.collapse``).
+        ``tv_backward``, ``behaviour_kl`` and ``version_gap_mean``, if present;
+        ``ess_ratio``, if present, is set against each run's collapse
+        (``vaco_jax.collapse``).
       out_dir: folder of the report, created if needed; report files already
         there are replaced, each atomically.
       score: what the evaluations measure (default: returns in ``eval_return``

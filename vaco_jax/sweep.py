@@ -1,9 +1,9 @@
 """Sweeps: a declarative experiment expanded into compiled groups of vmapped runs.
 
 An experiment (a TOML file, see `experiments/README.md`) names a testbed (`control`, the
-default, or `tokens`), tasks, algorithms, a lag model with its lag levels, forward-lag settings
-(epochs, minibatches), hyper-parameter grids and seeds. It expands into *groups*, one per
-(task, algorithm, epochs, minibatches): everything
+default, or `tokens`), tasks, algorithms, one or several lag models each with its lag levels,
+forward-lag settings (epochs, minibatches), hyper-parameter grids and seeds. It expands into
+*groups*, one per (task, algorithm, lag model, epochs, minibatches): everything
 structural is fixed within a group, so a group is one compiled program, and each combination
 of lag level x hyper-parameter grid point x seed is one *run* of it (vmapped by the `Driver`).
 
@@ -58,6 +58,7 @@ from tqdm.auto import tqdm
 from vaco_jax import io, report, testbeds
 from vaco_jax.config import Config
 from vaco_jax.driver import Driver, TrainingResult, read_status
+from vaco_jax.policy_buffer import LAG_MODELS
 from vaco_jax.testbeds import Testbed
 
 TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "focus_algo",
@@ -218,6 +219,49 @@ def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]
     return dict(table)
 
 
+@dataclasses.dataclass(frozen=True)
+class _LagSpec:
+    """One `[lag]` entry: a lag model and its levels (each level one lag value of the runs)."""
+
+    model: str
+    levels: tuple[float, ...]
+
+
+def _lag_spec(table: Any) -> _LagSpec:
+    if not isinstance(table, dict):
+        raise ValueError(f"must be a table with keys {list(LAG_KEYS)}, got {table!r}")
+    _check_keys(table, LAG_KEYS)
+    if set(table) != set(LAG_KEYS):
+        raise ValueError(f"needs both {list(LAG_KEYS)}")
+    model = table["model"]
+    if not isinstance(model, str):
+        raise ValueError(f"model must be one lag model name, got {model!r}")
+    _check_names("model", [model], LAG_MODELS)
+    return _LagSpec(model=model, levels=_values("levels", table["levels"]))
+
+
+def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
+    """`[lag]`, one table, or `[[lag]]`, an array of tables of distinct models."""
+    if isinstance(value, dict):
+        with _context("[lag]"):
+            return (_lag_spec(value),)
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"[lag] must be a table ([lag]) or a non-empty array of tables "
+                         f"([[lag]]), got {value!r}")
+    specs = []
+    for index, table in enumerate(value):
+        with _context(f"[lag][{index}]"):
+            specs.append(_lag_spec(table))
+    models = [s.model for s in specs]
+    repeated = sorted({m for m in models if models.count(m) > 1})
+    if repeated:
+        where = "; ".join(f"{m!r} in entries {[i for i, n in enumerate(models) if n == m]}"
+                          for m in repeated)
+        raise ValueError(f"[lag]: each lag model may appear once (list all its levels in one "
+                         f"entry), got {where}")
+    return tuple(specs)
+
+
 def _forward_values(table: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     _check_keys(table, FORWARD_KEYS)
     return {k: _values(k, v, int) for k, v in table.items()}
@@ -248,21 +292,28 @@ class _Settings:
                          forward={**self.forward, **_forward_values(_table(override, "forward"))})
 
 
-def _group(task: str, algo: str, epochs: int, minibatches: int, lag_model: str,
-           lags: tuple[float, ...], seeds: tuple[int, ...], settings: _Settings) -> Group:
-    """One group with its runs in the order lag level, grid point, seed (seed varies fastest)."""
-    name = f"{task}-{algo}-e{epochs}m{minibatches}"
+def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
+           lag_specs: tuple[_LagSpec, ...], seeds: tuple[int, ...], settings: _Settings) -> Group:
+    """One group with its runs in the order lag level, grid point, seed (seed varies fastest).
+
+    With several lag models (`lag_specs`) the group's name includes its model, and the shared
+    `lag_probabilities` belong to the `empirical` model's groups only."""
+    model_part = f"-{lag.model}" if len(lag_specs) > 1 else ""
+    name = f"{task}-{algo}{model_part}-e{epochs}m{minibatches}"
     testbed = settings.testbed
-    config = testbed.config.from_dict({**settings.config, testbed.task_field: task, "algo": algo,
-                                       "lag_model": lag_model, "epochs": epochs,
+    shared = dict(settings.config)
+    if lag.model != "empirical" and any(s.model == "empirical" for s in lag_specs):
+        shared.pop("lag_probabilities", None)
+    config = testbed.config.from_dict({**shared, testbed.task_field: task, "algo": algo,
+                                       "lag_model": lag.model, "epochs": epochs,
                                        "minibatches": minibatches})
     swept = tuple(n for n, v in settings.hparams.items() if isinstance(v, tuple))
     fixed = {n: v for n, v in settings.hparams.items() if n not in swept}
     grid = itertools.product(*(settings.hparams[n] for n in swept))
-    points = itertools.product(lags, grid, seeds)
-    runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=float(lag),
+    points = itertools.product(lag.levels, grid, seeds)
+    runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=float(level),
                          hparams=dict(zip(swept, point)))
-                 for i, (lag, point, seed) in enumerate(points))
+                 for i, (level, point, seed) in enumerate(points))
     group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs)
     with _context(f"group {name}"):
         testbed.validate(config, group.hparams(range(len(runs))))
@@ -293,12 +344,7 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
         seeds = _seeds(spec["seeds"])
         focus_algo = spec.get("focus_algo", "vaco" if "vaco" in algos else algos[0])
         _values("focus_algo", focus_algo, str, algos)
-        lag = _table(spec, "lag")
-        with _context("[lag]"):
-            _check_keys(lag, LAG_KEYS)
-            if set(lag) != set(LAG_KEYS):
-                raise ValueError(f"needs both {list(LAG_KEYS)}")
-            lags = _values("levels", lag["levels"])
+        lag_specs = _lag_specs(spec["lag"])
         references = _table(spec, "reference_returns")
         with _context("[reference_returns]"):
             _check_names("task", list(references), tasks)
@@ -320,9 +366,9 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
             for algo in algos:
                 with _context(f"[overrides.{algo}]"):
                     settings[task, algo] = per_task.overridden(_table(overrides, algo))
-        groups = tuple(_group(task, algo, epochs, minibatches, lag["model"], lags, seeds,
+        groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, seeds,
                               settings[task, algo])
-                       for task in tasks for algo in algos
+                       for task in tasks for algo in algos for lag in lag_specs
                        for epochs, minibatches in settings[task, algo].forward_variants())
     return Experiment(name=name, description=str(spec.get("description", "")), source=text,
                       testbed=testbed, focus_algo=focus_algo,
