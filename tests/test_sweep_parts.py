@@ -264,6 +264,16 @@ def test_incomplete_merge_only_when_allowed_and_marked(parts, tmp_path, capsys):
     assert not record["complete"] and record["missing_groups"] == [VACO]
 
 
+
+def test_a_report_of_some_tasks_keeps_only_their_reference_returns(parts, tmp_path):
+    whole, _ = parts
+    two_tasks = sweep.parse_experiment(
+        TOY2.replace('tasks = ["toy_reach"]', 'tasks = ["toy_reach", "inverted_pendulum"]')
+        + "\n[reference_returns]\ntoy_reach = 50.0\ninverted_pendulum = 1000.0\n")
+    summary = sweep.write_experiment_report(two_tasks, runs(whole), tmp_path / "report")
+    assert summary["normalisation"]["toy_reach"]["reference"] == 50.0
+    assert set(summary["normalisation"]) == {"toy_reach"}
+
 def test_unfinished_part_is_named(parts, tmp_path, capsys):
     _, (part1, part2) = parts
     copy = tmp_path / "part2"

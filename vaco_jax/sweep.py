@@ -884,8 +884,11 @@ def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]
 def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
                             out_dir: str | os.PathLike, note: str | None = None) -> dict[str, Any]:
     """Writes the report of `runs`, a runs table of `experiment`, into `out_dir`; `note` is
-    added to the title in brackets."""
+    added to the title in brackets. A task without runs yet (an unfinished or partial sweep)
+    loses its reference return rather than failing the report."""
     testbed = experiment.testbed
+    present = set(runs["task"])
+    references = {t: r for t, r in experiment.reference_returns.items() if t in present}
     title = f"{experiment.name}: {experiment.description}" if experiment.description \
         else experiment.name
     if note:
@@ -893,7 +896,7 @@ def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
     return report.write_report(runs, out_dir,
                                score=report.Score(testbed.score, testbed.score_name,
                                                   testbed.steps_name),
-                               reference_returns=dict(experiment.reference_returns) or None,
+                               reference_returns=references or None,
                                focus_algo=experiment.focus_algo, title=title)
 
 
