@@ -526,7 +526,11 @@ def _shared_legend(figure: Figure, axes: Sequence[Axes], order: Sequence[str]) -
     labels = [label for label in order if label in entries]
     if labels:
         handles = [entries[label] for label in labels]
-        figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4))
+        # As many columns as fit the figure's width (about 0.09 in a character at this size).
+        column_width = 0.6 + 0.09 * max(len(label) for label in labels)
+        fitting = max(1, int(figure.get_figwidth() // column_width))
+        figure.legend(handles, labels, loc="outside lower center",
+                      ncols=min(len(labels), 4, fitting))
 
 
 def _error_bars(intervals: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
