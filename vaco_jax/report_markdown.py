@@ -189,7 +189,8 @@ def _md_ess_collapse(summary: Mapping[str, Any]) -> list[str]:
         for c in analysis["cells"]
     ]
     return lines + [
-        f"A run collapses at the first evaluation at which its normalised score is below "
+        "A run collapses at the first evaluation at which its score, as a fraction of the "
+        "task's reference, is below "
         f"{t['collapse_fraction']:g} x its best earlier score (once that best is at least "
         f"{t['min_peak']:g}), or at which it has diverged. The ESS warns, by the drop rule, at the "
         f"first evaluation period whose mean ESS ratio is below {t['ess_drop']:g} x the run's "
