@@ -22,7 +22,8 @@ held-out accuracy) and what ``env_steps`` counts. Scoring:
   than the smallest count keep their lowest seeds. Every confidence interval
   is a 95% stratified percentile bootstrap drawn with the same ``seed``.
 - Whether a run's ESS fell before its score collapsed is ``vaco_jax.collapse``'s analysis of
-  the normalised scores (NaN after divergence, not carried forward) and ``ess_ratio``.
+  the scores as fractions of the task's reference (NaN after divergence, not carried forward)
+  and ``ess_ratio``.
 """
 
 from __future__ import annotations
@@ -236,28 +237,28 @@ def _normalisation(
 
 
 def _with_scores(table: pd.DataFrame, references: pd.DataFrame, score: Score) -> pd.DataFrame:
-    """Adds ``score``, the normalised ``filled_return``; ``evaluated_score``, the same but NaN
-    where the evaluation is missing (after a run diverged); and ``reference_fraction``, the
-    evaluated score divided by the task's reference (NaN where that is not positive)."""
+    """Adds ``score``, the normalised ``filled_return``, and ``evaluated_score``, the same but
+    NaN where the evaluation is missing (after a run diverged)."""
     task = references.loc[table["task"]]
     scores = stats.normalize_scores(
         table["filled_return"].to_numpy(), task["initial"].to_numpy(), task["reference"].to_numpy()
     )
     evaluated = np.where(table[score.column].isna(), np.nan, scores)
-    reference = task["reference"].to_numpy()
-    fraction = np.where(reference > 0, table[score.column].to_numpy() / reference, np.nan)
-    return table.assign(score=scores, evaluated_score=evaluated, reference_fraction=fraction)
+    return table.assign(score=scores, evaluated_score=evaluated)
 
 
 def _collapse_events(
-    table: pd.DataFrame, references: pd.DataFrame, thresholds: collapse.Thresholds
+    table: pd.DataFrame, references: pd.DataFrame, score: Score,
+    thresholds: collapse.Thresholds,
 ) -> pd.DataFrame | None:
     """``collapse.run_events`` judged on the score as a fraction of the task's reference, not on
     the normalised score: a warm-started run that falls below its initial level without gaining
     first must count as a collapse. Tasks with a reference that is not positive (a fraction of
     it has no meaning) are left out."""
     judged = table[table["task"].isin(references.index[references["reference"] > 0])]
-    return collapse.run_events(judged, score_column="reference_fraction", thresholds=thresholds)
+    fraction = judged[score.column] / references.loc[judged["task"], "reference"].to_numpy()
+    return collapse.run_events(judged.assign(reference_fraction=fraction),
+                               score_column="reference_fraction", thresholds=thresholds)
 
 
 def _run_table(
@@ -959,7 +960,7 @@ def write_report(
     cell_summaries = [_cell_summary(cell, reps, seed) for cell in cells]
     improvements = _improvements(cells, focus_algo, reps, seed)
     overview = _run_overview(table, run_table)
-    events = _collapse_events(table, references, collapse_thresholds)
+    events = _collapse_events(table, references, score, collapse_thresholds)
     builders = _figure_builders(
         cell_summaries,
         {(c.variant, c.lag): _learning_curve(c, table, tasks, reps, seed) for c in cells},
