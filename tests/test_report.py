@@ -3,6 +3,7 @@
 import contextlib
 import itertools
 import json
+import warnings
 
 import matplotlib.image
 import numpy as np
@@ -280,13 +281,13 @@ def test_absent_data_skips_figures_and_says_so(runs, tmp_path):
         no_fractions, tmp_path, focus_algo="spo", final_fraction=FINAL_FRACTION, reps=20
     )
     names = {p.name for p in tmp_path.iterdir()}
-    for stem in ("fig_filter_clip", "fig_probability_of_improvement"):
+    for stem in ("fig_filter_clip", "fig_forward_lag", "fig_probability_of_improvement"):
         assert f"{stem}.png" not in names
         assert "skipped" in summary["figures"][stem]
     assert {"fig_aggregates.png", "fig_learning_curves.png", "fig_auc.png"} <= names
     assert summary["probability_of_improvement"] == []
     text = (tmp_path / "report.md").read_text()
-    assert text.count("Skipped:") == 2
+    assert text.count("Skipped:") == 3
     assert "fig_probability_of_improvement" not in text
     assert "Not computed: 'spo'" in text
 
@@ -367,7 +368,8 @@ def test_variants_of_one_algorithm_at_different_lags_and_models(lag_model_runs, 
         for algo in ("grpo", "tis") for model, lags in LAG_LEVELS.items() for lag in lags
     }
     skipped = {stem for stem, figure in summary["figures"].items() if "skipped" in figure}
-    assert skipped == {"fig_staleness_diagnostics"}  # the table has no ess_ratio or grad_norm
+    # The table has no ess_ratio or grad_norm, and one forward setting.
+    assert skipped == {"fig_staleness_diagnostics", "fig_forward_lag"}
     assert summary["run"]["lags"] == [0.0, 8.0, 16.0, 23.0]
     # A lag level is compared with the baseline under the same lag model only.
     assert sorted(
@@ -640,3 +642,110 @@ def test_without_ess_ratio_the_analysis_is_skipped_and_without_grad_norm_the_fig
     assert skipped == "the runs table has no finite ess_ratio or grad_norm"
     assert not (tmp_path / "none" / "fig_staleness_diagnostics.png").exists()
     assert f"Skipped: {skipped}." in (tmp_path / "none" / "report.md").read_text()
+
+
+# ---------------------------------------------------------------- forward lag
+
+# Gradient steps per batch (epochs, minibatches), as the forward-lag figure orders them.
+FORWARD_SETTINGS = ((1, 1), (1, 4), (4, 1), (4, 4))
+
+
+def forward_run_rows(algo, epochs, minibatches, seed):
+    """A run whose accuracy gain, clip fraction and forward TV depend on the steps per batch."""
+    steps_per_batch = epochs * minibatches
+    gain = 0.5 / steps_per_batch + 0.01 * seed
+    coordinates = {
+        "task": "add", "algo": algo, "lag_model": "fixed", "lag": 0.0, "epochs": epochs,
+        "minibatches": minibatches, "seed": seed,
+        "run_id": f"{algo}/e{epochs}m{minibatches}/{seed}", "diverged": False, "diverged_at": -1,
+    }
+    return [
+        {
+            **coordinates, "update": int(update), "env_steps": int(steps),
+            "eval_accuracy": 0.4 + gain * steps / ENV_STEPS[-1],
+            "clip_fraction": 0.01 * steps_per_batch + 0.001 * i + 0.0001 * seed,
+            "filter_fraction": 0.002 * epochs if algo == "vaco" else np.nan,
+            "tv_forward": 0.003 * steps_per_batch + 0.001 * seed,
+        }
+        for i, (update, steps) in enumerate(zip(UPDATES, ENV_STEPS))
+    ]
+
+
+@pytest.fixture(scope="module")
+def forward_report(tmp_path_factory):
+    runs = pd.DataFrame([
+        row for algo, (epochs, minibatches), seed in itertools.product(
+            ("grpo", "vaco"), FORWARD_SETTINGS, SEEDS
+        ) for row in forward_run_rows(algo, epochs, minibatches, seed)
+    ])
+    figures = {}
+    with drawn_figures(figures), warnings.catch_warnings():
+        # Long variant names must not squeeze a panel to nothing.
+        warnings.filterwarnings("error", message="constrained_layout not applied")
+        summary = write_report(
+            runs, tmp_path_factory.mktemp("forward"),
+            score=Score("eval_accuracy", "accuracy", "responses"), reference_returns={"add": 1.0},
+            focus_algo="vaco", final_fraction=FINAL_FRACTION, reps=20,
+        )
+    return summary, figures["fig_forward_lag"]
+
+
+def forward_lines(ax):
+    """Per error-bar line's label: (x, y) of its points."""
+    return {
+        bars.get_label(): (bars.lines[0].get_xdata(), bars.lines[0].get_ydata())
+        for bars in ax.containers
+    }
+
+
+def test_forward_lag_figure_orders_settings_by_steps_per_batch(forward_report):
+    _, figure = forward_report
+    axes = panels(figure)
+    assert [ax.get_title() for ax in axes] == [
+        "IQM of normalised final score",
+        "Clip fraction (mean over runs and training)",
+        "Filter fraction (mean over runs and training)",
+        "Forward TV (mean over runs and updates)",
+    ]
+    for ax in axes:
+        assert [t.get_text() for t in ax.get_xticklabels()] == [
+            "1x1 (1)", "1x4 (4)", "4x1 (4)", "4x4 (16)"
+        ]
+    # One line per algorithm: its variants differ only in epochs and minibatches.
+    assert set(forward_lines(axes[0])) == {"grpo", "vaco"}
+    assert set(forward_lines(axes[2])) == {"vaco"}
+
+
+def test_forward_lag_figure_draws_the_hand_computed_means(forward_report):
+    summary, figure = forward_report
+    score, clip, filtered, tv = panels(figure)
+    steps = np.array([e * m for e, m in FORWARD_SETTINGS])
+    seed_mean = np.mean(SEEDS)
+    # Per run, clip fraction averaged over 5 evaluation rows: 0.01 s + 0.001 * 2 + 0.0001 seed.
+    x, y = forward_lines(clip)["grpo"]
+    assert y == pytest.approx(0.01 * steps + 0.002 + 0.0001 * seed_mean)
+    assert np.diff(x) == pytest.approx([1.0, 1.0, 1.0])  # one position per setting
+    x, y = forward_lines(filtered)["vaco"]
+    assert y == pytest.approx([0.002, 0.002, 0.008, 0.008])
+    _, y = forward_lines(tv)["vaco"]
+    assert y == pytest.approx(0.003 * steps + 0.001 * seed_mean)
+    _, y = forward_lines(score)["grpo"]
+    iqm = {c["variant"]: c["iqm"]["point"] for c in summary["cells"]}
+    assert y == pytest.approx([iqm[f"grpo[epochs={e},minibatches={m}]"] for e, m in FORWARD_SETTINGS])
+    assert y[0] > y[1] > y[3]
+
+
+def test_forward_lag_figure_is_skipped_at_one_setting(report):
+    _, summary = report
+    assert summary["figures"]["fig_forward_lag"]["skipped"] == (
+        "every run takes the same epochs x minibatches"
+    )
+
+
+def test_probability_of_improvement_pairs_runs_of_one_forward_setting(forward_report):
+    summary, _ = forward_report
+    pairs = {(r["variant"], r["baseline"]) for r in summary["probability_of_improvement"]}
+    assert pairs == {
+        (f"vaco[epochs={e},minibatches={m}]", f"grpo[epochs={e},minibatches={m}]")
+        for e, m in FORWARD_SETTINGS
+    }

@@ -284,13 +284,15 @@ def _run_table(
 class _Cell:
     """The runs of one (variant, lag) that enter its score matrices.
 
-    ``runs`` holds the paired runs with a ``slot`` column (their row in the
-    matrices); ``scores`` and ``auc`` are ``[runs per task, num_tasks]``.
+    ``condition`` is what a baseline must share besides the lag level: the lag model and the
+    forward setting (``lag_model``, ``epochs``, ``minibatches``). ``runs`` holds the paired
+    runs with a ``slot`` column (their row in the matrices); ``scores`` and ``auc`` are
+    ``[runs per task, num_tasks]``.
     """
 
     variant: str
     algo: str
-    lag_model: str
+    condition: tuple[str, int, int]
     lag: float
     num_runs: int
     num_diverged: int
@@ -326,7 +328,11 @@ def _cells(
             _Cell(
                 variant=variant,
                 algo=str(cell_runs["algo"].iloc[0]),
-                lag_model=str(cell_runs["lag_model"].iloc[0]),
+                condition=(
+                    str(cell_runs["lag_model"].iloc[0]),
+                    int(cell_runs["epochs"].iloc[0]),
+                    int(cell_runs["minibatches"].iloc[0]),
+                ),
                 lag=float(lag),
                 num_runs=len(cell_runs),
                 num_diverged=int(cell_runs["diverged"].sum()),
@@ -369,13 +375,14 @@ def _improvements(
     """P(focus variant > baseline) per lag, for each focus_algo variant and each baseline.
 
     Baselines are the variants of every other algorithm at the same lag under the same lag
-    model (a level means another lag distribution under another model).
+    model (a level means another lag distribution under another model) and forward setting
+    (epochs and minibatches set how far the learner moves from the data, as the lag does).
     """
     focus_cells = sorted((c for c in cells if c.algo == focus_algo), key=lambda c: (c.lag, c.variant))
     records = []
     for focus in focus_cells:
         for baseline in (c for c in cells if c.algo != focus_algo and c.lag == focus.lag
-                         and c.lag_model == focus.lag_model):
+                         and c.condition == focus.condition):
             estimate = stats.stratified_bootstrap_ci_pair(
                 focus.scores,
                 baseline.scores,
@@ -725,6 +732,84 @@ def _figure_fractions(
     return figure
 
 
+def _forward_settings(run_table: pd.DataFrame) -> pd.DataFrame:
+    """Per variant (index): ``line``, its name without epochs and minibatches (the variants
+    that differ only in those are one line), and its ``epochs`` and ``minibatches``."""
+    first = run_table.drop_duplicates("variant").reset_index(drop=True)
+    lines = variant_names(first.assign(epochs=0, minibatches=0))
+    return pd.DataFrame(
+        {"line": lines.to_numpy(), "epochs": first["epochs"].to_numpy(),
+         "minibatches": first["minibatches"].to_numpy()},
+        index=first["variant"].to_numpy(),
+    )
+
+
+def _figure_forward_lag(
+    cell_summaries: Sequence[Mapping[str, Any]],
+    fraction_means: pd.DataFrame,
+    run_table: pd.DataFrame,
+    lags: Sequence[float],
+) -> Figure | _Skipped:
+    settings = _forward_settings(run_table)
+    combos = sorted(
+        set(zip(settings["epochs"], settings["minibatches"])), key=lambda c: (c[0] * c[1], c[0])
+    )
+    if len(combos) < 2:
+        return _Skipped("every run takes the same epochs x minibatches")
+    position = {combo: i for i, combo in enumerate(combos)}
+    panels: dict[str, dict[tuple[str, float], tuple[float, float, float]]] = {}
+    # Each panel: (variant, lag) -> (point, low, high); the score's interval is its IQM's.
+    panels["IQM of normalised final score"] = {
+        (s["variant"], s["lag"]): (s["iqm"]["point"], s["iqm"]["low"], s["iqm"]["high"])
+        for s in cell_summaries
+    }
+    for metric in ("clip_fraction", "filter_fraction"):
+        if metric in fraction_means.columns and fraction_means[metric].notna().any():
+            panels[f"{FRACTION_METRICS[metric]} (mean over runs and training)"] = {
+                key: (value, value, value) for key, value in fraction_means[metric].dropna().items()
+            }
+    tv_forward = _summary_column("tv_forward", "mean")
+    if tv_forward in run_table.columns and run_table[tv_forward].notna().any():
+        means = run_table.groupby(["variant", "lag"])[tv_forward].mean().dropna()
+        panels["Forward TV (mean over runs and updates)"] = {
+            key: (value, value, value) for key, value in means.items()
+        }
+
+    def label(line: str, lag: float) -> str:
+        return line if len(lags) == 1 else f"{line}, lag {lag:g}"
+
+    labels = sorted({label(settings.at[v, "line"], lag) for v, lag in panels[next(iter(panels))]})
+    colours = _colours(labels)
+    figure, axes = _new_figure(len(panels), max_cols=2)
+    for ax, (title, values) in zip(axes, panels.items()):
+        lines: dict[str, list[tuple[int, float, float, float]]] = {}
+        for (variant, lag), (point, low, high) in values.items():
+            row = settings.loc[variant]
+            lines.setdefault(label(row["line"], lag), []).append(
+                (position[(row["epochs"], row["minibatches"])], point, low, high)
+            )
+        for i, name in enumerate(labels):
+            if name not in lines:
+                continue
+            points = np.array(sorted(lines[name]), dtype=float)
+            # Shifted sideways a little per line so that error bars at one setting do not overlap.
+            x = points[:, 0] + 0.04 * (i - (len(labels) - 1) / 2)
+            error = np.stack([points[:, 1] - points[:, 2], points[:, 3] - points[:, 1]])
+            ax.errorbar(x, points[:, 1], yerr=error, marker="o", capsize=3, color=colours[name],
+                        label=name)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    for ax in axes:
+        ax.set_xticks(range(len(combos)), [f"{e}x{m} ({e * m})" for e, m in combos])
+        ax.set_xlabel("epochs x minibatches (gradient steps per batch)")
+    figure.suptitle(
+        f"Against forward lag: final score ({CONFIDENCE:.0%} stratified bootstrap CIs), "
+        "clip and filter fractions, forward TV"
+    )
+    _shared_legend(figure, axes, labels)
+    return figure
+
+
 def _figure_improvement(
     improvements: Sequence[Mapping[str, Any]],
     focus_algo: str,
@@ -737,17 +822,20 @@ def _figure_improvement(
         )
     panel_lags = [lag for lag in lags if any(r["lag"] == lag for r in improvements)]
     single_focus = len({r["variant"] for r in improvements}) == 1
+    labels = [r["baseline"] if single_focus else f"{r['variant']} vs {r['baseline']}"
+              for r in improvements]
     bars = max(sum(r["lag"] == lag for r in improvements) for lag in panel_lags)
-    figure, axes = _new_figure(len(panel_lags), panel_size=(5.0, 0.9 + 0.4 * bars), max_cols=2)
+    # Wide enough for the bar labels beside a 3.5-inch plot (about 0.08 in a character).
+    width = 3.5 + 0.08 * max(len(label) for label in labels)
+    figure, axes = _new_figure(len(panel_lags), panel_size=(width, 0.9 + 0.4 * bars), max_cols=2)
     for ax, lag in zip(axes, panel_lags):
-        rows = [r for r in improvements if r["lag"] == lag]
-        point, error = _error_bars([r["probability"] for r in rows])
-        positions = np.arange(len(rows))[::-1]
+        at_lag = [i for i, r in enumerate(improvements) if r["lag"] == lag]
+        point, error = _error_bars([improvements[i]["probability"] for i in at_lag])
+        positions = np.arange(len(at_lag))[::-1]
         # Coloured by the focus variant, to tell several of them apart.
-        bar_colours = [colours[r["variant"]] for r in rows]
+        bar_colours = [colours[improvements[i]["variant"]] for i in at_lag]
         ax.barh(positions, point, xerr=error, capsize=3, color=bar_colours, alpha=0.8)
-        labels = [r["baseline"] if single_focus else f"{r['variant']} vs {r['baseline']}" for r in rows]
-        ax.set_yticks(positions, labels)
+        ax.set_yticks(positions, [labels[i] for i in at_lag])
         ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
         ax.set_xlim(0.0, 1.0)
         ax.set_xlabel(f"P({focus_algo} > baseline)")
@@ -886,6 +974,10 @@ def _figure_builders(
         "fig_filter_clip": (
             "Filtered, clipped, truncated, masked and dropped fractions against lag",
             lambda: _figure_fractions(fraction_means, colours, lags),
+        ),
+        "fig_forward_lag": (
+            "Final score, clip and filter fractions and forward TV against epochs x minibatches",
+            lambda: _figure_forward_lag(cell_summaries, fraction_means, run_table, lags),
         ),
         "fig_score_vs_off_policy": (
             "Final score per run against measured backward TV, behaviour KL and mean version gap",
