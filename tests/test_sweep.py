@@ -122,7 +122,8 @@ def test_named_experiments_cover_what_they_promise(named):
     assert values("tokens_staleness", "task") == {"add", "chain"}
     assert values("tokens_staleness", "algo") == set(TOKEN_ALGORITHMS)
     assert 0 in lags("tokens_staleness") and len(lags("tokens_staleness")) >= 3
-    for name in ("tokens_staleness", "tokens_staleness_cpu"):
+    assert values("tokens_staleness_algorithms", "algo") == set(TOKEN_ALGORITHMS)
+    for name in ("tokens_staleness", "tokens_staleness_cpu", "tokens_staleness_algorithms"):
         assert all({r.seed for r in g.runs} == set(range(10)) for g in named[name].groups)
         assert {0, 32} <= lags(name)
     sizes = {g.config.task: (g.config.task_size, g.config.warm_start.steps)

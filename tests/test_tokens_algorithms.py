@@ -292,6 +292,27 @@ def lagged_batches(fresh_batch):
     return states, batches
 
 
+def test_at_a_phase_first_step_tis_cispo_and_decoupled_ppo_take_one_gradient(lagged_batches):
+    """On a phase's first step pi_theta = pi_T: decoupled PPO's ratio pi_theta/pi_T is 1, inside
+    its clip, so its weight min(pi_T/beta, 2) is TIS's min(pi_theta/beta, 2) and CISPO's weight
+    clipped to [0, 2]. With one gradient step per batch the three train alike on stale data."""
+    states, batches = lagged_batches
+    state, stale = jax.tree.map(lambda x: x[1], (states, batches))
+    stale = stale.replace(advantages=jnp.linspace(-1.0, 1.0, TINY.batch_size))
+    weights = jnp.exp(stale.phase_log_prob - stale.behaviour_log_prob)[stale.mask > 0]
+    assert float(weights.max()) > 3.0 and float(weights.min()) < 0.5
+    expected = _first_step_gradient("tis", stale, state.params, is_cap=2.0)
+    for algo, hparams in (("decoupled_ppo", dict(is_cap=2.0)),
+                          ("cispo", dict(cispo_eps_low=1.0, cispo_eps_high=1.0))):
+        got = _first_step_gradient(algo, stale, state.params, **hparams)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7),
+                     got, expected)
+    # Some stale tokens' weights exceed 2, so the shared cap is what makes them agree.
+    other_cap = _first_step_gradient("tis", stale, state.params, is_cap=3.0)
+    differences = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), other_cap, expected)
+    assert max(jax.tree.leaves(differences)) > 1e-4
+
+
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_trains_without_nan_at_lag_zero_and_at_lag_three(lagged_batches, algo):
     """Three phases of 2 epochs x 2 minibatches on a fresh and a stale batch, vmapped: one
