@@ -757,22 +757,24 @@ def _figure_forward_lag(
     if len(combos) < 2:
         return _Skipped("every run takes the same epochs x minibatches")
     position = {combo: i for i, combo in enumerate(combos)}
-    panels: dict[str, dict[tuple[str, float], tuple[float, float, float]]] = {}
-    # Each panel: (variant, lag) -> (point, low, high); the score's interval is its IQM's.
-    panels["IQM of normalised final score"] = {
-        (s["variant"], s["lag"]): (s["iqm"]["point"], s["iqm"]["low"], s["iqm"]["high"])
-        for s in cell_summaries
+
+    def exact(value: float) -> dict[str, float]:
+        return {"point": value, "low": value, "high": value}
+
+    # Each panel: (variant, lag) -> interval; the score's is its IQM's, the means have none.
+    panels: dict[str, dict[tuple[str, float], Mapping[str, float]]] = {
+        "IQM of normalised final score": {(s["variant"], s["lag"]): s["iqm"] for s in cell_summaries}
     }
     for metric in ("clip_fraction", "filter_fraction"):
         if metric in fraction_means.columns and fraction_means[metric].notna().any():
             panels[f"{FRACTION_METRICS[metric]} (mean over runs and training)"] = {
-                key: (value, value, value) for key, value in fraction_means[metric].dropna().items()
+                key: exact(value) for key, value in fraction_means[metric].dropna().items()
             }
     tv_forward = _summary_column("tv_forward", "mean")
     if tv_forward in run_table.columns and run_table[tv_forward].notna().any():
         means = run_table.groupby(["variant", "lag"])[tv_forward].mean().dropna()
         panels["Forward TV (mean over runs and updates)"] = {
-            key: (value, value, value) for key, value in means.items()
+            key: exact(value) for key, value in means.items()
         }
 
     def label(line: str, lag: float) -> str:
@@ -782,26 +784,25 @@ def _figure_forward_lag(
     colours = _colours(labels)
     figure, axes = _new_figure(len(panels), max_cols=2)
     for ax, (title, values) in zip(axes, panels.items()):
-        lines: dict[str, list[tuple[int, float, float, float]]] = {}
-        for (variant, lag), (point, low, high) in values.items():
+        lines: dict[str, list[tuple[int, Mapping[str, float]]]] = {}
+        for (variant, lag), interval in values.items():
             row = settings.loc[variant]
             lines.setdefault(label(row["line"], lag), []).append(
-                (position[(row["epochs"], row["minibatches"])], point, low, high)
+                (position[(row["epochs"], row["minibatches"])], interval)
             )
         for i, name in enumerate(labels):
             if name not in lines:
                 continue
-            points = np.array(sorted(lines[name]), dtype=float)
+            at, intervals = zip(*sorted(lines[name], key=lambda p: p[0]))
+            point, error = _error_bars(intervals)
             # Shifted sideways a little per line so that error bars at one setting do not overlap.
-            x = points[:, 0] + 0.04 * (i - (len(labels) - 1) / 2)
-            error = np.stack([points[:, 1] - points[:, 2], points[:, 3] - points[:, 1]])
-            ax.errorbar(x, points[:, 1], yerr=error, marker="o", capsize=3, color=colours[name],
+            x = np.array(at) + 0.04 * (i - (len(labels) - 1) / 2)
+            ax.errorbar(x, point, yerr=error, marker="o", capsize=3, color=colours[name],
                         label=name)
         ax.set_title(title)
-        ax.grid(alpha=0.3)
-    for ax in axes:
         ax.set_xticks(range(len(combos)), [f"{e}x{m} ({e * m})" for e, m in combos])
         ax.set_xlabel("epochs x minibatches (gradient steps per batch)")
+        ax.grid(alpha=0.3)
     figure.suptitle(
         f"Against forward lag: final score ({CONFIDENCE:.0%} stratified bootstrap CIs), "
         "clip and filter fractions, forward TV"
