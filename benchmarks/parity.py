@@ -3,6 +3,9 @@
 Runs synchronous `ppo` at PureJaxRL's settings (64 envs x 32 steps, 4 epochs x 4 minibatches,
 256x256 tanh networks, lr 3e-4, 244 updates = 499,712 steps), every variant x seed vmapped into
 one compiled program, and writes per-update training-episode returns and the throughput.
+PureJaxRL's program has no evaluation, so the final deterministic evaluation is also timed on
+its own (the same compiled evaluation on the trained state) and `training_steps_per_s` leaves it
+out: that is the figure to set beside PureJaxRL's steps/s.
 
     PYTHONPATH=$PWD python -m benchmarks.parity --env inverted_double_pendulum --seeds 2 \\
         --variant default --variant 'value_clip_eps=0.2' --out benchmarks/results/parity_x.json
@@ -19,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vaco_jax.config import HParams, TrainConfig
-from vaco_jax.train import make_train
+from vaco_jax.train import Trainer
 
 PUREJAXRL_SETTINGS = dict(algo="ppo", num_envs=64, rollout_length=32, epochs=4, minibatches=4,
                           total_steps=499_712, actor_hidden=(256, 256), critic_hidden=(256, 256),
@@ -31,6 +34,17 @@ def parse_variant(text: str) -> dict[str, float]:
     if text == "default":
         return {}
     return {k: float(v) for k, v in (item.split("=") for item in text.split(","))}
+
+
+def time_evaluation(trainer: Trainer, state, keys: jax.Array, repeats: int = 3) -> float:
+    """Seconds of one vmapped final evaluation of `state` (the fastest of `repeats`)."""
+    evaluate = jax.jit(jax.vmap(trainer.evaluate)).lower(state, keys).compile()
+    times = []
+    for _ in range(repeats):
+        start = time.time()
+        jax.block_until_ready(evaluate(state, keys))
+        times.append(time.time() - start)
+    return min(times)
 
 
 def main() -> None:
@@ -47,18 +61,21 @@ def main() -> None:
     runs = [(v, s) for v in variants for s in range(args.seeds)]
     hparams = HParams.stack([HParams.create(**parse_variant(v)) for v, _ in runs])
     keys = jnp.stack([jax.random.PRNGKey(s) for _, s in runs])
+    trainer = Trainer(config)
     start = time.time()
-    train = jax.jit(jax.vmap(make_train(config))).lower(keys, hparams).compile()
+    train = jax.jit(jax.vmap(trainer.train)).lower(keys, hparams).compile()
     compile_s = time.time() - start
     start = time.time()
-    _, metrics = jax.block_until_ready(train(keys, hparams))
+    state, metrics = jax.block_until_ready(train(keys, hparams))
     run_s = time.time() - start
+    eval_s = time_evaluation(trainer, state, keys)
     returns = np.asarray(metrics["episode_return"], np.float64)
     steps = config.num_updates * config.steps_per_update * len(runs)
     result = {
         "impl": "vaco_jax", "label": args.label, "env": args.env, "config": config.to_dict(), "variants": variants,
         "runs": [{"variant": v, "seed": s} for v, s in runs], "compile_s": compile_s,
-        "run_s": run_s, "steps_per_s": steps / run_s,
+        "run_s": run_s, "steps_per_s": steps / run_s, "eval_s": eval_s,
+        "training_steps_per_s": steps / (run_s - eval_s),
         "env_steps": np.asarray(metrics["env_steps"][0]).tolist(),
         "episode_return": [[None if np.isnan(x) else float(x) for x in r] for r in returns],
         "eval_return": np.asarray(metrics["eval_return"])[:, -1].tolist(),
@@ -68,7 +85,8 @@ def main() -> None:
     for (v, s), r, e in zip(runs, returns, result["eval_return"]):
         print(f"{args.env} {v:40s} seed {s}: final training return {r[~np.isnan(r)][-1]:9.1f}"
               f"  eval {e:9.1f}")
-    print(f"compile {compile_s:.0f} s, run {run_s:.0f} s, {steps / run_s:,.0f} steps/s "
+    print(f"compile {compile_s:.0f} s, run {run_s:.0f} s, {steps / run_s:,.0f} steps/s; "
+          f"final evaluation {eval_s:.1f} s, {steps / (run_s - eval_s):,.0f} training steps/s "
           f"({len(runs)} runs)")
 
 

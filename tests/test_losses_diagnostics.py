@@ -40,5 +40,7 @@ def test_unit_weights_give_the_plain_means():
 def test_median_and_p90():
     median, p90 = losses.median_and_p90(jnp.arange(11.0))
     assert float(median) == 5.0 and float(p90) == 9.0
+    median, p90 = losses.median_and_p90(jnp.arange(10.0)[::-1].reshape(2, 5))
+    np.testing.assert_allclose([median, p90], [4.5, 8.1], rtol=1e-6)
     np.testing.assert_allclose(losses.ratio_deviation(jnp.log(jnp.array([0.5, 1.0, 3.0]))),
                                [0.25, 0.0, 1.0], rtol=1e-6)

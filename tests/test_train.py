@@ -109,6 +109,61 @@ def test_ppo_uses_gae_on_the_behaviour_data():
     np.testing.assert_allclose(batch.advantages, expected[0], rtol=1e-5, atol=1e-5)
 
 
+
+def _ended_episodes_phase(algo: str, lag: float):
+    """A rollout with truncated and terminated steps, and the expected phase quantities: the
+    critic on every `obs` and every `next_obs`, the actor's log-probs recomputed.
+
+    The toy task rarely terminates within a few steps, so some steps are marked terminated by
+    hand; their next value is discounted to 0 either way.
+    """
+    trainer = Trainer(TOY.replace(algo=algo, lag_model="fixed", episode_length=6))
+    hp = HParams.create(lag=lag, learning_rate=3e-3)
+    state = trainer.init(jax.random.PRNGKey(0), hp)
+    state, _ = jax.jit(lambda s: jax.lax.scan(lambda s, _: trainer.update(s, hp), s, None,
+                                              length=3))(state)
+    _, data = trainer.collect(state, jax.random.PRNGKey(1), hp)
+    terminated = jnp.zeros_like(data.terminated).at[3:5, :4].set(1.0) * (1 - data.truncated)
+    data = data.replace(terminated=terminated)
+    assert np.asarray(data.truncated).any() and np.asarray(terminated).any()
+    critic = lambda obs: trainer.model.value(state.params["critic"], state.obs_stats, obs)
+    expected = dict(values=critic(data.obs), next_values=critic(data.next_obs),
+                    log_prob=trainer.model.log_prob(state.policy, data.obs, data.action))
+    return trainer, hp, state, data, expected
+
+
+@pytest.mark.parametrize("lag", [0.0, 2.0])
+def test_phase_batch_equals_gae_with_the_critic_on_every_next_observation(lag):
+    trainer, hp, state, data, expected = _ended_episodes_phase("ppo", lag)
+    not_done = np.asarray(data.done[:-1]) == 0
+    np.testing.assert_array_equal(np.asarray(data.next_obs[:-1])[not_done],
+                                  np.asarray(data.obs[1:])[not_done])
+    batch = jax.jit(trainer.phase_batch)(state, data, hp)
+    advantages, targets = estimators.gae(data.reward, expected["values"],
+                                         expected["next_values"],
+                                         hp.gamma * (1 - data.terminated), 1 - data.done,
+                                         hp.gae_lambda)
+    np.testing.assert_allclose(batch.advantages, advantages, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(batch.value_targets, targets, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(batch.phase_log_prob, expected["log_prob"], rtol=1e-5, atol=1e-5)
+    if lag == 0.0:  # the behaviour policy is pi_T: its own log-probs, no staleness at all
+        np.testing.assert_array_equal(batch.phase_log_prob, data.behaviour_log_prob)
+    else:
+        assert np.abs(np.asarray(batch.phase_log_prob - data.behaviour_log_prob)).max() > 1e-3
+
+
+def test_minibatch_vtrace_uses_the_critic_on_every_next_observation():
+    trainer, hp, state, data, expected = _ended_episodes_phase("impala", 2.0)
+    batch = trainer.phase_batch(state, data, hp)
+    used = jax.jit(trainer.minibatch_advantages)(state.params, batch, state.obs_stats, hp)
+    vtrace = estimators.vtrace(data.reward, expected["values"], expected["next_values"],
+                               hp.gamma * (1 - data.terminated), 1 - data.done,
+                               expected["log_prob"] - data.behaviour_log_prob,
+                               lambda_=hp.vtrace_lambda, rho_bar=hp.rho_bar, c_bar=hp.c_bar,
+                               rho_bar_pg=hp.rho_bar_pg)
+    np.testing.assert_allclose(used[0], vtrace[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(used[1], vtrace[1], rtol=1e-5, atol=1e-5)
+
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo):
     config = TOY.replace(algo=algo, lag_model="fixed", tv_scope="batch" if algo == "vaco" else "minibatch")

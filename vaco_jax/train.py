@@ -29,8 +29,8 @@ from vaco_jax.envs import make_env
 from vaco_jax.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
                                gaussian_log_prob, init_stats, update_stats, with_log_std)
-from vaco_jax.policy_buffer import (PolicyBuffer, draw_lags, in_flight_lags, init_buffer,
-                                    init_per_actor_lags, make_behaviour, push)
+from vaco_jax.policy_buffer import (PolicyBuffer, cond_in_every_run, draw_lags, in_flight_lags,
+                                    init_buffer, init_per_actor_lags, make_behaviour, push)
 from vaco_jax.reward_scaling import RewardScaling, init_reward_scaling, scale_rewards
 from vaco_jax.rollout import Transitions, evaluate, rollout
 
@@ -83,6 +83,7 @@ class PhaseBatch:
     reward: jax.Array
     discounts: jax.Array
     continuations: jax.Array
+    truncated: jax.Array  # 1 where the time limit ended the episode (see `_next_values`)
     next_obs: jax.Array
     behaviour_log_prob: jax.Array
     phase_log_prob: jax.Array
@@ -158,13 +159,38 @@ class Trainer:
                                  batch.continuations, log_rhos, lambda_=hp.vtrace_lambda,
                                  rho_bar=hp.rho_bar, c_bar=hp.c_bar, rho_bar_pg=hp.rho_bar_pg)
 
+    def _next_values(self, params: dict, stats: RunningStats, values: jax.Array,
+                     next_obs: jax.Array, truncated: jax.Array) -> jax.Array:
+        """`V(next_obs)` `[T, ...]` for the time-major `next_obs`, given `values = V(obs)`.
+
+        `next_obs[t]` is `obs[t + 1]` unless the episode ended at `t`; a terminated step's next
+        value is discounted to 0, so only the last step and truncated steps need the critic on
+        their own next observation. The full pass over `next_obs` runs only where some step was
+        truncated, and even then only truncated steps take its values, so a run's numbers do not
+        depend on which branch ran.
+        """
+        last = self._value(params, stats, next_obs[-1])
+        shifted = jnp.concatenate([values[1:], last[None]])
+
+        def with_truncated(_):
+            return jnp.where(truncated > 0, self._value(params, stats, next_obs), shifted)
+
+        return cond_in_every_run(~jnp.any(truncated > 0), lambda _: shifted, with_truncated, None)
+
     def phase_batch(self, state: TrainState, data: Transitions, hp: HParams) -> PhaseBatch:
-        phase_log_prob = self.model.log_prob(state.policy, data.obs, data.action)
+        # Where every step acted with the newest version, the behaviour policy is the learner's
+        # own policy pi_T: its rollout log-probs are the phase log-probs, no second pass needed.
+        phase_log_prob = cond_in_every_run(
+            jnp.all(data.behaviour_version == state.buffer.latest_version),
+            lambda _: data.behaviour_log_prob,
+            lambda _: self.model.log_prob(state.policy, data.obs, data.action), None)
         values = self._value(state.params, state.obs_stats, data.obs)
-        next_values = self._value(state.params, state.obs_stats, data.next_obs)
+        next_values = self._next_values(state.params, state.obs_stats, values, data.next_obs,
+                                        data.truncated)
         batch = PhaseBatch(obs=data.obs, action=data.action, reward=data.reward,
                            discounts=hp.gamma * (1.0 - data.terminated),
-                           continuations=1.0 - data.done, next_obs=data.next_obs,
+                           continuations=1.0 - data.done, truncated=data.truncated,
+                           next_obs=data.next_obs,
                            behaviour_log_prob=data.behaviour_log_prob,
                            phase_log_prob=phase_log_prob, values=values,
                            advantages=jnp.zeros_like(values), value_targets=jnp.zeros_like(values))
@@ -200,8 +226,9 @@ class Trainer:
         if self.algorithm.advantages != "vtrace_minibatch":
             return mb.advantages, mb.value_targets
         log_prob = self.model.log_prob(Policy(params["actor"], stats), mb.obs, mb.action)
-        return self._vtrace(mb, self._value(params, stats, mb.obs),
-                            self._value(params, stats, mb.next_obs),
+        values = self._value(params, stats, mb.obs)
+        return self._vtrace(mb, values,
+                            self._next_values(params, stats, values, mb.next_obs, mb.truncated),
                             log_prob - mb.behaviour_log_prob, hp)
 
     def _loss(self, params: dict, mb: PhaseBatch, stats: RunningStats, kl_coef: jax.Array,
