@@ -110,31 +110,40 @@ def test_ppo_uses_gae_on_the_behaviour_data():
 
 
 
-def _ended_episodes_phase(algo: str, lag: float):
-    """A rollout with truncated and terminated steps, and the expected phase quantities: the
-    critic on every `obs` and every `next_obs`, the actor's log-probs recomputed.
+@pytest.fixture(scope="module")
+def ended_episodes():
+    """Rollouts at lag 0 and lag 2 with truncated and terminated steps, from one state, and the
+    expected phase quantities: the critic on every `obs` and every `next_obs`, the actor's
+    log-probs recomputed.
 
     The toy task rarely terminates within a few steps, so some steps are marked terminated by
     hand; their next value is discounted to 0 either way.
     """
-    trainer = Trainer(TOY.replace(algo=algo, lag_model="fixed", episode_length=6))
-    hp = HParams.create(lag=lag, learning_rate=3e-3)
-    state = trainer.init(jax.random.PRNGKey(0), hp)
-    state, _ = jax.jit(lambda s: jax.lax.scan(lambda s, _: trainer.update(s, hp), s, None,
+    config = TOY.replace(lag_model="fixed", episode_length=6)
+    trainer = Trainer(config)
+    train_hp = HParams.create(lag=2.0, learning_rate=3e-3)
+    state = trainer.init(jax.random.PRNGKey(0), train_hp)
+    state, _ = jax.jit(lambda s: jax.lax.scan(lambda s, _: trainer.update(s, train_hp), s, None,
                                               length=3))(state)
-    _, data = trainer.collect(state, jax.random.PRNGKey(1), hp)
-    terminated = jnp.zeros_like(data.terminated).at[3:5, :4].set(1.0) * (1 - data.truncated)
-    data = data.replace(terminated=terminated)
-    assert np.asarray(data.truncated).any() and np.asarray(terminated).any()
     critic = lambda obs: trainer.model.value(state.params["critic"], state.obs_stats, obs)
-    expected = dict(values=critic(data.obs), next_values=critic(data.next_obs),
-                    log_prob=trainer.model.log_prob(state.policy, data.obs, data.action))
-    return trainer, hp, state, data, expected
+    rollouts = {}
+    for lag in (0.0, 2.0):
+        hp = HParams.create(lag=lag, learning_rate=3e-3)
+        _, data = trainer.collect(state, jax.random.PRNGKey(1), hp)
+        terminated = jnp.zeros_like(data.terminated).at[3:5, :4].set(1.0) * (1 - data.truncated)
+        data = data.replace(terminated=terminated)
+        assert np.asarray(data.truncated).any() and np.asarray(terminated).any()
+        expected = dict(values=critic(data.obs), next_values=critic(data.next_obs),
+                        log_prob=trainer.model.log_prob(state.policy, data.obs, data.action))
+        rollouts[lag] = (hp, data, expected)
+    return config, state, rollouts
 
 
 @pytest.mark.parametrize("lag", [0.0, 2.0])
-def test_phase_batch_equals_gae_with_the_critic_on_every_next_observation(lag):
-    trainer, hp, state, data, expected = _ended_episodes_phase("ppo", lag)
+def test_phase_batch_equals_gae_with_the_critic_on_every_next_observation(ended_episodes, lag):
+    config, state, rollouts = ended_episodes
+    trainer = Trainer(config)
+    hp, data, expected = rollouts[lag]
     not_done = np.asarray(data.done[:-1]) == 0
     np.testing.assert_array_equal(np.asarray(data.next_obs[:-1])[not_done],
                                   np.asarray(data.obs[1:])[not_done])
@@ -152,8 +161,10 @@ def test_phase_batch_equals_gae_with_the_critic_on_every_next_observation(lag):
         assert np.abs(np.asarray(batch.phase_log_prob - data.behaviour_log_prob)).max() > 1e-3
 
 
-def test_minibatch_vtrace_uses_the_critic_on_every_next_observation():
-    trainer, hp, state, data, expected = _ended_episodes_phase("impala", 2.0)
+def test_minibatch_vtrace_uses_the_critic_on_every_next_observation(ended_episodes):
+    config, state, rollouts = ended_episodes
+    trainer = Trainer(config.replace(algo="impala"))
+    hp, data, expected = rollouts[2.0]
     batch = trainer.phase_batch(state, data, hp)
     used = jax.jit(trainer.minibatch_advantages)(state.params, batch, state.obs_stats, hp)
     vtrace = estimators.vtrace(data.reward, expected["values"], expected["next_values"],
@@ -163,6 +174,7 @@ def test_minibatch_vtrace_uses_the_critic_on_every_next_observation():
                                rho_bar_pg=hp.rho_bar_pg)
     np.testing.assert_allclose(used[0], vtrace[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(used[1], vtrace[1], rtol=1e-5, atol=1e-5)
+
 
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo):
@@ -365,7 +377,8 @@ def test_phase_kl_is_the_weighted_kl_from_the_phase_policy_to_the_learner_after_
     assert np.ptp(w) > 1e-3  # the weights matter here
     expected = np.sum(w * (np.exp(log_rho) - 1 - log_rho)) / np.sum(w)
     np.testing.assert_allclose(trainer.phase_kl(state, after, batch), expected, rtol=1e-4)
-    assert float(trainer.phase_kl(state, state.params, batch)) == 0.0
+    # Zero up to rounding: the phase log-probs come from another compiled program.
+    assert abs(float(trainer.phase_kl(state, state.params, batch))) < 1e-8
 
 
 @pytest.mark.parametrize("changes,message", [
