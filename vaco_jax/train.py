@@ -171,11 +171,12 @@ class Trainer:
         """
         last = self._value(params, stats, next_obs[-1])
         shifted = jnp.concatenate([values[1:], last[None]])
+        time_limit = truncated > 0
 
         def with_truncated(_):
-            return jnp.where(truncated > 0, self._value(params, stats, next_obs), shifted)
+            return jnp.where(time_limit, self._value(params, stats, next_obs), shifted)
 
-        return cond_in_every_run(~jnp.any(truncated > 0), lambda _: shifted, with_truncated, None)
+        return cond_in_every_run(~jnp.any(time_limit), lambda _: shifted, with_truncated, None)
 
     def phase_batch(self, state: TrainState, data: Transitions, hp: HParams) -> PhaseBatch:
         # Where every step acted with the newest version, the behaviour policy is the learner's
