@@ -37,6 +37,7 @@ FINAL_FRACTION = 0.4  # the last 2 of 5 evaluation points
 REPS = 200
 FIGURES = (
     "fig_aggregates",
+    "fig_tasks",
     "fig_learning_curves",
     "fig_staleness_diagnostics",
     "fig_auc",
@@ -220,6 +221,64 @@ def test_cell_aggregates_match_hand_computation(report):
     assert [found["auc_iqm"][k] for k in ("point", "low", "high")] == pytest.approx(expected_auc)
 
 
+def task_cell(summary, variant, lag, task):
+    (found,) = [
+        c for c in summary["task_cells"]
+        if (c["variant"], c["lag"], c["task"]) == (variant, lag, task)
+    ]
+    return found
+
+
+def test_task_cells_match_hand_computation(report):
+    _, summary = report
+    assert len(summary["task_cells"]) == len(VARIANTS) * len(LAGS) * len(TASKS)
+    scores, auc = hand_matrices("ppo", 4.0)
+    for column, task in enumerate(TASKS):
+        found = task_cell(summary, "ppo", 4.0, task)
+        assert found["runs"] == len(SEEDS)
+        for key, matrix, aggregate in (
+            ("iqm", scores, stats.aggregate_iqm),
+            ("mean", scores, stats.aggregate_mean),
+            ("auc_iqm", auc, stats.aggregate_iqm),
+        ):
+            expected = stats.stratified_bootstrap_ci(
+                matrix[:, [column]], aggregate, reps=REPS, seed=0
+            )
+            assert [found[key][k] for k in ("point", "low", "high")] == pytest.approx(expected)
+    # The two tasks differ, so neither equals the pooled cell.
+    hopper, walker = (task_cell(summary, "ppo", 4.0, task)["iqm"] for task in TASKS)
+    assert hopper != walker
+
+
+def test_task_cells_equal_the_report_of_each_task_alone(report, runs, tmp_path):
+    _, summary = report
+    for task in TASKS:
+        alone = write_report(
+            runs[runs["task"] == task], tmp_path / task, final_fraction=FINAL_FRACTION, reps=REPS,
+            seed=0,
+        )
+        assert alone["task_cells"] == []
+        assert "fig_tasks" not in alone["figures"]
+        assert "Final scores per task" not in (tmp_path / task / "report.md").read_text()
+        for c in alone["cells"]:
+            found = task_cell(summary, c["variant"], c["lag"], task)
+            assert {k: found[k] for k in ("iqm", "mean", "auc_iqm")} == {
+                k: c[k] for k in ("iqm", "mean", "auc_iqm")
+            }
+
+
+def test_task_figure_has_a_score_and_an_auc_panel_per_task(report, figures):
+    axes = panels(figures["fig_tasks"])
+    assert [ax.get_title() for ax in axes] == list(TASKS) * 2
+    assert [ax.get_ylabel() for ax in axes] == (
+        ["IQM of normalised final score"] * len(TASKS) + ["IQM of normalised AUC"] * len(TASKS)
+    )
+    _, summary = report
+    walker_ppo = [task_cell(summary, "ppo", lag, "walker")["iqm"]["point"] for lag in LAGS]
+    (bars,) = [b for b in axes[1].containers if b.get_label() == "ppo"]
+    assert bars.lines[0].get_ydata() == pytest.approx(walker_ppo)
+
+
 def test_probability_of_improvement_matches_hand_computation(report):
     _, summary = report
     focus, _ = hand_matrices("vaco[tv_delta=0.2]", 4.0)
@@ -273,6 +332,14 @@ def test_report_md_has_title_table_rows_and_figure_links(report):
         assert f"]({stem}.png)" in text and f"]({stem}.pdf)" in text
     assert run_id(*DIVERGED) in text
     assert "| 4 | vaco[tv_delta=0.1] | ppo |" in text
+    assert (
+        "| variant | lag | runs per task | hopper IQM [95% CI] | hopper AUC IQM [95% CI] | "
+        "walker IQM [95% CI] | walker AUC IQM [95% CI] |"
+    ) in text
+    for c in summary["task_cells"]:
+        if c["task"] == "hopper":
+            iqm = f"{c['iqm']['point']:.3f} [{c['iqm']['low']:.3f}, {c['iqm']['high']:.3f}]"
+            assert f"| {c['variant']} | {c['lag']:g} | 3 | {iqm} |" in text
 
 
 def test_absent_data_skips_figures_and_says_so(runs, tmp_path):

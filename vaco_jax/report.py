@@ -349,14 +349,16 @@ def _interval(estimate: tuple[float, float, float]) -> dict[str, float]:
     return {"point": point, "low": low, "high": high}
 
 
-def _cell_summary(cell: _Cell, reps: int, seed: int) -> dict[str, Any]:
-    def interval(scores: np.ndarray, aggregate: stats.Aggregate) -> dict[str, float]:
-        return _interval(
-            stats.stratified_bootstrap_ci(
-                scores, aggregate, reps=reps, confidence=CONFIDENCE, seed=seed
-            )
-        )
+def _bootstrap_interval(
+    scores: np.ndarray, aggregate: stats.Aggregate, reps: int, seed: int
+) -> dict[str, float]:
+    estimate = stats.stratified_bootstrap_ci(
+        scores, aggregate, reps=reps, confidence=CONFIDENCE, seed=seed
+    )
+    return _interval(estimate)
 
+
+def _cell_summary(cell: _Cell, reps: int, seed: int) -> dict[str, Any]:
     return {
         "variant": cell.variant,
         "algo": cell.algo,
@@ -364,9 +366,39 @@ def _cell_summary(cell: _Cell, reps: int, seed: int) -> dict[str, Any]:
         "num_runs": cell.num_runs,
         "runs_per_task": int(cell.scores.shape[0]),
         "num_diverged": cell.num_diverged,
-        **{key: interval(cell.scores, aggregate) for key, (_, aggregate) in AGGREGATES.items()},
-        "auc_iqm": interval(cell.auc, stats.aggregate_iqm),
+        **{
+            key: _bootstrap_interval(cell.scores, aggregate, reps, seed)
+            for key, (_, aggregate) in AGGREGATES.items()
+        },
+        "auc_iqm": _bootstrap_interval(cell.auc, stats.aggregate_iqm, reps, seed),
     }
+
+
+def _task_summaries(
+    cells: Sequence[_Cell], tasks: Sequence[str], reps: int, seed: int
+) -> list[dict[str, Any]]:
+    """Each cell's scores on each task alone, when there are several tasks.
+
+    Pooled aggregates can hide a task: one task at its maximum at every lag and another that
+    degrades average to a mild slope. A task's entry is what the report of that task's runs
+    alone gives for the cell (same bootstrap seed, same paired runs).
+    """
+    if len(tasks) < 2:
+        return []
+    return [
+        {
+            "variant": cell.variant,
+            "algo": cell.algo,
+            "lag": cell.lag,
+            "task": task,
+            "runs": int(cell.scores.shape[0]),
+            "iqm": _bootstrap_interval(cell.scores[:, [column]], stats.aggregate_iqm, reps, seed),
+            "mean": _bootstrap_interval(cell.scores[:, [column]], stats.aggregate_mean, reps, seed),
+            "auc_iqm": _bootstrap_interval(cell.auc[:, [column]], stats.aggregate_iqm, reps, seed),
+        }
+        for cell in cells
+        for column, task in enumerate(tasks)
+    ]
 
 
 def _improvements(
@@ -711,6 +743,28 @@ def _figure_auc(
     return figure
 
 
+def _figure_tasks(
+    task_summaries: Sequence[Mapping[str, Any]],
+    tasks: Sequence[str],
+    colours: Mapping[str, Any],
+    lags: Sequence[float],
+) -> Figure:
+    figure, axes = _new_figure(
+        2 * len(tasks), panel_size=(4.4, 3.4), max_cols=len(tasks), sharex=True
+    )
+    rows = (("iqm", "IQM of normalised final score"), ("auc_iqm", "IQM of normalised AUC"))
+    for row, (key, label) in enumerate(rows):
+        for column, task in enumerate(tasks):
+            ax = axes[row * len(tasks) + column]
+            summaries = [s for s in task_summaries if s["task"] == task]
+            _plot_against_lag(ax, summaries, key, colours, lags)
+            ax.set_title(task)
+            ax.set_ylabel(label)
+    figure.suptitle(f"Final score and AUC against lag, per task ({CONFIDENCE:.0%} bootstrap CIs)")
+    _shared_legend(figure, axes, list(colours))
+    return figure
+
+
 def _figure_fractions(
     means: pd.DataFrame, colours: Mapping[str, Any], lags: Sequence[float]
 ) -> Figure | _Skipped:
@@ -942,6 +996,8 @@ def _diverged_runs(run_table: pd.DataFrame) -> list[dict[str, Any]]:
 
 def _figure_builders(
     cell_summaries: Sequence[Mapping[str, Any]],
+    task_summaries: Sequence[Mapping[str, Any]],
+    tasks: Sequence[str],
     curves: Mapping[tuple[str, float], Mapping[str, np.ndarray]],
     fraction_means: pd.DataFrame,
     table: pd.DataFrame,
@@ -953,12 +1009,22 @@ def _figure_builders(
     lags: Sequence[float],
     score: Score,
 ) -> dict[str, tuple[str, Callable[[], Figure | _Skipped]]]:
-    """File stem -> (caption, drawing function) of every figure, in report order."""
+    """File stem -> (caption, drawing function) of every figure, in report order.
+
+    The per-task figure is drawn only for several tasks: with one, it is the aggregate figure.
+    """
+    per_task = {
+        "fig_tasks": (
+            "Final score and AUC against lag, per task",
+            lambda: _figure_tasks(task_summaries, tasks, colours, lags),
+        ),
+    } if len(tasks) > 1 else {}
     return {
         "fig_aggregates": (
             "Aggregate final scores against lag",
             lambda: _figure_aggregates(cell_summaries, colours, lags),
         ),
+        **per_task,
         "fig_learning_curves": (
             "IQM learning curves per lag level",
             lambda: _figure_curves(curves, colours, lags, score),
@@ -1051,11 +1117,14 @@ def write_report(
     )
     cells, incomplete = _cells(run_table, tasks)
     cell_summaries = [_cell_summary(cell, reps, seed) for cell in cells]
+    task_summaries = _task_summaries(cells, tasks, reps, seed)
     improvements = _improvements(cells, focus_algo, reps, seed)
     overview = _run_overview(table, run_table)
     events = _collapse_events(table, references, score, collapse_thresholds)
     builders = _figure_builders(
         cell_summaries,
+        task_summaries,
+        tasks,
         {(c.variant, c.lag): _learning_curve(c, table, tasks, reps, seed) for c in cells},
         _fraction_means(table),
         table,
@@ -1096,6 +1165,7 @@ def write_report(
             for task, row in references.iterrows()
         },
         "cells": cell_summaries,
+        "task_cells": task_summaries,
         "incomplete_cells": incomplete,
         "probability_of_improvement": improvements,
         "off_policy_metrics": off_policy_columns,

@@ -118,6 +118,33 @@ def _md_scores(summary: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _md_task_scores(summary: Mapping[str, Any]) -> list[str]:
+    rows_in = summary["task_cells"]
+    if not rows_in:
+        return []
+    tasks = list(dict.fromkeys(r["task"] for r in rows_in))
+    header = ["variant", "lag", "runs per task"] + [
+        f"{task} {measure}" for task in tasks for measure in ("IQM [95% CI]", "AUC IQM [95% CI]")
+    ]
+    by_cell: dict[tuple[str, float], dict[str, Mapping[str, Any]]] = {}
+    for r in rows_in:
+        by_cell.setdefault((r["variant"], r["lag"]), {})[r["task"]] = r
+    rows = [
+        [variant, f"{lag:g}", next(iter(per_task.values()))["runs"]] + [
+            _fmt_interval(per_task[task][key]) for task in tasks for key in ("iqm", "auc_iqm")
+        ]
+        for (variant, lag), per_task in by_cell.items()
+    ]
+    return [
+        "## Final scores per task",
+        "",
+        "The same runs as above, each task alone (its means are in `summary.json`, `task_cells`).",
+        "",
+        *_md_table(header, rows),
+        "",
+    ]
+
+
 def _md_improvement(summary: Mapping[str, Any]) -> list[str]:
     focus = summary["focus_algo"]
     lines = ["## Probability of improvement", ""]
@@ -246,6 +273,7 @@ def markdown(summary: Mapping[str, Any]) -> str:
         _md_overview(summary),
         _md_normalisation(summary),
         _md_scores(summary),
+        _md_task_scores(summary),
         _md_improvement(summary),
         _md_off_policy(summary),
         _md_ess_collapse(summary),
