@@ -285,6 +285,41 @@ def test_unfinished_part_is_named(parts, tmp_path, capsys):
            f"sweep --resume --out {copy})" in err
 
 
+def interrupt_halfway(folder: Path, batch: str) -> set:
+    """Marks the finished `batch` of `folder` as stopped halfway, its results kept: the state
+    of a sweep interrupted there. Returns the run ids of the batch."""
+    status_file = folder / "runs" / batch / "status.json"
+    status = json.loads(status_file.read_text())
+    status.update(complete=False, updates_done=status["num_updates"] // 2)
+    status_file.write_text(json.dumps(status))
+    experiment = sweep.load_sweep(folder).experiment
+    (found,) = [b for b in sweep.load_sweep(folder).batches if b.name == batch]
+    return set(sweep.batch_table(experiment, found, folder / "runs" / batch)["run_id"])
+
+
+def test_an_unfinished_batch_stays_out_of_every_report(parts, tmp_path):
+    whole, (part1, part2) = parts
+    expected = runs(whole)
+    for source in (whole, part2):
+        shutil.copytree(source, tmp_path / source.name)
+    halfway = interrupt_halfway(tmp_path / part2.name, f"{VACO}-1")
+    assert interrupt_halfway(tmp_path / whole.name, f"{VACO}-1") == halfway
+    assert len(halfway) == BATCH and halfway < set(expected["run_id"])
+    kept = expected[~expected["run_id"].isin(halfway)].reset_index(drop=True)
+
+    merged = tmp_path / "merged"
+    assert cli.main(["report", str(merged), "--parts", str(part1), str(tmp_path / part2.name),
+                     "--allow-incomplete"]) == 0
+    pd.testing.assert_frame_equal(runs(merged), kept, check_exact=True)
+    assert summary(merged)["title"].endswith("(incomplete merge: 1 of 2 groups missing or "
+                                             "unfinished, see parts.json)")
+
+    assert cli.main(["report", str(tmp_path / whole.name)]) == 0
+    pd.testing.assert_frame_equal(runs(tmp_path / whole.name), kept, check_exact=True)
+    assert summary(tmp_path / whole.name)["title"].endswith(
+        "(unfinished: 1 of 2 groups not finished, their unfinished batches left out)")
+
+
 @pytest.mark.parametrize("case", ["overlap", "other experiment", "out is a part",
                                   "not a sweep folder"])
 def test_bad_merges_are_refused_naming_the_folder(parts, tmp_path, capsys, case):

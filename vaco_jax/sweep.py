@@ -864,21 +864,45 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
     return table[columns]
 
 
+def finished_batches_table(experiment: Experiment, batches: Sequence[Batch],
+                           folders: Sequence[Path]) -> pd.DataFrame | None:
+    """The runs table of those `batches` (results in `folders`) that finished, or None.
+
+    An unfinished batch's runs are left out: scored where they stopped, they would enter the
+    report as runs of the whole length with the final scores of shorter ones.
+    """
+    tables = [batch_table(experiment, batch, folder) for batch, folder in zip(batches, folders)
+              if batch_finished(folder)]
+    return pd.concat(tables, ignore_index=True) if tables else None
+
+
+def unfinished_groups(plan: Plan, out_dir: str | os.PathLike) -> list[str]:
+    """The groups of `plan` with a batch not finished in `out_dir`, in plan order."""
+    return list(dict.fromkeys(b.group for b in plan.batches
+                              if not batch_finished(batch_dir(out_dir, b))))
+
+
 def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
-    """The runs table of every batch with results so far (`report.required_columns` of the
-    testbed's score, `hp_*` for the swept hyper-parameters, and the training metrics)."""
-    tables = [batch_table(plan.experiment, b, batch_dir(out_dir, b)) for b in plan.batches]
-    tables = [t for t in tables if t is not None]
-    if not tables:
-        raise FileNotFoundError(f"no batch of the sweep in {str(out_dir)!r} has results yet")
-    return pd.concat(tables, ignore_index=True)
+    """The runs table of every finished batch (`report.required_columns` of the testbed's
+    score, `hp_*` for the swept hyper-parameters, and the training metrics)."""
+    table = finished_batches_table(plan.experiment, plan.batches,
+                                   [batch_dir(out_dir, b) for b in plan.batches])
+    if table is None:
+        raise FileNotFoundError(f"no batch of the sweep in {str(out_dir)!r} has finished yet")
+    return table
 
 
 def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
-    """Builds the runs table from the batch folders and writes the report into `out_dir` (a
-    part's report covers its groups only, and says so in its title)."""
+    """Builds the runs table from the finished batches and writes the report into `out_dir` (a
+    part's report covers its groups only, and an unfinished sweep's its finished batches; the
+    title says so)."""
+    notes = [f"part {plan.part}"] if plan.part else []
+    unfinished = unfinished_groups(plan, out_dir)
+    if unfinished:
+        notes.append(f"unfinished: {len(unfinished)} of {len(plan.groups)} groups not finished, "
+                     f"their unfinished batches left out")
     return write_experiment_report(plan.experiment, runs_table(plan, out_dir), out_dir,
-                                   note=f"part {plan.part}" if plan.part else None)
+                                   note="; ".join(notes) or None)
 
 
 def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,

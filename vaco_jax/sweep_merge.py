@@ -14,8 +14,6 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import pandas as pd
-
 from vaco_jax import io, sweep
 
 PARTS_FILE = "parts.json"
@@ -33,11 +31,6 @@ def _groups_by_folder(folders: Sequence[Path],
                              f"hold group(s) {overlap}; give each part once")
         owners.update({g.name: (folder, plan) for g in plan.groups})
     return owners
-
-
-def _unfinished(folder: Path, plan: sweep.Plan) -> list[str]:
-    return list(dict.fromkeys(b.group for b in plan.batches
-                              if not sweep.batch_finished(sweep.batch_dir(folder, b))))
 
 
 def _check_out(out: Path, folders: Sequence[Path], overwrite: bool) -> None:
@@ -61,7 +54,8 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
 
     Refuses, naming the folder: a folder that is not a sweep folder, one of another experiment
     (parsed `experiment.toml` differs), parts that overlap, and, unless `allow_incomplete`
-    (which marks the report's title), groups that no part holds or that are not finished.
+    (which marks the report's title), groups that no part holds or that are not finished. The
+    runs of unfinished batches never enter the report.
     """
     folders = [Path(d) for d in part_dirs]
     if not folders:
@@ -77,7 +71,7 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
                              f"({experiment.name!r}); merge the parts of one experiment only")
     owners = _groups_by_folder(folders, plans)
     missing = [g.name for g in experiment.groups if g.name not in owners]
-    unfinished = {str(f): names for f, p in zip(folders, plans) if (names := _unfinished(f, p))}
+    unfinished = {str(f): names for f, p in zip(folders, plans) if (names := sweep.unfinished_groups(p, f))}
     if (missing or unfinished) and not allow_incomplete:
         problems = ([f"no part holds group(s) {missing}"] if missing else []) + [
             f"{folder!r} has not finished group(s) {names} (resume it with vaco-jax sweep "
@@ -85,20 +79,23 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         raise ValueError(f"incomplete parts: {'; '.join(problems)}; pass --allow-incomplete "
                          f"for a report of what there is")
     io.prepare_output_dir(out, overwrite=True)  # refused above unless overwrite
-    tables = [sweep.batch_table(experiment, batch, sweep.batch_dir(folder, batch))
-              for group in experiment.groups if group.name in owners
-              for folder, plan in [owners[group.name]]
-              for batch in plan.batches if batch.group == group.name]
-    tables = [t for t in tables if t is not None]
-    if not tables:
-        raise FileNotFoundError(f"no part in {[str(f) for f in folders]} has results yet")
+    batches, batch_folders = [], []
+    for group in experiment.groups:
+        if group.name in owners:
+            folder, plan = owners[group.name]
+            for batch in plan.batches:
+                if batch.group == group.name:
+                    batches.append(batch)
+                    batch_folders.append(sweep.batch_dir(folder, batch))
+    table = sweep.finished_batches_table(experiment, batches, batch_folders)
+    if table is None:
+        raise FileNotFoundError(f"no part in {[str(f) for f in folders]} has a finished batch yet")
     absent = len(missing) + sum(len(names) for names in unfinished.values())
     note = (f"incomplete merge: {absent} of {len(experiment.groups)} groups missing or "
             f"unfinished, see {PARTS_FILE}") if absent else None
     io.write_text(out / sweep.EXPERIMENT_FILE, experiment.source)
     io.write_json(out / PARTS_FILE, _record(folders, plans, missing, unfinished))
-    return sweep.write_experiment_report(experiment, pd.concat(tables, ignore_index=True), out,
-                                         note=note)
+    return sweep.write_experiment_report(experiment, table, out, note=note)
 
 
 def _record(folders: Sequence[Path], plans: Sequence[sweep.Plan], missing: Sequence[str],
