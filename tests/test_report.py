@@ -301,6 +301,22 @@ def test_probability_of_improvement_covers_each_vaco_variant_against_each_baseli
     assert pairs == {(lag, f, b) for lag in LAGS for f in focus for b in ("impala", "ppo")}
 
 
+def test_probability_of_improvement_pairs_equal_values_of_a_hyper_parameter_both_sweep(
+    runs, tmp_path
+):
+    """A learning rate swept for every algorithm pairs like with like; the threshold that only
+    vaco sweeps pairs with every baseline."""
+    faster = runs.assign(hp_learning_rate=3e-3, run_id=runs["run_id"] + "/lr3e-3")
+    summary = write_report(pd.concat([runs, faster], ignore_index=True), tmp_path,
+                           final_fraction=FINAL_FRACTION, reps=20)
+    pairs = {(r["lag"], r["variant"], r["baseline"]) for r in summary["probability_of_improvement"]}
+    assert pairs == {
+        (lag, f"vaco[learning_rate={lr},tv_delta={delta}]", f"{baseline}[learning_rate={lr}]")
+        for lag in LAGS for lr in ("0.0003", "0.003") for delta in ("0.1", "0.2")
+        for baseline in ("ppo", "impala")
+    }
+
+
 def test_diverged_run_is_listed_with_its_last_finite_return(report):
     _, summary = report
     task, variant, lag, seed = DIVERGED

@@ -285,7 +285,8 @@ class _Cell:
     """The runs of one (variant, lag) that enter its score matrices.
 
     ``condition`` is what a baseline must share besides the lag level: the lag model and the
-    forward setting (``lag_model``, ``epochs``, ``minibatches``). ``runs`` holds the paired
+    forward setting (``lag_model``, ``epochs``, ``minibatches``); ``hparams`` the values of the
+    swept hyper-parameters its runs set (NaN, unset, left out). ``runs`` holds the paired
     runs with a ``slot`` column (their row in the matrices); ``scores`` and ``auc`` are
     ``[runs per task, num_tasks]``.
     """
@@ -293,6 +294,7 @@ class _Cell:
     variant: str
     algo: str
     condition: tuple[str, int, int]
+    hparams: Mapping[str, float]
     lag: float
     num_runs: int
     num_diverged: int
@@ -333,6 +335,11 @@ def _cells(
                     int(cell_runs["epochs"].iloc[0]),
                     int(cell_runs["minibatches"].iloc[0]),
                 ),
+                hparams={
+                    column.removeprefix(HP_PREFIX): float(value)
+                    for column, value in cell_runs[_hp_columns(cell_runs)].iloc[0].items()
+                    if np.isfinite(value)
+                },
                 lag=float(lag),
                 num_runs=len(cell_runs),
                 num_diverged=int(cell_runs["diverged"].sum()),
@@ -408,13 +415,20 @@ def _improvements(
 
     Baselines are the variants of every other algorithm at the same lag under the same lag
     model (a level means another lag distribution under another model) and forward setting
-    (epochs and minibatches set how far the learner moves from the data, as the lag does).
+    (epochs and minibatches set how far the learner moves from the data, as the lag does), at
+    the same value of every swept hyper-parameter both set (a learning rate swept for every
+    algorithm pairs like with like; a threshold only the focus sweeps pairs with every baseline).
     """
+    def comparable(focus: _Cell, baseline: _Cell) -> bool:
+        shared = focus.hparams.keys() & baseline.hparams.keys()
+        return (baseline.algo != focus_algo and baseline.lag == focus.lag
+                and baseline.condition == focus.condition
+                and all(focus.hparams[name] == baseline.hparams[name] for name in shared))
+
     focus_cells = sorted((c for c in cells if c.algo == focus_algo), key=lambda c: (c.lag, c.variant))
     records = []
     for focus in focus_cells:
-        for baseline in (c for c in cells if c.algo != focus_algo and c.lag == focus.lag
-                         and c.condition == focus.condition):
+        for baseline in (c for c in cells if comparable(focus, c)):
             estimate = stats.stratified_bootstrap_ci_pair(
                 focus.scores,
                 baseline.scores,

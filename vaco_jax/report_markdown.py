@@ -160,7 +160,8 @@ def _md_improvement(summary: Mapping[str, Any]) -> list[str]:
     return lines + [
         f"P(X > Y) is the probability that a run of {focus} (X) scores higher than a run of the "
         "baseline (Y) on the same task, ties counting one half, averaged over tasks; 0.5 means "
-        "neither is better.",
+        "neither is better. Each baseline runs under the same lag model and epochs x minibatches "
+        "and at the same value of every hyper-parameter both sweep.",
         "",
         *_md_table(["lag", focus, "baseline", "P(X > Y) [95% CI]"], rows),
         "",
