@@ -392,8 +392,18 @@ def test_given_references_unequal_counts_and_rewrites(runs, tmp_path):
         {"variant": "impala", "lag": 4.0, "missing_tasks": ["walker"]}
     ]
     assert not [c for c in summary["cells"] if (c["variant"], c["lag"]) == ("impala", 4.0)]
+    # Each task alone keeps every run it has, with or without the other task.
+    assert task_cell(summary, "impala", 0.0, "hopper")["runs"] == 3
+    assert task_cell(summary, "impala", 0.0, "walker")["runs"] == 2
+    assert task_cell(summary, "impala", 4.0, "hopper")["runs"] == 3
+    assert not [c for c in summary["task_cells"]
+                if (c["variant"], c["lag"], c["task"]) == ("impala", 4.0, "walker")]
     text = (tmp_path / "report.md").read_text()
     assert text != "stale" and "impala at lag 4 has no run on walker" in text
+    iqm, auc = (task_cell(summary, "impala", 4.0, "hopper")[key] for key in ("iqm", "auc_iqm"))
+    assert (f"| impala | 4 | 3 / 0 | {iqm['point']:.3f} [{iqm['low']:.3f}, {iqm['high']:.3f}] | "
+            f"{auc['point']:.3f} [{auc['low']:.3f}, {auc['high']:.3f}] | - | - |") in text
+    assert "| impala | 0 | 3 / 2 |" in text
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 

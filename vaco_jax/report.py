@@ -382,30 +382,32 @@ def _cell_summary(cell: _Cell, reps: int, seed: int) -> dict[str, Any]:
 
 
 def _task_summaries(
-    cells: Sequence[_Cell], tasks: Sequence[str], reps: int, seed: int
+    run_table: pd.DataFrame, tasks: Sequence[str], reps: int, seed: int
 ) -> list[dict[str, Any]]:
-    """Each cell's scores on each task alone, when there are several tasks.
+    """Each (variant, lag)'s scores on each task alone, when there are several tasks.
 
     Pooled aggregates can hide a task: one task at its maximum at every lag and another that
     degrades average to a mild slope. A task's entry is what the report of that task's runs
-    alone gives for the cell (same bootstrap seed, same paired runs).
+    alone gives (every run of the task, same bootstrap seed), so it exists even where the
+    variant has no runs on another task yet.
     """
     if len(tasks) < 2:
         return []
-    return [
-        {
-            "variant": cell.variant,
-            "algo": cell.algo,
-            "lag": cell.lag,
-            "task": task,
-            "runs": int(cell.scores.shape[0]),
-            "iqm": _bootstrap_interval(cell.scores[:, [column]], stats.aggregate_iqm, reps, seed),
-            "mean": _bootstrap_interval(cell.scores[:, [column]], stats.aggregate_mean, reps, seed),
-            "auc_iqm": _bootstrap_interval(cell.auc[:, [column]], stats.aggregate_iqm, reps, seed),
-        }
-        for cell in cells
-        for column, task in enumerate(tasks)
-    ]
+    records = []
+    for (variant, lag, task), runs in run_table.groupby(["variant", "lag", "task"], sort=True):
+        ordered = runs.sort_values(["seed", "run_id"])
+        scores, auc = (ordered[[column]].to_numpy() for column in ("final_score", "auc"))
+        records.append({
+            "variant": variant,
+            "algo": str(ordered["algo"].iloc[0]),
+            "lag": float(lag),
+            "task": str(task),
+            "runs": len(ordered),
+            "iqm": _bootstrap_interval(scores, stats.aggregate_iqm, reps, seed),
+            "mean": _bootstrap_interval(scores, stats.aggregate_mean, reps, seed),
+            "auc_iqm": _bootstrap_interval(auc, stats.aggregate_iqm, reps, seed),
+        })
+    return records
 
 
 def _improvements(
@@ -1131,7 +1133,7 @@ def write_report(
     )
     cells, incomplete = _cells(run_table, tasks)
     cell_summaries = [_cell_summary(cell, reps, seed) for cell in cells]
-    task_summaries = _task_summaries(cells, tasks, reps, seed)
+    task_summaries = _task_summaries(run_table, tasks, reps, seed)
     improvements = _improvements(cells, focus_algo, reps, seed)
     overview = _run_overview(table, run_table)
     events = _collapse_events(table, references, score, collapse_thresholds)

@@ -122,23 +122,28 @@ def _md_task_scores(summary: Mapping[str, Any]) -> list[str]:
     rows_in = summary["task_cells"]
     if not rows_in:
         return []
-    tasks = list(dict.fromkeys(r["task"] for r in rows_in))
+    tasks = list(summary["normalisation"])
     header = ["variant", "lag", "runs per task"] + [
         f"{task} {measure}" for task in tasks for measure in ("IQM [95% CI]", "AUC IQM [95% CI]")
     ]
     by_cell: dict[tuple[str, float], dict[str, Mapping[str, Any]]] = {}
     for r in rows_in:
         by_cell.setdefault((r["variant"], r["lag"]), {})[r["task"]] = r
-    rows = [
-        [variant, f"{lag:g}", next(iter(per_task.values()))["runs"]] + [
-            _fmt_interval(per_task[task][key]) for task in tasks for key in ("iqm", "auc_iqm")
-        ]
-        for (variant, lag), per_task in by_cell.items()
-    ]
+    rows = []
+    for (variant, lag), per_task in by_cell.items():
+        counts = {per_task[task]["runs"] if task in per_task else 0 for task in tasks}
+        runs = str(counts.pop()) if len(counts) == 1 else " / ".join(
+            str(per_task[task]["runs"]) if task in per_task else "0" for task in tasks)
+        rows.append([variant, f"{lag:g}", runs] + [
+            _fmt_interval(per_task[task][key]) if task in per_task else "-"
+            for task in tasks for key in ("iqm", "auc_iqm")
+        ])
     return [
         "## Final scores per task",
         "",
-        "The same runs as above, each task alone (its means are in `summary.json`, `task_cells`).",
+        "Each task's runs alone, every run of the task counted (its means are in `summary.json`, "
+        "`task_cells`); a variant without runs on a task shows `-` there, and runs per task "
+        "differing between tasks are listed in task order.",
         "",
         *_md_table(header, rows),
         "",
