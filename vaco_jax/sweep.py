@@ -864,14 +864,14 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
     return table[columns]
 
 
-def finished_batches_table(experiment: Experiment, batches: Sequence[Batch],
-                           folders: Sequence[Path]) -> pd.DataFrame | None:
-    """The runs table of those `batches` (results in `folders`) that finished, or None.
+def finished_batches_table(experiment: Experiment,
+                           batches: Sequence[tuple[Batch, Path]]) -> pd.DataFrame | None:
+    """The runs table of those `(batch, results folder)` pairs whose batch finished, or None.
 
     An unfinished batch's runs are left out: scored where they stopped, they would enter the
     report as runs of the whole length with the final scores of shorter ones.
     """
-    tables = [batch_table(experiment, batch, folder) for batch, folder in zip(batches, folders)
+    tables = [batch_table(experiment, batch, folder) for batch, folder in batches
               if batch_finished(folder)]
     return pd.concat(tables, ignore_index=True) if tables else None
 
@@ -885,8 +885,8 @@ def unfinished_groups(plan: Plan, out_dir: str | os.PathLike) -> list[str]:
 def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
     """The runs table of every finished batch (`report.required_columns` of the testbed's
     score, `hp_*` for the swept hyper-parameters, and the training metrics)."""
-    table = finished_batches_table(plan.experiment, plan.batches,
-                                   [batch_dir(out_dir, b) for b in plan.batches])
+    table = finished_batches_table(plan.experiment,
+                                   [(b, batch_dir(out_dir, b)) for b in plan.batches])
     if table is None:
         raise FileNotFoundError(f"no batch of the sweep in {str(out_dir)!r} has finished yet")
     return table

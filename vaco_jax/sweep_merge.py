@@ -71,7 +71,8 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
                              f"({experiment.name!r}); merge the parts of one experiment only")
     owners = _groups_by_folder(folders, plans)
     missing = [g.name for g in experiment.groups if g.name not in owners]
-    unfinished = {str(f): names for f, p in zip(folders, plans) if (names := sweep.unfinished_groups(p, f))}
+    unfinished = {str(f): names for f, p in zip(folders, plans)
+                  if (names := sweep.unfinished_groups(p, f))}
     if (missing or unfinished) and not allow_incomplete:
         problems = ([f"no part holds group(s) {missing}"] if missing else []) + [
             f"{folder!r} has not finished group(s) {names} (resume it with vaco-jax sweep "
@@ -79,15 +80,11 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         raise ValueError(f"incomplete parts: {'; '.join(problems)}; pass --allow-incomplete "
                          f"for a report of what there is")
     io.prepare_output_dir(out, overwrite=True)  # refused above unless overwrite
-    batches, batch_folders = [], []
-    for group in experiment.groups:
-        if group.name in owners:
-            folder, plan = owners[group.name]
-            for batch in plan.batches:
-                if batch.group == group.name:
-                    batches.append(batch)
-                    batch_folders.append(sweep.batch_dir(folder, batch))
-    table = sweep.finished_batches_table(experiment, batches, batch_folders)
+    batches = [(batch, sweep.batch_dir(folder, batch))
+               for group in experiment.groups if group.name in owners
+               for folder, plan in [owners[group.name]]
+               for batch in plan.batches if batch.group == group.name]
+    table = sweep.finished_batches_table(experiment, batches)
     if table is None:
         raise FileNotFoundError(f"no part in {[str(f) for f in folders]} has a finished batch yet")
     absent = len(missing) + sum(len(names) for names in unfinished.values())
