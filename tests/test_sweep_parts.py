@@ -176,8 +176,9 @@ def test_the_part_is_saved_and_resume_keeps_it(toy2_file, tmp_path, capsys, monk
         assert cli.main(["sweep", "--out", str(folder), "--resume", "--part", part,
                          "--no-progress"]) == 2
         err = capsys.readouterr().err
-        assert f"--part {part} disagrees with the sweep saved in {str(folder)!r} ({saved}); " \
-               f"leave --part out to resume it" in err and len(err.strip().splitlines()) == 1
+        assert f"part {part} disagrees with the sweep saved in {str(folder)!r} ({saved}); " \
+               f"leave --part and --groups out to resume it" in err
+        assert len(err.strip().splitlines()) == 1
 
 
 # ---------------------------------------------------------------- running parts and merging
@@ -348,3 +349,120 @@ def test_merge_options_need_parts(parts, capsys):
     whole, _ = parts
     assert cli.main(["report", str(whole), "--overwrite"]) == 2
     assert "apply only with --parts" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- named groups
+
+
+def test_named_groups_parse_sorted_and_unique():
+    named = sweep.NamedGroups.parse(f" {VACO},{PPO}, {VACO},")
+    assert named == sweep.NamedGroups((PPO, VACO)) and str(named) == f"{PPO},{VACO}"
+    assert named.label == f"groups {PPO}, {VACO}"
+    assert sweep.parse_part(str(named)) == named and sweep.parse_part("1/2") == sweep.Part(1, 2)
+    experiment = sweep.parse_experiment(TOY2)
+    assert [g.name for g in sweep.NamedGroups((VACO,)).groups(experiment)] == [VACO]
+    assert sweep.NamedGroups((VACO, PPO)).groups(experiment) == experiment.groups
+
+
+@pytest.mark.parametrize("groups, message", [
+    (" , ", "--groups must name at least one group (comma-separated, as --plan prints them)"),
+    (f"{PPO},toy_reach-spo-e2m2", f"--groups: experiment 'toy' has no group(s) "
+                                  f"['toy_reach-spo-e2m2']; its groups are ['{PPO}', '{VACO}']"),
+])
+def test_cli_refuses_bad_group_names_in_one_line(toy2_file, tmp_path, capsys, no_compilation,
+                                                 groups, message):
+    out = tmp_path / "sweep"
+    for plan in ([], ["--plan"]):
+        assert cli.main(["sweep", str(toy2_file), "--groups", groups, "--out", str(out),
+                         "--no-progress", *plan]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["sweep", str(toy2_file), "--groups", VACO, "--part", "1/2", "--out",
+                     str(out)]) == 2
+    assert "give --part or --groups, not both" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_named_groups_plan_and_resume(toy2_file, tmp_path, capsys, monkeypatch):
+    assert cli.main(["sweep", str(toy2_file), "--plan", "--groups", VACO,
+                     "--max-runs-per-batch", "3"]) == 0
+    assert f"toy, groups {VACO}: 1 of 2 groups, 3 batches" in capsys.readouterr().out
+    out = tmp_path / "named"
+    sweep.start_sweep(sweep.load_experiment(toy2_file), out, part=sweep.NamedGroups((VACO,)),
+                      max_runs_per_batch=BATCH)
+    assert json.loads((out / "sweep.json").read_text())["part"] == VACO
+    assert sweep.load_sweep_to_resume(out).part == sweep.NamedGroups((VACO,))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("ran before refusing")
+    monkeypatch.setattr(sweep, "run_sweep", refuse)
+    assert cli.main(["sweep", "--out", str(out), "--resume", "--groups", PPO]) == 2
+    assert f"groups {PPO} disagrees with the sweep saved in {str(out)!r} (groups {VACO})" \
+        in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def vaco_again(parts, toy2_file, tmp_path_factory):
+    """The vaco group run again on its own with `--groups`, as if part 2/2 had been lost."""
+    folder = tmp_path_factory.mktemp("named") / "vaco"
+    assert cli.main(["sweep", str(toy2_file), "--groups", VACO, "--out", str(folder),
+                     "--max-runs-per-batch", str(BATCH), "--no-progress"]) == 0
+    return folder
+
+
+def test_named_groups_merge_like_a_part(parts, vaco_again, tmp_path):
+    whole, (part1, _) = parts
+    assert summary(vaco_again)["title"].endswith(f"(groups {VACO})")
+    out = tmp_path / "merged"
+    assert cli.main(["report", str(out), "--parts", str(part1), str(vaco_again)]) == 0
+    pd.testing.assert_frame_equal(runs(out), runs(whole), check_exact=True)
+    assert json.loads((out / "parts.json").read_text())["parts"][1] == {
+        "folder": str(vaco_again.resolve()), "part": VACO, "groups": [VACO]}
+
+
+def test_an_incomplete_merge_is_completed_without_its_part_folders(parts, vaco_again, tmp_path):
+    whole, (part1, _) = parts
+    lost = tmp_path / "part1"
+    shutil.copytree(part1, lost)
+    interim = tmp_path / "interim"
+    assert cli.main(["report", str(interim), "--parts", str(lost), "--allow-incomplete"]) == 0
+    shutil.rmtree(lost)  # the part folder, checkpoints and all, is gone; its merged report stays
+    out = tmp_path / "merged"
+    assert cli.main(["report", str(out), "--parts", str(vaco_again), str(interim)]) == 0
+    pd.testing.assert_frame_equal(runs(out), runs(whole), check_exact=True)
+    assert summary(out) == summary(whole)
+    record = json.loads((out / "parts.json").read_text())
+    assert record["complete"] and record["parts"][1] == {
+        "folder": str(interim.resolve()), "part": None, "groups": [PPO],
+        "merged_from": [{"folder": str(lost.resolve()), "part": "1/2", "groups": [PPO]}]}
+
+    assert cli.main(["report", str(tmp_path / "again"), "--parts", str(interim), str(part1)]) == 2
+    assert cli.main(["report", str(tmp_path / "twice"), "--parts", str(out), str(vaco_again)]) == 2
+
+
+def test_a_merged_report_holds_only_the_groups_it_finished(parts, tmp_path, capsys):
+    whole, (part1, part2) = parts
+    unfinished = tmp_path / "part2"
+    shutil.copytree(part2, unfinished)
+    interrupt_halfway(unfinished, f"{VACO}-1")
+    interim = tmp_path / "interim"
+    assert cli.main(["report", str(interim), "--parts", str(part1), str(unfinished),
+                     "--allow-incomplete"]) == 0
+    assert set(runs(interim)["algo"]) == {"ppo", "vaco"}  # the finished vaco batch is reported
+    assert cli.main(["report", str(tmp_path / "out"), "--parts", str(interim)]) == 2
+    assert f"no part holds group(s) ['{VACO}']" in capsys.readouterr().err
+    out = tmp_path / "completed"
+    assert cli.main(["report", str(out), "--parts", str(interim), str(part2)]) == 0
+    pd.testing.assert_frame_equal(runs(out), runs(whole), check_exact=True)
+
+
+def test_a_merged_report_of_another_version_is_refused(parts, vaco_again, tmp_path, capsys):
+    _, (part1, _) = parts
+    interim = tmp_path / "interim"
+    assert cli.main(["report", str(interim), "--parts", str(part1), "--allow-incomplete"]) == 0
+    runs(interim).drop(columns="entropy").to_parquet(interim / "runs.parquet")
+    out = tmp_path / "merged"
+    assert cli.main(["report", str(out), "--parts", str(interim), str(vaco_again)]) == 2
+    err = capsys.readouterr().err
+    assert f"the runs table of {str(interim)!r} has columns" in err
+    assert "merge parts written by one version of vaco_jax" in err and not out.exists()

@@ -189,6 +189,10 @@ def _add_sweep_parsers(subparsers) -> None:
                    help="run only part K of N (1-based): the experiment's groups split into N "
                         "parts of about equal environment steps, one per machine; merge the "
                         "part folders with `vaco-jax report OUT --parts DIR ...`")
+    p.add_argument("--groups", metavar="GROUP[,GROUP...]", default=None,
+                   help="run only these groups (names as --plan prints them), a part chosen by "
+                        "hand, e.g. to run again the groups of a lost part folder; merged like "
+                        "a part")
     p.add_argument("--plan", action="store_true",
                    help="print the groups, batches, runs, environment steps and estimated time, "
                         "then exit: nothing is written or trained and no training program is "
@@ -228,7 +232,10 @@ def _sweep(args) -> int:
     if args.steps_per_second is not None and (not args.plan or args.steps_per_second <= 0):
         raise ValueError(f"--steps-per-second must be a positive rate given with --plan, got "
                          f"{args.steps_per_second}")
-    part = sweep.Part.parse(args.part) if args.part is not None else None
+    if args.part is not None and args.groups is not None:
+        raise ValueError("give --part or --groups, not both")
+    part = (sweep.Part.parse(args.part) if args.part is not None else
+            sweep.NamedGroups.parse(args.groups) if args.groups is not None else None)
     if args.max_runs_per_batch is not None and args.max_runs_per_batch <= 0:
         raise ValueError(f"--max-runs-per-batch must be a positive integer, got "
                          f"{args.max_runs_per_batch}")
@@ -236,7 +243,7 @@ def _sweep(args) -> int:
         raise ValueError(f"--memory-budget must be positive, got {args.memory_budget}")
     experiment = sweep.load_experiment(args.experiment) if args.experiment else None
     if part is not None and experiment is not None:
-        part.groups(experiment)  # refuses a part the experiment does not have
+        part.groups(experiment)  # refuses a part or group the experiment does not have
     memory_budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
     if args.plan:
         plan = (sweep.load_sweep_to_resume(args.out, experiment, part) if args.resume else

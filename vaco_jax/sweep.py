@@ -26,8 +26,9 @@ Sweep folder:
 A sweep may run one *part* of its experiment (`Part`, `--part K/N`): the groups split into N
 parts of about equal environment steps, whatever the machine, so that N machines can each run
 one part (batching each part's groups for their own memory) and `vaco_jax.sweep_merge` can
-merge the part folders into the report of the whole experiment. The part is saved in
-`sweep.json`, so a resumed part stays that part.
+merge the part folders into the report of the whole experiment. A part may also name its
+groups (`NamedGroups`, `--groups`), e.g. to run again the groups of a lost part folder. The
+part is saved in `sweep.json`, so a resumed part stays that part.
 """
 
 from __future__ import annotations
@@ -436,6 +437,47 @@ class Part:
         owners = balanced_parts([group_steps(g) for g in experiment.groups], self.count)
         return tuple(g for g, owner in zip(experiment.groups, owners) if owner == self.index - 1)
 
+    @property
+    def label(self) -> str:
+        return f"part {self}"
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedGroups:
+    """The groups of an experiment named one by one (`--groups`), a part chosen by hand: to run
+    again the groups of a part folder that was lost, or those an incomplete merge misses."""
+
+    names: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> "NamedGroups":
+        names = sorted({name.strip() for name in text.split(",") if name.strip()})
+        if not names:
+            raise ValueError(f"--groups must name at least one group (comma-separated, as "
+                             f"--plan prints them), got {text!r}")
+        return cls(tuple(names))
+
+    def __str__(self) -> str:
+        return ",".join(self.names)
+
+    @property
+    def label(self) -> str:
+        return f"groups {', '.join(self.names)}"
+
+    def groups(self, experiment: Experiment) -> tuple[Group, ...]:
+        """The named groups, in the experiment's order."""
+        known = [g.name for g in experiment.groups]
+        unknown = [name for name in self.names if name not in known]
+        if unknown:
+            raise ValueError(f"--groups: experiment {experiment.name!r} has no group(s) "
+                             f"{unknown}; its groups are {known}")
+        return tuple(g for g in experiment.groups if g.name in self.names)
+
+
+def parse_part(text: str) -> Part | NamedGroups:
+    """A part as `sweep.json` saves it: `K/N` or comma-separated group names."""
+    return Part.parse(text) if "/" in text else NamedGroups.parse(text)
+
 
 # ---------------------------------------------------------------- memory and batches
 
@@ -531,7 +573,7 @@ class Plan:
     num_devices: int
     budget_bytes: int
     run_bytes: Mapping[str, int]
-    part: Part | None = None
+    part: Part | NamedGroups | None = None
 
     @property
     def groups(self) -> tuple[Group, ...]:
@@ -553,11 +595,11 @@ class Plan:
     @classmethod
     def from_json(cls, experiment: Experiment, saved: Mapping[str, Any]) -> "Plan":
         groups = saved["groups"]
-        part = Part.parse(saved["part"]) if saved.get("part") else None
+        part = parse_part(saved["part"]) if saved.get("part") else None
         expected = experiment.groups if part is None else part.groups(experiment)
         if [g["name"] for g in groups] != [g.name for g in expected]:
             raise ValueError(f"{PLAN_FILE} does not describe the groups of experiment "
-                             f"{experiment.name!r}" + (f", part {part}" if part else ""))
+                             f"{experiment.name!r}" + (f", {part.label}" if part else ""))
         return cls(experiment=experiment, num_devices=saved["num_devices"],
                    budget_bytes=saved["budget_bytes_per_device"],
                    run_bytes={g["name"]: g["run_bytes"] for g in groups},
@@ -567,7 +609,7 @@ class Plan:
                    part=part)
 
 
-def make_plan(experiment: Experiment, *, part: Part | None = None,
+def make_plan(experiment: Experiment, *, part: Part | NamedGroups | None = None,
               max_runs_per_batch: int | None = None, memory_budget: int | None = None,
               devices: Sequence[jax.Device] | None = None) -> Plan:
     """Estimates the run memory of each group (of `part`, if given) and splits its runs into
@@ -608,7 +650,7 @@ def plan_text(plan: Plan, steps_per_second: float | None = None) -> str:
     together): executed steps (padding included) / `steps_per_second`, compilation aside."""
     experiment = plan.experiment
     groups = plan.groups
-    scope = (f"part {plan.part}: {len(groups)} of {len(experiment.groups)} groups"
+    scope = (f"{plan.part.label}: {len(groups)} of {len(experiment.groups)} groups"
              if plan.part else f"{len(groups)} groups")
     programs = {(plan.experiment.group(b.group).config, b.size) for b in plan.batches}
     lines = [f"{experiment.name}, {scope}, {len(plan.batches)} batches in {len(programs)} "
@@ -714,7 +756,7 @@ def _batch_steps(plan: Plan, batch: Batch, updates: int) -> int:
 
 
 def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite: bool = False,
-                part: Part | None = None, **plan_options: Any) -> Plan:
+                part: Part | NamedGroups | None = None, **plan_options: Any) -> Plan:
     """Creates the sweep folder (refusing a non-empty one unless `overwrite`, which discards
     its batches), plans the batches of the experiment or its `part` (`make_plan` options) and
     saves the plan."""
@@ -743,7 +785,7 @@ def load_sweep(out_dir: str | os.PathLike) -> Plan:
 
 
 def load_sweep_to_resume(out_dir: str | os.PathLike, experiment: Experiment | None = None,
-                         part: Part | None = None) -> Plan:
+                         part: Part | NamedGroups | None = None) -> Plan:
     """The plan saved in `out_dir`, refusing an `experiment` or `part` other than the saved
     ones (None: whatever is saved)."""
     plan = load_sweep(out_dir)
@@ -751,9 +793,9 @@ def load_sweep_to_resume(out_dir: str | os.PathLike, experiment: Experiment | No
         raise ValueError(f"cannot resume {str(out_dir)!r}: it holds a different experiment "
                          f"({plan.experiment.name!r}); leave the experiment out to resume it")
     if part is not None and part != plan.part:
-        saved = f"part {plan.part}" if plan.part else "the whole experiment, no part"
-        raise ValueError(f"--part {part} disagrees with the sweep saved in {str(out_dir)!r} "
-                         f"({saved}); leave --part out to resume it")
+        saved = plan.part.label if plan.part else "the whole experiment, no part"
+        raise ValueError(f"{part.label} disagrees with the sweep saved in {str(out_dir)!r} "
+                         f"({saved}); leave --part and --groups out to resume it")
     return plan
 
 
@@ -896,7 +938,7 @@ def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]
     """Builds the runs table from the finished batches and writes the report into `out_dir` (a
     part's report covers its groups only, and an unfinished sweep's its finished batches; the
     title says so)."""
-    notes = [f"part {plan.part}"] if plan.part else []
+    notes = [plan.part.label] if plan.part else []
     unfinished = unfinished_groups(plan, out_dir)
     if unfinished:
         notes.append(f"unfinished: {len(unfinished)} of {len(plan.groups)} groups not finished, "
@@ -925,7 +967,7 @@ def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
 
 
 def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
-          resume: bool = False, overwrite: bool = False, part: Part | None = None,
+          resume: bool = False, overwrite: bool = False, part: Part | NamedGroups | None = None,
           max_runs_per_batch: int | None = None, memory_budget: int | None = None,
           progress: bool = True,
           on_chunk: Callable[[Batch, TrainingResult], None] | None = None) -> dict[str, Any]:

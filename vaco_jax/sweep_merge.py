@@ -1,11 +1,14 @@
-"""Merging sweep parts: the folders of `vaco-jax sweep EXP --part K/N`, run on several
-machines, into the report of the whole experiment.
+"""Merging sweep parts: the folders of `vaco-jax sweep EXP --part K/N` (or `--groups`), run on
+several machines, into the report of the whole experiment.
 
 The runs table is rebuilt from the parts' batch folders in the experiment's group order, so the
 merged report equals the report of the same experiment run whole in one folder (batches split
 alike). Each group must come from exactly one folder; a whole sweep folder counts as the one
-part of itself. The merged folder receives `experiment.toml`, the report, and `parts.json`,
-the record of which folders and parts were merged.
+part of itself. A merged report folder (one with `parts.json`) also counts as a part: it holds
+the groups it merged finished, whose rows its `runs.parquet` keeps, so an incomplete merge can
+be completed after its part folders (and their checkpoints) are gone. The merged folder receives
+`experiment.toml`, the report, and `parts.json`, the record of which folders and parts were
+merged.
 """
 
 from __future__ import annotations
@@ -14,22 +17,77 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import pandas as pd
+
 from vaco_jax import io, sweep
 
 PARTS_FILE = "parts.json"
+RUNS_FILE = "runs.parquet"
 
 
-def _groups_by_folder(folders: Sequence[Path],
-                      plans: Sequence[sweep.Plan]) -> dict[str, tuple[Path, sweep.Plan]]:
-    """The folder (and its plan) of every group some folder holds; refuses overlaps."""
-    owners: dict[str, tuple[Path, sweep.Plan]] = {}
-    for folder, plan in zip(folders, plans):
-        overlap = [g.name for g in plan.groups if g.name in owners]
+class _SweepFolder:
+    """A sweep folder (a part, named groups, or the whole experiment): its rows come from its
+    finished batches."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.plan = sweep.load_sweep(folder)
+        self.experiment = self.plan.experiment
+        self.groups = [g.name for g in self.plan.groups]
+        self.unfinished = sweep.unfinished_groups(self.plan, folder)
+
+    def table(self, group: str) -> pd.DataFrame | None:
+        return sweep.finished_batches_table(
+            self.experiment, [(b, sweep.batch_dir(self.folder, b)) for b in self.plan.batches
+                              if b.group == group])
+
+    def record(self) -> dict[str, Any]:
+        return {"folder": str(self.folder.resolve()),
+                "part": str(self.plan.part) if self.plan.part else None, "groups": self.groups}
+
+
+class _MergedReport:
+    """A merged report folder standing in for the parts it merged: it holds the groups they
+    finished (never the unfinished ones, whose rows would be partial), rows from its runs
+    table."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.merged = io.read_json(folder / PARTS_FILE, "merge its part folders again instead")
+        self.experiment = sweep.parse_experiment(
+            (folder / sweep.EXPERIMENT_FILE).read_text(encoding="utf-8"),
+            name=self.merged["experiment"])
+        unfinished = {g for names in self.merged["unfinished_groups"].values() for g in names}
+        self.groups = [g for part in self.merged["parts"] for g in part["groups"]
+                       if g not in unfinished]
+        self.unfinished: list[str] = []
+        self.runs = pd.read_parquet(folder / RUNS_FILE)
+
+    def table(self, group: str) -> pd.DataFrame | None:
+        run_ids = {run.run_id for run in self.experiment.group(group).runs}
+        rows = self.runs[self.runs["run_id"].isin(run_ids)]
+        return rows.reset_index(drop=True) if len(rows) else None
+
+    def record(self) -> dict[str, Any]:
+        return {"folder": str(self.folder.resolve()), "part": None, "groups": self.groups,
+                "merged_from": self.merged["parts"]}
+
+
+def _source(folder: Path) -> _SweepFolder | _MergedReport:
+    is_report = (folder / PARTS_FILE).is_file() and not (folder / sweep.PLAN_FILE).is_file()
+    return _MergedReport(folder) if is_report else _SweepFolder(folder)
+
+
+def _owners(sources: Sequence[_SweepFolder | _MergedReport]) -> dict[str, Any]:
+    """The source of every group some source holds; refuses overlaps."""
+    owners: dict[str, _SweepFolder | _MergedReport] = {}
+    for source in sources:
+        overlap = [name for name in source.groups if name in owners]
         if overlap:
-            others = sorted({str(owners[name][0]) for name in overlap})
-            raise ValueError(f"part folder {str(folder)!r} overlaps {', '.join(others)}: both "
-                             f"hold group(s) {overlap}; give each part once")
-        owners.update({g.name: (folder, plan) for g in plan.groups})
+            others = sorted({str(owners[name].folder) for name in overlap})
+            raise ValueError(f"part folder {str(source.folder)!r} overlaps {', '.join(others)}: "
+                             f"both hold group(s) {overlap}; give each part once")
+        owners.update({name: source for name in source.groups})
     return owners
 
 
@@ -46,62 +104,68 @@ def _check_out(out: Path, folders: Sequence[Path], overwrite: bool) -> None:
                               f"pass --overwrite to replace the merged report")
 
 
+def _merged_table(experiment: sweep.Experiment,
+                  owners: Mapping[str, _SweepFolder | _MergedReport]) -> pd.DataFrame | None:
+    """The runs table of the owned groups in the experiment's order; refuses a merged report
+    whose runs table has other columns than the sweep folders' (written by another version)."""
+    tables = {name: table for group in experiment.groups if group.name in owners
+              for name in [group.name] if (table := owners[name].table(name)) is not None}
+    if not tables:
+        return None
+    columns = {name: list(table.columns) for name, table in tables.items()}
+    expected = next((columns[name] for name in tables
+                     if isinstance(owners[name], _SweepFolder)), next(iter(columns.values())))
+    for name, found in columns.items():
+        if found != expected:
+            raise ValueError(f"the runs table of {str(owners[name].folder)!r} has columns "
+                             f"{found}, the other parts {expected}; merge parts written by one "
+                             f"version of vaco_jax")
+    return pd.concat(tables.values(), ignore_index=True)
+
+
 def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                 allow_incomplete: bool = False, overwrite: bool = False) -> dict[str, Any]:
-    """Writes the report of the experiment whose parts were run into `part_dirs` into `out_dir`
-    (refused if it exists, unless `overwrite`), with `experiment.toml` and `parts.json`; returns
-    the report's summary.
+    """Writes the report of the experiment whose parts were run into `part_dirs` (sweep folders
+    or merged reports) into `out_dir` (refused if it exists, unless `overwrite`), with
+    `experiment.toml` and `parts.json`; returns the report's summary.
 
-    Refuses, naming the folder: a folder that is not a sweep folder, one of another experiment
-    (parsed `experiment.toml` differs), parts that overlap, and, unless `allow_incomplete`
-    (which marks the report's title), groups that no part holds or that are not finished. The
-    runs of unfinished batches never enter the report.
+    Refuses, naming the folder: a folder that is neither a sweep folder nor a merged report, one
+    of another experiment (parsed `experiment.toml` differs), parts that overlap, and, unless
+    `allow_incomplete` (which marks the report's title), groups that no part holds or that are
+    not finished. The runs of unfinished batches never enter the report.
     """
     folders = [Path(d) for d in part_dirs]
     if not folders:
         raise ValueError("--parts needs at least one part folder")
     out = Path(out_dir)
     _check_out(out, folders, overwrite)
-    plans = [sweep.load_sweep(folder) for folder in folders]
-    experiment = plans[0].experiment
-    for folder, plan in zip(folders[1:], plans[1:]):
-        if not sweep.same_experiment(plan.experiment, experiment):
-            raise ValueError(f"part folder {str(folder)!r} holds another experiment "
-                             f"({plan.experiment.name!r}) than {str(folders[0])!r} "
+    sources = [_source(folder) for folder in folders]
+    experiment = sources[0].experiment
+    for source in sources[1:]:
+        if not sweep.same_experiment(source.experiment, experiment):
+            raise ValueError(f"part folder {str(source.folder)!r} holds another experiment "
+                             f"({source.experiment.name!r}) than {str(folders[0])!r} "
                              f"({experiment.name!r}); merge the parts of one experiment only")
-    owners = _groups_by_folder(folders, plans)
+    owners = _owners(sources)
     missing = [g.name for g in experiment.groups if g.name not in owners]
-    unfinished = {str(f): names for f, p in zip(folders, plans)
-                  if (names := sweep.unfinished_groups(p, f))}
+    unfinished = {str(s.folder): s.unfinished for s in sources if s.unfinished}
     if (missing or unfinished) and not allow_incomplete:
         problems = ([f"no part holds group(s) {missing}"] if missing else []) + [
             f"{folder!r} has not finished group(s) {names} (resume it with vaco-jax sweep "
             f"--resume --out {folder})" for folder, names in unfinished.items()]
         raise ValueError(f"incomplete parts: {'; '.join(problems)}; pass --allow-incomplete "
                          f"for a report of what there is")
-    io.prepare_output_dir(out, overwrite=True)  # refused above unless overwrite
-    batches = [(batch, sweep.batch_dir(folder, batch))
-               for group in experiment.groups if group.name in owners
-               for folder, plan in [owners[group.name]]
-               for batch in plan.batches if batch.group == group.name]
-    table = sweep.finished_batches_table(experiment, batches)
+    table = _merged_table(experiment, owners)
     if table is None:
         raise FileNotFoundError(f"no part in {[str(f) for f in folders]} has a finished batch yet")
+    io.prepare_output_dir(out, overwrite=True)  # refused above unless overwrite
     absent = len(missing) + sum(len(names) for names in unfinished.values())
     note = (f"incomplete merge: {absent} of {len(experiment.groups)} groups missing or "
             f"unfinished, see {PARTS_FILE}") if absent else None
     io.write_text(out / sweep.EXPERIMENT_FILE, experiment.source)
-    io.write_json(out / PARTS_FILE, _record(folders, plans, missing, unfinished))
+    io.write_json(out / PARTS_FILE, {"experiment": experiment.name,
+                                     "complete": not missing and not unfinished,
+                                     "parts": [source.record() for source in sources],
+                                     "missing_groups": missing,
+                                     "unfinished_groups": unfinished})
     return sweep.write_experiment_report(experiment, table, out, note=note)
-
-
-def _record(folders: Sequence[Path], plans: Sequence[sweep.Plan], missing: Sequence[str],
-            unfinished: Mapping[str, Sequence[str]]) -> dict[str, Any]:
-    return {"experiment": plans[0].experiment.name,
-            "complete": not missing and not unfinished,
-            "parts": [{"folder": str(folder.resolve()),
-                       "part": str(plan.part) if plan.part else None,
-                       "groups": [g.name for g in plan.groups]}
-                      for folder, plan in zip(folders, plans)],
-            "missing_groups": list(missing),
-            "unfinished_groups": dict(unfinished)}
