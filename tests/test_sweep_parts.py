@@ -434,7 +434,8 @@ def test_an_incomplete_merge_is_completed_without_its_part_folders(parts, vaco_a
     record = json.loads((out / "parts.json").read_text())
     assert record["complete"] and record["parts"][1] == {
         "folder": str(interim.resolve()), "part": None, "groups": [PPO],
-        "merged_from": [{"folder": str(lost.resolve()), "part": "1/2", "groups": [PPO]}]}
+        "merged_from": {"parts": [{"folder": str(lost.resolve()), "part": "1/2", "groups": [PPO]}],
+                        "missing_groups": [VACO], "unfinished_groups": {}}}
 
     assert cli.main(["report", str(tmp_path / "again"), "--parts", str(interim), str(part1)]) == 2
     assert cli.main(["report", str(tmp_path / "twice"), "--parts", str(out), str(vaco_again)]) == 2

@@ -70,7 +70,8 @@ class _MergedReport:
 
     def record(self) -> dict[str, Any]:
         return {"folder": str(self.folder.resolve()), "part": None, "groups": self.groups,
-                "merged_from": self.merged["parts"]}
+                "merged_from": {key: self.merged[key]
+                                for key in ("parts", "missing_groups", "unfinished_groups")}}
 
 
 def _source(folder: Path) -> _SweepFolder | _MergedReport:
