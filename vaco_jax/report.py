@@ -46,6 +46,7 @@ from matplotlib.figure import Figure
 from vaco_jax import collapse, io, report_markdown, stats
 
 HP_PREFIX = "hp_"
+RUNS_FILE = "runs.parquet"
 RUN_COORDINATES = ("task", "algo", "lag_model", "lag", "epochs", "minibatches", "seed")
 VARIANT_COORDINATES = ("lag_model", "epochs", "minibatches")
 """Run coordinates that name a variant when they vary within an algorithm (with ``hp_*``)."""
@@ -1190,7 +1191,7 @@ def write_report(
         "ess_collapse": collapse.summary(events, collapse_thresholds),
         "figures": figures,
     }
-    io.write_table(out / "runs.parquet", runs)
+    io.write_table(out / RUNS_FILE, runs)
     io.write_text(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
     io.write_text(out / "report.md", report_markdown.markdown(summary))
     return summary

@@ -19,10 +19,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from vaco_jax import io, sweep
+from vaco_jax import io, report, sweep
 
 PARTS_FILE = "parts.json"
-RUNS_FILE = "runs.parquet"
 
 
 class _SweepFolder:
@@ -61,7 +60,7 @@ class _MergedReport:
         self.groups = [g for part in self.merged["parts"] for g in part["groups"]
                        if g not in unfinished]
         self.unfinished: list[str] = []
-        self.runs = pd.read_parquet(folder / RUNS_FILE)
+        self.runs = pd.read_parquet(folder / report.RUNS_FILE)
 
     def table(self, group: str) -> pd.DataFrame | None:
         run_ids = {run.run_id for run in self.experiment.group(group).runs}
@@ -79,7 +78,8 @@ def _source(folder: Path) -> _SweepFolder | _MergedReport:
     return _MergedReport(folder) if is_report else _SweepFolder(folder)
 
 
-def _owners(sources: Sequence[_SweepFolder | _MergedReport]) -> dict[str, Any]:
+def _owners(sources: Sequence[_SweepFolder | _MergedReport]
+            ) -> dict[str, _SweepFolder | _MergedReport]:
     """The source of every group some source holds; refuses overlaps."""
     owners: dict[str, _SweepFolder | _MergedReport] = {}
     for source in sources:
@@ -109,8 +109,10 @@ def _merged_table(experiment: sweep.Experiment,
                   owners: Mapping[str, _SweepFolder | _MergedReport]) -> pd.DataFrame | None:
     """The runs table of the owned groups in the experiment's order; refuses a merged report
     whose runs table has other columns than the sweep folders' (written by another version)."""
-    tables = {name: table for group in experiment.groups if group.name in owners
-              for name in [group.name] if (table := owners[name].table(name)) is not None}
+    tables = {}
+    for group in experiment.groups:
+        if group.name in owners and (table := owners[group.name].table(group.name)) is not None:
+            tables[group.name] = table
     if not tables:
         return None
     columns = {name: list(table.columns) for name, table in tables.items()}
