@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax.config import HParams, TrainConfig
+from vaco_jax.control.config import ControlHParams, ControlConfig
 
 
 def _device_put_replicated(tree: Any, devices: list) -> Any:
@@ -57,14 +57,14 @@ def _brax() -> tuple[Any, Any]:
     return envs, ppo
 
 
-def _train_settings(config: TrainConfig) -> dict[str, Any]:
+def _train_settings(config: ControlConfig) -> dict[str, Any]:
     """`ppo.train` keyword arguments for `config`'s settings (see the module docstring)."""
     from brax.training.agents.ppo import networks as ppo_networks
     from flax import linen
 
     if config.num_envs % config.minibatches:
         raise ValueError("Brax PPO needs num_envs divisible by minibatches")
-    hp = HParams()
+    hp = ControlHParams()
     network_factory = functools.partial(
         ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=config.actor_hidden,
         value_hidden_layer_sizes=config.critic_hidden, activation=linen.tanh)
@@ -78,7 +78,7 @@ def _train_settings(config: TrainConfig) -> dict[str, Any]:
         normalize_advantage=True, network_factory=network_factory)
 
 
-def run(config: TrainConfig, *, updates: int, timed_epochs: int) -> dict[str, Any]:
+def run(config: ControlConfig, *, updates: int, timed_epochs: int) -> dict[str, Any]:
     """Trains Brax PPO on `config`'s task and settings; returns its steady-state throughput."""
     envs, ppo = _brax()
     environment = envs.get_environment(config.env, backend=config.backend or "mjx")
@@ -119,7 +119,7 @@ def run(config: TrainConfig, *, updates: int, timed_epochs: int) -> dict[str, An
     }
 
 
-def learning_curve(config: TrainConfig, seed: int, reward_scaling: float = 1.0) -> np.ndarray:
+def learning_curve(config: ControlConfig, seed: int, reward_scaling: float = 1.0) -> np.ndarray:
     """Brax PPO's training-episode return after each training step (one rollout of every
     environment, like one vaco_jax update), NaN until an episode has ended.
 
@@ -153,7 +153,7 @@ def main() -> None:
     import json
 
     from benchmarks.parity import PUREJAXRL_SETTINGS
-    from vaco_jax import io as vaco_io
+    from vaco_jax.run import io as vaco_io
 
     p = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     p.add_argument("--env", default="inverted_double_pendulum")
@@ -165,7 +165,7 @@ def main() -> None:
     args = p.parse_args()
     if os.path.exists(args.out) and not args.overwrite:
         p.error(f"--out {args.out} exists; pass --overwrite to replace it")
-    config = TrainConfig(env=args.env, **PUREJAXRL_SETTINGS)
+    config = ControlConfig(env=args.env, **PUREJAXRL_SETTINGS)
     start = time.time()
     curves = [learning_curve(config, seed, args.reward_scaling) for seed in range(args.seeds)]
     label = "Brax PPO" + (f" (reward_scaling={args.reward_scaling:g})"

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import jax
 
-from vaco_jax import io
+from vaco_jax.run import io
 
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",

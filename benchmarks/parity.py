@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.harness import Compiled, Program
-from vaco_jax.config import HParams, TrainConfig
-from vaco_jax.train import Trainer
+from vaco_jax.control.config import ControlHParams, ControlConfig
+from vaco_jax.control.train import ControlTrainer
 
 PUREJAXRL_SETTINGS = dict(algo="ppo", num_envs=64, rollout_length=32, epochs=4, minibatches=4,
                           total_steps=499_712, actor_hidden=(256, 256), critic_hidden=(256, 256),
@@ -31,13 +31,13 @@ PUREJAXRL_SETTINGS = dict(algo="ppo", num_envs=64, rollout_length=32, epochs=4, 
 
 
 def parse_variant(text: str) -> dict[str, float]:
-    """`default` or `name=value,name=value` over `HParams` fields."""
+    """`default` or `name=value,name=value` over `ControlHParams` fields."""
     if text == "default":
         return {}
     return {k: float(v) for k, v in (item.split("=") for item in text.split(","))}
 
 
-def time_evaluation(trainer: Trainer, state, keys: jax.Array, repeats: int = 3) -> float:
+def time_evaluation(trainer: ControlTrainer, state, keys: jax.Array, repeats: int = 3) -> float:
     """Seconds of one vmapped final evaluation of `state` (the fastest of `repeats` warm calls)."""
     evaluation = Compiled(Program(fn=jax.jit(jax.vmap(trainer.evaluate)), args=(state, keys),
                                   advance=lambda args, out: args, steps_per_call=0))
@@ -48,17 +48,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--env", default="inverted_double_pendulum")
     p.add_argument("--seeds", type=int, default=2)
-    p.add_argument("--variant", action="append", default=[], help="HParams overrides, repeatable")
-    p.add_argument("--config", default="{}", help="JSON TrainConfig overrides")
+    p.add_argument("--variant", action="append", default=[], help="ControlHParams overrides, repeatable")
+    p.add_argument("--config", default="{}", help="JSON ControlConfig overrides")
     p.add_argument("--label", default="vaco_jax", help="curve label in the figure")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     variants = args.variant or ["default"]
-    config = TrainConfig(env=args.env, **{**PUREJAXRL_SETTINGS, **json.loads(args.config)})
+    config = ControlConfig(env=args.env, **{**PUREJAXRL_SETTINGS, **json.loads(args.config)})
     runs = [(v, s) for v in variants for s in range(args.seeds)]
-    hparams = HParams.stack([HParams.create(**parse_variant(v)) for v, _ in runs])
+    hparams = ControlHParams.stack([ControlHParams.create(**parse_variant(v)) for v, _ in runs])
     keys = jnp.stack([jax.random.PRNGKey(s) for _, s in runs])
-    trainer = Trainer(config)
+    trainer = ControlTrainer(config)
     start = time.time()
     train = jax.jit(jax.vmap(trainer.train)).lower(keys, hparams).compile()
     compile_s = time.time() - start

@@ -3,9 +3,9 @@
 - `env_program`: the task alone with uniformly random actions, stepped exactly as a rollout
   steps it (the engine's adapter, `step_episodes` auto-reset, one batch of reset states per
   rollout), so its rate is the physical limit of training with the same environments.
-- `train_program`: `updates` calls of `Trainer.update` in one `lax.scan`, the same body that
-  `Trainer.run` scans between evaluations; evaluation is timed apart (`eval_program`).
-- `collect_program`: the rollouts of those updates alone (`Trainer.collect`: lags, behaviour
+- `train_program`: `updates` calls of `ControlTrainer.update` in one `lax.scan`, the same body that
+  `ControlTrainer.run` scans between evaluations; evaluation is timed apart (`eval_program`).
+- `collect_program`: the rollouts of those updates alone (`ControlTrainer.collect`: lags, behaviour
   policies, acting and stepping), so that training time splits into environment, acting and
   learning.
 """
@@ -18,33 +18,33 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks.harness import Program
-from vaco_jax.config import HParams, TrainConfig
-from vaco_jax.envs.episodes import EpisodeState, reset_episodes, step_episodes
-from vaco_jax.train import Trainer
+from vaco_jax.control.config import ControlHParams, ControlConfig
+from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes, step_episodes
+from vaco_jax.control.train import ControlTrainer
 
 
 def seed_keys(num_seeds: int) -> jax.Array:
     return jax.vmap(jax.random.PRNGKey)(jnp.arange(num_seeds, dtype=jnp.uint32))
 
 
-def hparams_for(config: TrainConfig, num_seeds: int, **values: float) -> HParams:
+def hparams_for(config: ControlConfig, num_seeds: int, **values: float) -> ControlHParams:
     """Default hyper-parameters for `num_seeds` runs; lag `K - 1` for every non-fixed lag model
     (per-environment lags spread over the whole buffer), 0 for `fixed` (synchronous)."""
     lag = 0.0 if config.lag_model == "fixed" else float(config.buffer_capacity - 1)
-    hp = HParams.create(**{"lag": lag, **values})
+    hp = ControlHParams.create(**{"lag": lag, **values})
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_seeds,)), hp)
 
 
-def initial_state(config: TrainConfig, num_seeds: int) -> tuple[Trainer, HParams, Any]:
+def initial_state(config: ControlConfig, num_seeds: int) -> tuple[ControlTrainer, ControlHParams, Any]:
     """A trainer of `config` and the initial training state of `num_seeds` runs. Every program
     of one config starts from this same state (and its compiled `init` program is shared through
     the benchmark run's compilation cache)."""
-    trainer = Trainer(config)
+    trainer = ControlTrainer(config)
     hp = hparams_for(config, num_seeds)
     return trainer, hp, jax.jit(jax.vmap(trainer.init))(seed_keys(num_seeds), hp)
 
 
-def env_program(config: TrainConfig, num_seeds: int, updates: int) -> Program:
+def env_program(config: ControlConfig, num_seeds: int, updates: int) -> Program:
     """`updates` rollouts' worth of random-action steps of `config`'s environments."""
     trainer, _, state = initial_state(config, num_seeds)
     env, num_envs, length = trainer.env, config.num_envs, config.rollout_length
@@ -73,7 +73,7 @@ def env_program(config: TrainConfig, num_seeds: int, updates: int) -> Program:
                    steps_per_call=num_seeds * updates * config.steps_per_update)
 
 
-def train_program(config: TrainConfig, num_seeds: int, updates: int) -> Program:
+def train_program(config: ControlConfig, num_seeds: int, updates: int) -> Program:
     """`updates` training updates of `num_seeds` runs of `config` per call."""
     trainer, hp, state = initial_state(config, num_seeds)
 
@@ -85,11 +85,11 @@ def train_program(config: TrainConfig, num_seeds: int, updates: int) -> Program:
                    steps_per_call=num_seeds * updates * config.steps_per_update)
 
 
-def collect_program(config: TrainConfig, num_seeds: int, updates: int,
+def collect_program(config: ControlConfig, num_seeds: int, updates: int,
                     state: Any | None = None) -> Program:
     """`updates` rollouts per call from `state` (default: the initial state). Nothing is pushed
     into the policy buffer, so a `state` taken from training keeps its versions and lags."""
-    trainer, hp = Trainer(config), hparams_for(config, num_seeds)
+    trainer, hp = ControlTrainer(config), hparams_for(config, num_seeds)
     if state is None:
         _, _, state = initial_state(config, num_seeds)
 
@@ -107,7 +107,7 @@ def collect_program(config: TrainConfig, num_seeds: int, updates: int,
                    steps_per_call=num_seeds * updates * config.steps_per_update)
 
 
-def eval_program(config: TrainConfig, num_seeds: int, updates: int = 0) -> Program:
+def eval_program(config: ControlConfig, num_seeds: int, updates: int = 0) -> Program:
     """One evaluation (`num_eval_envs` deterministic episodes) of the initial policy; its
     `steps_per_call` is an upper bound (episodes may end before `episode_length`). `updates` is
     unused (the signature is that of the other programs)."""

@@ -18,8 +18,8 @@ from typing import Any, Callable
 import jax
 
 from benchmarks import brax_ppo, harness, programs
-from vaco_jax.config import TrainConfig
-from vaco_jax.train import Trainer
+from vaco_jax.control.config import ControlConfig
+from vaco_jax.control.train import ControlTrainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Settings:
     network sizes for every throughput comparison."""
 
     name: str
-    base: TrainConfig
+    base: ControlConfig
     updates_per_call: int  # training updates (rollouts) per timed call
     repeats: int  # timed calls after the warm-up call
     sync_algos: tuple[str, ...]  # "ppo" first: the synchronous baseline of every comparison
@@ -56,11 +56,11 @@ OWN_SETTINGS = {"memory_grid": "memory", "memory_chunks": "memory", "seed_counts
 
 
 def _base(env: str, num_envs: int, rollout_length: int, epochs: int, minibatches: int,
-          hidden: tuple[int, ...], buffer_capacity: int) -> TrainConfig:
+          hidden: tuple[int, ...], buffer_capacity: int) -> ControlConfig:
     """Synchronous PPO (lag fixed:0) as `vaco-jax train` runs it: the policy buffer is there
     but every environment acts with the newest policy."""
     # A long evaluation interval: the timed programs never evaluate (evaluation is timed apart).
-    return TrainConfig(env=env, algo="ppo", num_envs=num_envs, rollout_length=rollout_length,
+    return ControlConfig(env=env, algo="ppo", num_envs=num_envs, rollout_length=rollout_length,
                        epochs=epochs, minibatches=minibatches, lag_model="fixed",
                        buffer_capacity=buffer_capacity, actor_hidden=hidden,
                        critic_hidden=hidden, eval_every=1_000_000)
@@ -99,7 +99,7 @@ def presets(backend: str) -> dict[str, Settings]:
     return {"quick": quick, "full": full}
 
 
-ProgramKey = tuple[str, TrainConfig, int]  # (program kind, config, number of seeds)
+ProgramKey = tuple[str, ControlConfig, int]  # (program kind, config, number of seeds)
 _BUILDERS = {"train": programs.train_program, "env": programs.env_program,
              "eval": programs.eval_program}
 
@@ -148,22 +148,22 @@ class Context:
             self._first[key] = self.measure(key)[0]
         return self._first[key]
 
-    def sync_config(self, algo: str = "ppo") -> TrainConfig:
+    def sync_config(self, algo: str = "ppo") -> ControlConfig:
         return self.settings.base.replace(algo=algo)
 
-    def breakdown_configs(self) -> list[TrainConfig]:
+    def breakdown_configs(self) -> list[ControlConfig]:
         """Synchronous ppo (and the breakdown's algorithm), then that algorithm asynchronous
         with every acting strategy."""
         algo, capacity = self.settings.breakdown_async
         sync = [self.sync_config()] + ([self.sync_config(algo)] if algo != "ppo" else [])
         return sync + [self.async_config(algo, capacity, a) for a in self.settings.actings]
 
-    def async_config(self, algo: str, capacity: int, acting: str) -> TrainConfig:
+    def async_config(self, algo: str, capacity: int, acting: str) -> ControlConfig:
         return self.settings.base.replace(algo=algo, lag_model="uniform",
                                           buffer_capacity=capacity, acting=acting)
 
 
-def describe(config: TrainConfig) -> str:
+def describe(config: ControlConfig) -> str:
     lag = "fixed:0" if config.lag_model == "fixed" else \
         f"{config.lag_model}:{config.buffer_capacity - 1}"
     return (f"{config.algo} on {config.env}, {config.num_envs} envs, K={config.buffer_capacity}, "
@@ -307,7 +307,7 @@ def bench_memory(ctx: Context) -> dict[str, Any]:
 
 def memory_probe(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs in a child process: trains `chunks` chunks and reports its memory after each."""
-    config = TrainConfig.from_dict(spec["config"])
+    config = ControlConfig.from_dict(spec["config"])
     after_import = harness.rss_mb()
     program = programs.train_program(config, spec["seeds"], spec["updates"])
     after_init = harness.rss_mb()
@@ -332,7 +332,7 @@ def bench_compile(ctx: Context) -> dict[str, Any]:
     config = s.base.replace(env=s.compile_env, num_envs=s.compile_num_envs, algo="vaco",
                             lag_model="uniform", buffer_capacity=16, num_eval_envs=4,
                             total_steps=s.compile_num_envs * s.base.rollout_length, eval_every=1)
-    train = jax.jit(jax.vmap(Trainer(config).train))
+    train = jax.jit(jax.vmap(ControlTrainer(config).train))
     calls = []
     for seed, values in ((0, {}), (1, {"learning_rate": 1e-3, "clip_eps": 0.1, "tv_delta": 0.05,
                                         "gamma": 0.95, "entropy_coef": 0.01, "lag": 3.0})):

@@ -134,7 +134,7 @@ def breakdown(results: dict[str, Any]) -> str | None:
                     "total us", "acting share", "learning share", "load"], rows)
     return ("Microseconds per environment step (all environments together), from three programs "
             "timed in alternating calls: the environment alone (random actions), the rollouts "
-            "alone (`Trainer.collect`), and whole updates.\n\n" + table)
+            "alone (`ControlTrainer.collect`), and whole updates.\n\n" + table)
 
 
 def seeds(results: dict[str, Any]) -> str | None:

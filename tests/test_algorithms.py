@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vaco_jax import losses
-from vaco_jax.algorithms import ALGORITHMS, PolicyTerms
-from vaco_jax.config import HParams
+from vaco_jax.control.algorithms import ALGORITHMS, PolicyTerms
+from vaco_jax.control.config import ControlHParams
 
 
 def _terms(behaviour_log_prob, phase_log_prob):
@@ -18,7 +18,7 @@ def _terms(behaviour_log_prob, phase_log_prob):
 
 
 def test_ppo_recompute_clips_the_phase_ratio_and_ppo_the_behaviour_ratio():
-    hp = HParams.create(clip_eps=0.2)
+    hp = ControlHParams.create(clip_eps=0.2)
     # Ratios pi_theta/beta = (1, 1.5, 0.7, 1.1) and pi_theta/pi_T = (0.5, 1, 1.4, 1.1).
     behaviour = jnp.zeros(4)
     phase = jnp.log(jnp.array([2.0, 1.5, 0.5, 1.0]))
@@ -59,7 +59,7 @@ def test_filter_normalization_divides_by_all_or_by_the_kept_samples():
     # rho = (1, 1.5, 0.7, 1.1): TV = 0.5 mean|rho - 1| = 0.1125 > delta = 0.1, so the filter
     # drops the samples with A sign(rho - 1) > 0, the second and third; it keeps rho = 1 (no
     # sign) and the fourth, which pulls rho back towards 1.
-    hp = HParams.create(tv_delta=0.1)
+    hp = ControlHParams.create(tv_delta=0.1)
     ratio, advantages = [1.0, 1.5, 0.7, 1.1], [1.0, 1.0, -1.0, -2.0]
     kept_terms = -(1.0 * 1.0 + 1.1 * -2.0)
     results = {n: _vaco_loss_and_grad(_filtered_terms(ratio, advantages, n), hp)
@@ -72,7 +72,7 @@ def test_filter_normalization_divides_by_all_or_by_the_kept_samples():
         # d(-rho A)/d log rho = -rho A on the kept samples, divided by the count; 0 elsewhere.
         np.testing.assert_allclose(grad, [-1.0 / count, 0.0, 0.0, 2.2 / count], rtol=1e-6)
     # Below the threshold nothing is dropped and the two normalisations agree.
-    quiet = HParams.create(tv_delta=0.2)
+    quiet = ControlHParams.create(tv_delta=0.2)
     np.testing.assert_allclose(
         *(_vaco_loss_and_grad(_filtered_terms(ratio, advantages, n), quiet)[0]
           for n in ("all", "kept")), rtol=1e-6)
@@ -81,6 +81,6 @@ def test_filter_normalization_divides_by_all_or_by_the_kept_samples():
 def test_kept_normalization_gives_zero_when_the_filter_drops_every_sample():
     # Every sample has A sign(rho - 1) > 0, so all are dropped: no step, not 0 / 0.
     terms = _filtered_terms([1.5, 0.7, 1.2, 0.6], [1.0, -1.0, 1.0, -1.0], "kept")
-    value, metrics, grad = _vaco_loss_and_grad(terms, HParams.create(tv_delta=0.1))
+    value, metrics, grad = _vaco_loss_and_grad(terms, ControlHParams.create(tv_delta=0.1))
     assert float(metrics["filter_fraction"]) == 1.0
     assert float(value) == 0.0 and np.all(np.asarray(grad) == 0.0)

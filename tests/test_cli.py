@@ -1,8 +1,9 @@
-"""The `train` command's options reach the run's `TrainConfig`, and bad values are refused."""
+"""The `train` command's options reach the run's `ControlConfig`, and bad values are refused."""
 
 import pytest
 
-from vaco_jax import cli, driver
+from vaco_jax import cli
+from vaco_jax.run import driver
 
 ARGS = ["train", "--env", "toy_reach", "--no-progress"]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vaco_jax.collapse import (
+from vaco_jax.report.collapse import (
     Thresholds,
     cell_counts,
     collapse_index,

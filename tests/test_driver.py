@@ -9,11 +9,11 @@ import pytest
 
 from engine_configs import TOY
 from vaco_jax import cli
-from vaco_jax.config import HParams, TrainConfig
-from vaco_jax.driver import Driver
+from vaco_jax.control.config import ControlHParams, ControlConfig
+from vaco_jax.run.driver import Driver
 
 CONFIG = TOY.replace(total_steps=TOY.steps_per_update * TOY.eval_every * 2)  # two periods
-HPARAMS = HParams.create(lag=1.0, learning_rate=1e-3)
+HPARAMS = ControlHParams.create(lag=1.0, learning_rate=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_outputs_and_files(straight):
     pd.testing.assert_frame_equal(pd.read_parquet(out / "metrics.parquet"), result.table(),
                                   check_dtype=False)
     saved = json.loads((out / "config.json").read_text())
-    assert TrainConfig.from_dict(saved["config"]) == CONFIG
+    assert ControlConfig.from_dict(saved["config"]) == CONFIG
     assert saved["seeds"] == [0, 1]
     status = json.loads((out / "status.json").read_text())
     assert status["complete"] and not any(run["diverged"] for run in status["runs"])
@@ -62,11 +62,11 @@ def test_refuses_to_overwrite_unless_asked(straight):
 def test_resume_refuses_a_different_run(straight):
     out, _ = straight
     with pytest.raises(ValueError, match="different run"):
-        Driver(CONFIG, HParams.create(lag=0.0), [0, 1]).run(out, resume=True, progress=False)
+        Driver(CONFIG, ControlHParams.create(lag=0.0), [0, 1]).run(out, resume=True, progress=False)
 
 
 def test_divergence_is_reported_and_other_runs_kept(tmp_path):
-    hparams = HParams.stack([HParams.create(learning_rate=1e-3), HParams.create(learning_rate=1e30)])
+    hparams = ControlHParams.stack([ControlHParams.create(learning_rate=1e-3), ControlHParams.create(learning_rate=1e30)])
     result = Driver(CONFIG, hparams, [0, 0]).run(tmp_path / "run", progress=False)
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert [run["diverged"] for run in status["runs"]] == [False, True]
@@ -93,12 +93,12 @@ def test_bad_configurations_fail_before_compilation(monkeypatch, changes, hparam
         raise AssertionError("compiled before validating")
     monkeypatch.setattr(jax, "jit", no_compilation)
     with pytest.raises(ValueError, match=message):
-        Driver(CONFIG.replace(**changes), HParams.create(**hparams), [0])
+        Driver(CONFIG.replace(**changes), ControlHParams.create(**hparams), [0])
 
 
 def test_unknown_hparam_is_named():
     with pytest.raises(ValueError, match=r"unknown hyper-parameter\(s\) \['learning_rat'\]"):
-        HParams.create(learning_rat=1e-3)
+        ControlHParams.create(learning_rat=1e-3)
 
 
 def test_cli_train_resume_and_refusal(tmp_path, capsys):
@@ -127,7 +127,7 @@ def test_cli_rejects_a_malformed_lag(capsys):
 
 
 def test_checkpoints_round_trip_trees_with_zero_size_arrays(tmp_path):
-    from vaco_jax.checkpoint import Checkpoints
+    from vaco_jax.run.checkpoint import Checkpoints
 
     tree = {"state": {"qpos": np.arange(3.0), "contacts": np.zeros((0, 4), np.float32)},
             "step": np.int32(7)}

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from vaco_jax import cli
-from vaco_jax.driver import FAULT_ENV
+from vaco_jax.run.driver import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ["--env", "toy_reach", "--algo", "vaco", "--lag", "uniform:3", "--seeds", "2",
@@ -218,14 +218,14 @@ def test_bad_out_is_one_line_before_compilation(monkeypatch, tmp_path, capsys, w
     (tmp_path / "file").write_text("")
     out = {"file": tmp_path / "file", "under_file": tmp_path / "file" / "run",
            "unwritable": Path("/proc/vaco_jax_run")}[where]
-    monkeypatch.setattr("vaco_jax.driver.Driver.initial", no_compilation)
+    monkeypatch.setattr("vaco_jax.run.driver.Driver.initial", no_compilation)
     assert cli.main(["train", *ARGS, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 
 
 def test_a_full_disk_keeps_the_last_good_checkpoint(reference, tmp_path, monkeypatch, capsys):
-    from vaco_jax import checkpoint
+    from vaco_jax.run import checkpoint
 
     out = tmp_path / "run"
     real_save = checkpoint.ocp.Checkpointer.save

@@ -8,10 +8,10 @@ import pytest
 from scipy import stats
 
 from engine_configs import TOY
-from vaco_jax.config import LAG_WARMUPS, HParams, TrainConfig, validate
-from vaco_jax.policy_buffer import (PolicyBuffer, draw_lags, in_flight_lags, mean_lag, push,
+from vaco_jax.control.config import LAG_WARMUPS, ControlHParams, ControlConfig, validate
+from vaco_jax.core.policy_buffer import (PolicyBuffer, draw_lags, in_flight_lags, mean_lag, push,
                                     sample_lags)
-from vaco_jax.train import Trainer, make_train
+from vaco_jax.control.train import ControlTrainer, make_train
 
 CAPACITY = 8
 DRAWS = 20_000
@@ -139,7 +139,7 @@ def test_mean_lag_refuses_what_it_does_not_define(arguments, message):
     ((), "non-empty"), ((0.5, 0.6), "sum to 1"), ((1.2, -0.2), ">= 0"),
     ((0.1,) * 10, "at most buffer_capacity"), (("a",), "tuple of numbers")])
 def test_empirical_probabilities_are_validated(probabilities, message):
-    config = TrainConfig(env="toy_reach", lag_model="empirical", buffer_capacity=8,
+    config = ControlConfig(env="toy_reach", lag_model="empirical", buffer_capacity=8,
                          lag_probabilities=probabilities)
     with pytest.raises(ValueError, match="lag_probabilities") as error:
         validate(config)
@@ -148,14 +148,14 @@ def test_empirical_probabilities_are_validated(probabilities, message):
 
 def test_lag_probabilities_need_the_empirical_model():
     with pytest.raises(ValueError, match="lag_probabilities is only used"):
-        validate(TrainConfig(env="toy_reach", lag_model="uniform", lag_probabilities=(1.0,)))
-    validate(TrainConfig(env="toy_reach", lag_model="empirical", lag_probabilities=(0.5, 0.5)))
+        validate(ControlConfig(env="toy_reach", lag_model="uniform", lag_probabilities=(1.0,)))
+    validate(ControlConfig(env="toy_reach", lag_model="empirical", lag_probabilities=(0.5, 0.5)))
 
 
 def test_vmapped_in_flight_runs_equal_single_runs():
     train = make_train(TOY.replace(lag_model="in_flight"))
     keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
-    hparams = HParams.stack([HParams.create(lag=0.0), HParams.create(lag=3.0)])
+    hparams = ControlHParams.stack([ControlHParams.create(lag=0.0), ControlHParams.create(lag=3.0)])
     batched_state, batched_metrics = jax.jit(jax.vmap(train))(keys, hparams)
     assert np.asarray(batched_metrics["version_gap_max"])[1].max() == 3
     for i in range(2):
@@ -168,8 +168,8 @@ def test_vmapped_in_flight_runs_equal_single_runs():
 
 
 def test_sweeps_and_cli_accept_an_empirical_histogram(tmp_path):
-    from vaco_jax.cli import parse_lag
-    from vaco_jax.sweep import load_experiment
+    from vaco_jax.cli.common import parse_lag
+    from vaco_jax.experiment.sweep import load_experiment
 
     assert parse_lag("empirical:0.5,0.3,0.2") == ("empirical", 0.0, (0.5, 0.3, 0.2))
     assert parse_lag("bounded:4") == ("bounded", 4.0, ())
@@ -241,9 +241,9 @@ def test_redraw_equals_clip_at_lag_zero_and_on_a_full_buffer(case, versions):
 
 def test_the_trainer_draws_its_lags_with_the_configured_warmup():
     config = TOY.replace(lag_model="uniform", num_envs=DRAWS, rollout_length=1, minibatches=1)
-    hp = HParams.create(lag=5.0)
+    hp = ControlHParams.create(lag=5.0)
     for warmup in LAG_WARMUPS:
-        trainer = Trainer(config.replace(buffer_capacity=CAPACITY, lag_warmup=warmup))
+        trainer = ControlTrainer(config.replace(buffer_capacity=CAPACITY, lag_warmup=warmup))
         state = trainer.init(jax.random.PRNGKey(0), hp)
         for _ in range(AVAILABLE - 1):
             state = state.replace(buffer=push(state.buffer, state.policy))
@@ -253,7 +253,7 @@ def test_the_trainer_draws_its_lags_with_the_configured_warmup():
 
 
 def test_sweeps_accept_a_lag_warmup(tmp_path):
-    from vaco_jax.sweep import load_experiment
+    from vaco_jax.experiment.sweep import load_experiment
 
     text = ('name = "w"\ntasks = ["toy_reach"]\nalgos = ["ppo"]\nseeds = 1\n'
             '[lag]\nmodel = "uniform"\nlevels = [2]\n[config]\nlag_warmup = "{}"\n')

@@ -6,10 +6,10 @@ The only tests that compile MJX training programs; each runs in a few minutes on
 import numpy as np
 import pytest
 
-from vaco_jax.config import HParams, TrainConfig
-from vaco_jax.driver import Driver
+from vaco_jax.control.config import ControlHParams, ControlConfig
+from vaco_jax.run.driver import Driver
 
-CONFIG = TrainConfig(env="inverted_pendulum", num_envs=32, rollout_length=64, total_steps=80_000,
+CONFIG = ControlConfig(env="inverted_pendulum", num_envs=32, rollout_length=64, total_steps=80_000,
                      epochs=4, minibatches=4, buffer_capacity=4, lag_model="uniform",
                      episode_length=500, eval_every=10, num_eval_envs=8,
                      actor_hidden=(32, 32), critic_hidden=(32, 32))
@@ -17,7 +17,7 @@ CONFIG = TrainConfig(env="inverted_pendulum", num_envs=32, rollout_length=64, to
 
 @pytest.mark.parametrize("algo", ["ppo", "vaco"])
 def test_learns_inverted_pendulum_under_lag(algo):
-    hparams = HParams.create(lag=2.0, learning_rate=1e-3)
+    hparams = ControlHParams.create(lag=2.0, learning_rate=1e-3)
     result = Driver(CONFIG.replace(algo=algo), hparams, [0, 1]).run(progress=False)
     evals = result.metrics["eval_return"]
     initial = evals[:, 0]

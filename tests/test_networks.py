@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax.networks import ActorCritic, orthogonal
+from vaco_jax.control.networks import ActorCritic, orthogonal
 
 SHAPES = [(11, 64), (64, 64), (64, 1), (17, 6), (6, 17)]
 

@@ -5,12 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax.envs import make_env
-from vaco_jax.envs.episodes import reset_episodes
-from vaco_jax.networks import ActorCritic, Policy, init_stats
-from vaco_jax.policy_buffer import (effective_lags, in_flight_lags, init_buffer, make_behaviour,
+from vaco_jax.control.envs import make_env
+from vaco_jax.control.envs.episodes import reset_episodes
+from vaco_jax.control.networks import ActorCritic, Policy, init_stats
+from vaco_jax.core.policy_buffer import (effective_lags, in_flight_lags, init_buffer, make_behaviour,
                                     newest, push, sample_lags)
-from vaco_jax.rollout import rollout
+from vaco_jax.control.rollout import rollout
 
 NUM_ENVS = 8
 CAPACITY = 4

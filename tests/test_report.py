@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vaco_jax import report as report_module
-from vaco_jax import stats
-from vaco_jax.report import Score, variant_names, write_report
+from vaco_jax.report import report as report_module
+from vaco_jax.report import stats
+from vaco_jax.report.report import Score, variant_names, write_report
 
 # Per task: initial return, and the return a perfect run gains over training.
 TASKS = {"hopper": (10.0, 100.0), "walker": (-5.0, 50.0)}

@@ -9,9 +9,9 @@ import optax
 import pytest
 
 from engine_configs import TOY
-from vaco_jax.config import HParams, validate, validate_hparams
-from vaco_jax.reward_scaling import init_reward_scaling, scale_rewards
-from vaco_jax.train import Trainer, make_train
+from vaco_jax.control.config import ControlHParams, validate, validate_hparams
+from vaco_jax.control.reward_scaling import init_reward_scaling, scale_rewards
+from vaco_jax.control.train import ControlTrainer, make_train
 
 
 def _numpy_reward_scaling(rollouts, gamma, num_envs):
@@ -47,18 +47,18 @@ def test_scale_rewards_matches_numpy_reference_over_consecutive_rollouts():
 
 
 def _phase_batch(config, hp):
-    trainer = Trainer(config)
+    trainer = ControlTrainer(config)
     state = trainer.init(jax.random.PRNGKey(3), hp)
     _, data = trainer.collect(state, jax.random.PRNGKey(4), hp)
     return trainer, state, trainer.phase_batch(state, data, hp)
 
 
 def test_training_scales_the_learners_rewards_only():
-    hp = HParams.create()
+    hp = ControlHParams.create()
     scaled_cfg = TOY.replace(reward_scaling="return_std")
     trainer, state, raw = _phase_batch(TOY.replace(reward_scaling="none"), hp)
     _, data = trainer.collect(state, jax.random.PRNGKey(4), hp)
-    scaling, scaled = Trainer(scaled_cfg).scale_rewards(state.reward_scaling, data, hp)
+    scaling, scaled = ControlTrainer(scaled_cfg).scale_rewards(state.reward_scaling, data, hp)
     std = np.sqrt(scaling.stats.var[0] + 1e-8)
     np.testing.assert_allclose(scaled.reward, np.asarray(raw.reward) / std, rtol=1e-5)
     assert std != pytest.approx(1.0, abs=1e-3)  # a no-op scaling could not pass the line above
@@ -71,7 +71,7 @@ def test_training_scales_the_learners_rewards_only():
 
 def test_value_clipping_in_the_loss_matches_a_hand_computed_case():
     config = TOY.replace(reward_scaling="none")
-    hp_off, hp_on = HParams.create(value_clip_eps=0.0), HParams.create(value_clip_eps=0.2)
+    hp_off, hp_on = ControlHParams.create(value_clip_eps=0.0), ControlHParams.create(value_clip_eps=0.2)
     trainer, state, batch = _phase_batch(config, hp_off)
     values = np.asarray(trainer._value(state.params, state.obs_stats, batch.obs))
     targets = np.asarray(batch.value_targets)
@@ -90,8 +90,8 @@ def test_value_clipping_in_the_loss_matches_a_hand_computed_case():
 
 
 def test_initial_log_std_is_a_vmappable_hyper_parameter():
-    trainer = Trainer(TOY)
-    hparams = HParams.stack([HParams.create(init_log_std=0.0), HParams.create(init_log_std=-1.5)])
+    trainer = ControlTrainer(TOY)
+    hparams = ControlHParams.stack([ControlHParams.create(init_log_std=0.0), ControlHParams.create(init_log_std=-1.5)])
     keys = jnp.stack([jax.random.PRNGKey(0)] * 2)
     states = jax.vmap(trainer.init)(keys, hparams)
     log_std = np.asarray(states.params["actor"]["params"]["log_std"])
@@ -104,7 +104,7 @@ def test_bad_reward_scaling_and_value_clip_are_rejected_by_name():
     with pytest.raises(ValueError, match="reward_scaling='std'.*return_std, none"):
         validate(TOY.replace(reward_scaling="std"))
     with pytest.raises(ValueError, match="value_clip_eps must be >= 0"):
-        validate_hparams(TOY, HParams.create(value_clip_eps=-0.1))
+        validate_hparams(TOY, ControlHParams.create(value_clip_eps=-0.1))
 
 
 def test_cli_passes_reward_scaling_and_advantage_normalization(tmp_path, capsys):
@@ -128,9 +128,9 @@ def test_cli_passes_reward_scaling_and_advantage_normalization(tmp_path, capsys)
 @pytest.mark.parametrize("grad_clip, actor_scale, critic_scale",
                          [("global", 10001 ** -0.5, 10001 ** -0.5), ("per_network", 1.0, 0.01)])
 def test_grad_clip_selects_the_norm_max_grad_norm_bounds(grad_clip, actor_scale, critic_scale):
-    trainer = Trainer(TOY.replace(grad_clip=grad_clip))
+    trainer = ControlTrainer(TOY.replace(grad_clip=grad_clip))
     grads = {"actor": {"w": jnp.array([0.6, 0.8])}, "critic": {"w": jnp.array([60.0, 80.0])}}
-    clipped, _ = trainer.gradient_clip(HParams.create(max_grad_norm=1.0)).update(
+    clipped, _ = trainer.gradient_clip(ControlHParams.create(max_grad_norm=1.0)).update(
         grads, optax.EmptyState())
     np.testing.assert_allclose(clipped["actor"]["w"], actor_scale * np.array([0.6, 0.8]),
                                rtol=1e-5)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from rliable import metrics as rliable_metrics
 
-from vaco_jax import stats
+from vaco_jax.report import stats
 
 AGGREGATES = [
     stats.aggregate_median,

@@ -17,8 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vaco_jax import cli, report, sweep, testbeds
-from vaco_jax.config import HParams
+from vaco_jax import cli
+from vaco_jax.report import report
+from vaco_jax.experiment import sweep
+from vaco_jax.run import testbeds
+from vaco_jax.control.config import ControlHParams
 from vaco_jax.tokens.algorithms import ALGORITHMS as TOKEN_ALGORITHMS
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -151,7 +154,7 @@ def test_named_experiments_cover_what_they_promise(named):
     ("[hparams]", "[hparams]\nclip_eps = [0.1, 'x']", "clip_eps must be a number or a non-empty"),
     ("[hparams]", "[hparams]\nlag = 1", r"lag is set by \[lag\] levels"),
     ("[config]", "[config]\nnum_env = 8",
-     r"\[config\]: unknown TrainConfig field\(s\) \['num_env'\]; allowed: \["),
+     r"\[config\]: unknown ControlConfig field\(s\) \['num_env'\]; allowed: \["),
     ("[config]", "[config]\nepochs = 8", r"epochs is set by \[forward\] epochs"),
     ('model = "uniform"', 'model = "poisson"',
      r"\[lag\]: model: unknown value\(s\) \['poisson'\]; allowed: fixed, uniform"),
@@ -163,7 +166,7 @@ def test_named_experiments_cover_what_they_promise(named):
     ("[forward]", "[overrides.ppo.hparams]\nclip_eps = 0.1\n\n[forward]",
      r"\[overrides\]: task or algorithm: unknown value\(s\) \['ppo'\]; allowed: toy_reach, vaco"),
     ("[forward]", "[overrides.toy_reach.config]\nnum_env = 8\n\n[forward]",
-     r"\[overrides.toy_reach\]: unknown TrainConfig field\(s\) \['num_env'\]"),
+     r"\[overrides.toy_reach\]: unknown ControlConfig field\(s\) \['num_env'\]"),
     ("[forward]", "[reference_returns]\nhopper = 1.0\n\n[forward]",
      r"\[reference_returns\]: task: unknown value\(s\) \['hopper'\]; allowed: toy_reach"),
     ("seeds = 2", "seeds = ", "not valid TOML"),
@@ -210,7 +213,7 @@ def test_expansion_into_groups_and_runs():
     np.testing.assert_allclose(stacked.tv_delta, [0.1, 0.1])
     np.testing.assert_allclose(stacked.lag, [0.0, 2.0])
     np.testing.assert_allclose(stacked.learning_rate, [1e-3, 1e-3])
-    np.testing.assert_allclose(stacked.clip_eps, [HParams().clip_eps] * 2)
+    np.testing.assert_allclose(stacked.clip_eps, [ControlHParams().clip_eps] * 2)
 
 
 
@@ -351,7 +354,7 @@ def test_runs_shard_over_two_devices_with_equal_results(swept, tmp_path, toy_fil
     out = tmp_path / "sharded"
     script = textwrap.dedent(f"""
         import jax
-        from vaco_jax import sweep
+        from vaco_jax.experiment import sweep
         assert len(jax.devices()) == 2, jax.devices()
         plan = sweep.start_sweep(sweep.load_experiment({str(toy_file)!r}), {str(out)!r},
                                  max_runs_per_batch={BATCH})

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from test_sweep import BATCH, TOY
-from vaco_jax import cli, sweep
+from vaco_jax import cli
+from vaco_jax.experiment import sweep
 
 TOY2 = TOY.replace('algos = ["vaco"]', 'algos = ["ppo", "vaco"]')  # 2 groups of 8 runs
 PPO, VACO = "toy_reach-ppo-e2m2", "toy_reach-vaco-e2m2"

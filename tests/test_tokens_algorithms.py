@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax import losses, sweep
-from vaco_jax.policy_buffer import push
+from vaco_jax import losses
+from vaco_jax.experiment import sweep
+from vaco_jax.core.policy_buffer import push
 from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, AdvantageInputs,
                                         TokenTerms, group_centred, group_relative,
                                         leave_one_out)

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 from test_tokens_train import STALE
 
-from vaco_jax import cli, sweep
-from vaco_jax.driver import Driver
+from vaco_jax import cli
+from vaco_jax.experiment import sweep
+from vaco_jax.run.driver import Driver
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 from vaco_jax.tokens.warm_start import WarmStart
 

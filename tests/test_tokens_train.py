@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax.policy_buffer import push
+from vaco_jax.core.policy_buffer import push
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.model import TokenPolicy
 from vaco_jax.tokens.train import METRICS, TokenTrainer, make_train

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax import sweep
+from vaco_jax.experiment import sweep
 from vaco_jax.cli import main
-from vaco_jax.policy_buffer import push
+from vaco_jax.core.policy_buffer import push
 from vaco_jax.tokens.algorithms import (ALGORITHMS, TokenTerms, group_relative,
                                         off_policy_optimal)
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate

@@ -7,11 +7,11 @@ import pytest
 
 from engine_configs import TOY
 from vaco_jax import estimators
-from vaco_jax.algorithms import ALGORITHMS, PolicyTerms
-from vaco_jax.config import HParams, validate
-from vaco_jax.networks import Policy
-from vaco_jax.policy_buffer import push
-from vaco_jax.train import METRICS, PhaseBatch, Trainer, make_train
+from vaco_jax.control.algorithms import ALGORITHMS, PolicyTerms
+from vaco_jax.control.config import ControlHParams, validate
+from vaco_jax.control.networks import Policy
+from vaco_jax.core.policy_buffer import push
+from vaco_jax.control.train import METRICS, PhaseBatch, ControlTrainer, make_train
 
 
 def _assert_trees_equal(a, b):
@@ -23,8 +23,8 @@ def ppo_vmapped():
     """Two runs that differ in seed and learning rate, trained in one vmapped program."""
     train = make_train(TOY.replace(lag_model="uniform"))
     keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
-    hparams = HParams.stack([HParams.create(lag=2.0, learning_rate=3e-4),
-                             HParams.create(lag=2.0, learning_rate=1e-3)])
+    hparams = ControlHParams.stack([ControlHParams.create(lag=2.0, learning_rate=3e-4),
+                             ControlHParams.create(lag=2.0, learning_rate=1e-3)])
     return train, keys, hparams, jax.jit(jax.vmap(train))(keys, hparams)
 
 
@@ -54,7 +54,7 @@ def test_vmap_over_seeds_and_hparams_equals_single_runs(ppo_vmapped):
 
 
 def test_lag_zero_is_synchronous_training_bit_for_bit():
-    hp = HParams.create(lag=0.0)
+    hp = ControlHParams.create(lag=0.0)
     key = jax.random.PRNGKey(7)
     synchronous = jax.jit(make_train(TOY.replace(lag_model="fixed", buffer_capacity=1)))(key, hp)
     lag_zero = [dict(lag_model=m) for m in ("fixed", "uniform", "bounded", "in_flight")]
@@ -66,8 +66,8 @@ def test_lag_zero_is_synchronous_training_bit_for_bit():
 
 
 def _collect_phase(algo: str, lag: float = 2.0):
-    trainer = Trainer(TOY.replace(algo=algo, lag_model="fixed"))
-    hp = HParams.create(lag=lag, learning_rate=3e-3)
+    trainer = ControlTrainer(TOY.replace(algo=algo, lag_model="fixed"))
+    hp = ControlHParams.create(lag=lag, learning_rate=3e-3)
     state = trainer.init(jax.random.PRNGKey(0), hp)
     state, _ = jax.jit(lambda s: jax.lax.scan(lambda s, _: trainer.update(s, hp), s, None,
                                               length=3))(state)  # versions differ from now on
@@ -120,15 +120,15 @@ def ended_episodes():
     hand; their next value is discounted to 0 either way.
     """
     config = TOY.replace(lag_model="fixed", episode_length=6)
-    trainer = Trainer(config)
-    train_hp = HParams.create(lag=2.0, learning_rate=3e-3)
+    trainer = ControlTrainer(config)
+    train_hp = ControlHParams.create(lag=2.0, learning_rate=3e-3)
     state = trainer.init(jax.random.PRNGKey(0), train_hp)
     state, _ = jax.jit(lambda s: jax.lax.scan(lambda s, _: trainer.update(s, train_hp), s, None,
                                               length=3))(state)
     critic = lambda obs: trainer.model.value(state.params["critic"], state.obs_stats, obs)
     rollouts = {}
     for lag in (0.0, 2.0):
-        hp = HParams.create(lag=lag, learning_rate=3e-3)
+        hp = ControlHParams.create(lag=lag, learning_rate=3e-3)
         _, data = trainer.collect(state, jax.random.PRNGKey(1), hp)
         terminated = jnp.zeros_like(data.terminated).at[3:5, :4].set(1.0) * (1 - data.truncated)
         data = data.replace(terminated=terminated)
@@ -142,7 +142,7 @@ def ended_episodes():
 @pytest.mark.parametrize("lag", [0.0, 2.0])
 def test_phase_batch_equals_gae_with_the_critic_on_every_next_observation(ended_episodes, lag):
     config, state, rollouts = ended_episodes
-    trainer = Trainer(config)
+    trainer = ControlTrainer(config)
     hp, data, expected = rollouts[lag]
     not_done = np.asarray(data.done[:-1]) == 0
     np.testing.assert_array_equal(np.asarray(data.next_obs[:-1])[not_done],
@@ -163,7 +163,7 @@ def test_phase_batch_equals_gae_with_the_critic_on_every_next_observation(ended_
 
 def test_minibatch_vtrace_uses_the_critic_on_every_next_observation(ended_episodes):
     config, state, rollouts = ended_episodes
-    trainer = Trainer(config.replace(algo="impala"))
+    trainer = ControlTrainer(config.replace(algo="impala"))
     hp, data, expected = rollouts[2.0]
     batch = trainer.phase_batch(state, data, hp)
     used = jax.jit(trainer.minibatch_advantages)(state.params, batch, state.obs_stats, hp)
@@ -180,7 +180,7 @@ def test_minibatch_vtrace_uses_the_critic_on_every_next_observation(ended_episod
 def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo):
     config = TOY.replace(algo=algo, lag_model="fixed", tv_scope="batch" if algo == "vaco" else "minibatch")
     # delta 0 and a tight clip range: the filter and the clip act as soon as the policy moves.
-    hp = HParams.create(lag=2.0, tv_delta=0.0, clip_eps=0.01, learning_rate=3e-3)
+    hp = ControlHParams.create(lag=2.0, tv_delta=0.0, clip_eps=0.01, learning_rate=3e-3)
     state, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), hp)
     assert not bool(state.diverged)
     for name in METRICS:
@@ -201,7 +201,7 @@ def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo):
 
 def test_divergence_freezes_only_the_failing_run():
     train = jax.jit(jax.vmap(make_train(TOY)))
-    hparams = HParams.stack([HParams.create(learning_rate=3e-4), HParams.create(learning_rate=1e30)])
+    hparams = ControlHParams.stack([ControlHParams.create(learning_rate=3e-4), ControlHParams.create(learning_rate=1e30)])
     state, metrics = train(jnp.stack([jax.random.PRNGKey(0)] * 2), hparams)
     assert not bool(state.diverged[0]) and bool(state.diverged[1])
     at = int(state.diverged_at[1])  # 1-based, as the run table numbers updates
@@ -220,7 +220,7 @@ def test_ppo_recompute_at_lag_zero_is_ppo_up_to_float():
     # At lag 0 the behaviour policy is pi_T, but the rollout's log-prob of its sampled action
     # and the phase-start recomputation are different float programs (differences of order
     # 1e-7 in the log-prob), so the two runs agree to float precision, not bit for bit.
-    hp = HParams.create(lag=0.0, learning_rate=3e-3)
+    hp = ControlHParams.create(lag=0.0, learning_rate=3e-3)
     key = jax.random.PRNGKey(3)
     config = TOY.replace(lag_model="fixed")
     ppo = jax.jit(make_train(config))(key, hp)
@@ -234,9 +234,9 @@ def test_ppo_recompute_at_lag_zero_is_ppo_up_to_float():
 
 
 def test_non_finite_normaliser_statistics_stop_the_update_that_produced_them(monkeypatch):
-    from vaco_jax import train as train_module
-    trainer = Trainer(TOY)
-    hp = HParams.create()
+    from vaco_jax.control import train as train_module
+    trainer = ControlTrainer(TOY)
+    hp = ControlHParams.create()
     state = trainer.init(jax.random.PRNGKey(0), hp)
     monkeypatch.setattr(train_module, "update_stats",
                         lambda stats, obs: stats.replace(var=stats.var * jnp.nan))
@@ -251,7 +251,7 @@ def test_batch_scope_filter_uses_the_current_parameters_at_every_step():
     # measured once per epoch never fires; measured at each step it fires from the second on.
     config = TOY.replace(algo="vaco", lag_model="fixed", tv_scope="batch", epochs=1,
                          minibatches=4)
-    hp = HParams.create(lag=2.0, tv_delta=0.0, learning_rate=3e-3)
+    hp = ControlHParams.create(lag=2.0, tv_delta=0.0, learning_rate=3e-3)
     _, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), hp)
     assert np.asarray(metrics["filter_fraction"]).min() > 0
 
@@ -277,7 +277,7 @@ def test_forward_diagnostics_are_weighted_to_the_phase_policy():
 
 def test_tv_estimator_is_validated_before_compilation():
     with pytest.raises(ValueError, match="tv_estimator.*unweighted.*weighted"):
-        Trainer(TOY.replace(tv_estimator="importance"))
+        ControlTrainer(TOY.replace(tv_estimator="importance"))
 
 
 def test_tv_estimator_changes_the_filter_decision():
@@ -289,10 +289,10 @@ def test_tv_estimator_changes_the_filter_decision():
     log_prob = jnp.log(jnp.array([0.3, 0.3, 0.3, 0.4]))  # pi_theta
     mb = PhaseBatch(**{name: None for name in PhaseBatch.__dataclass_fields__}).replace(
         phase_log_prob=phase, behaviour_log_prob=behaviour)
-    hp = HParams.create(tv_delta=0.12)
+    hp = ControlHParams.create(tv_delta=0.12)
     decisions = {}
     for estimator in ("unweighted", "weighted"):
-        trainer = Trainer(TOY.replace(algo="vaco", tv_estimator=estimator))
+        trainer = ControlTrainer(TOY.replace(algo="vaco", tv_estimator=estimator))
         terms = PolicyTerms(log_prob=log_prob, behaviour_log_prob=behaviour, phase_log_prob=phase,
                             advantages=jnp.ones(4), tv_log_rho=trainer._tv_log_rho(log_prob, mb),
                             tv=trainer._filter_tv(log_prob, mb), kl_coef=jnp.asarray(0.0))
@@ -311,7 +311,7 @@ def test_filter_normalization_divides_by_the_kept_samples():
     hp = hp.replace(tv_delta=jnp.asarray(0.0))
     losses = {}
     for normalization in ("all", "kept"):
-        trainer = Trainer(trainer.config.replace(filter_normalization=normalization))
+        trainer = ControlTrainer(trainer.config.replace(filter_normalization=normalization))
         losses[normalization] = trainer._loss(moved, flat, state.obs_stats, state.kl_coef, None,
                                               hp)[1]
     kept = 1.0 - float(losses["all"]["filter_fraction"])
@@ -324,7 +324,7 @@ def test_filter_normalization_divides_by_the_kept_samples():
     ("lag_warmup", "wait", "clip, redraw"), ("filter_normalization", "kept_only", "all, kept")])
 def test_options_are_validated_before_compilation(field, value, allowed):
     with pytest.raises(ValueError, match=f"{field}='{value}'.*{allowed}"):
-        Trainer(TOY.replace(**{field: value}))
+        ControlTrainer(TOY.replace(**{field: value}))
 
 
 # ---------------------------------------------------------------- adaptive KL coefficient
@@ -339,8 +339,8 @@ def test_adaptive_kl_coefficient_ignores_backward_lag_the_learner_cannot_remove(
     # The lag-3 behaviour policies of the first three updates are far from the learner, so
     # KL(beta || pi_T) is large; with learning rate 0 the learner cannot move, the phase's
     # KL(pi_T || pi_T+1) is 0 and the coefficient may only shrink.
-    trainer = Trainer(TOY.replace(algo="ppo_kl", lag_model="fixed"))
-    hp = HParams.create(lag=3.0, learning_rate=0.0)
+    trainer = ControlTrainer(TOY.replace(algo="ppo_kl", lag_model="fixed"))
+    hp = ControlHParams.create(lag=3.0, learning_rate=0.0)
     state = trainer.init(jax.random.PRNGKey(0), hp)
     stale = Policy(jax.tree.map(lambda p: p + 0.5, state.params["actor"]), state.obs_stats)
     buffer = state.buffer
@@ -358,8 +358,8 @@ def test_adaptive_kl_coefficient_stays_within_its_bounds():
     bounds = dict(kl_coef=0.2, kl_coef_min=0.05, kl_coef_max=0.8)
     # The first run cannot move (KL 0: halved every update), the second overshoots a tiny
     # target every phase (doubled every update); the bounds are traced, vmapped leaves.
-    hparams = HParams.stack([HParams.create(lag=2.0, learning_rate=0.0, **bounds),
-                             HParams.create(lag=2.0, learning_rate=3e-3, kl_target=1e-9, **bounds)])
+    hparams = ControlHParams.stack([ControlHParams.create(lag=2.0, learning_rate=0.0, **bounds),
+                             ControlHParams.create(lag=2.0, learning_rate=3e-3, kl_target=1e-9, **bounds)])
     keys = jnp.stack([jax.random.PRNGKey(0)] * 2)
     _, metrics = jax.jit(jax.vmap(make_train(config)))(keys, hparams)
     coefs = np.asarray(metrics["kl_coef"])
@@ -387,8 +387,8 @@ def test_phase_kl_is_the_weighted_kl_from_the_phase_policy_to_the_learner_after_
     (dict(kl_coef=5.0, kl_coef_max=1.0), r"kl_coef must lie in \[kl_coef_min, kl_coef_max\]")])
 def test_kl_coefficient_bounds_are_validated(changes, message):
     with pytest.raises(ValueError, match=message):
-        validate(TOY.replace(algo="ppo_kl"), HParams.create(**changes))
+        validate(TOY.replace(algo="ppo_kl"), ControlHParams.create(**changes))
 
 
 def test_a_fixed_kl_coefficient_need_not_lie_in_the_adaptive_range():
-    validate(TOY.replace(algo="ppo_kl", adaptive_kl=False), HParams.create(kl_coef=0.0))
+    validate(TOY.replace(algo="ppo_kl", adaptive_kl=False), ControlHParams.create(kl_coef=0.0))

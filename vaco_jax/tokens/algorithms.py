@@ -4,7 +4,7 @@ A `TokenAlgorithm` names how the group's rewards become advantages and its polic
 (with any stabiliser inside it). The trainer hands the surrogate `TokenTerms`, the per-token
 quantities every surrogate may need, and records the stabiliser metrics it returns (see
 `STABILISER_METRICS`). Adding an algorithm is one entry in `ALGORITHMS`; the engine's registry
-(`vaco_jax.algorithms`) is separate because its surrogates see `[T, B]` control batches with a
+(`vaco_jax.control.algorithms`) is separate because its surrogates see `[T, B]` control batches with a
 critic.
 
 Ratios, as they are named below:

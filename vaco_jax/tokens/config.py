@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vaco_jax.config import Config
+from vaco_jax.core.config import Config, HParamsBase, check_choice, check_positive_int
 from vaco_jax.losses import AGGREGATIONS
-from vaco_jax.policy_buffer import LAG_MODELS, validate_lag, validate_lag_probabilities
+from vaco_jax.core.policy_buffer import LAG_MODELS, validate_lag, validate_lag_probabilities
 from vaco_jax.tokens import algorithms
 from vaco_jax.tokens.model import ModelSpec
 from vaco_jax.tokens.tasks import TASKS, Task, make_task
@@ -100,7 +100,7 @@ class TokenConfig(Config):
 
 
 @struct.dataclass
-class TokenHParams:
+class TokenHParams(HParamsBase):
     """Numeric hyper-parameters, traced: vmappable over runs without recompiling. `lag` is the
     lag model's parameter: versions behind for `fixed`, `uniform`, `per_actor` and (at the
     first token) `in_flight`, the staleness bound `eta` for `bounded`, the probability `p` for
@@ -133,39 +133,20 @@ class TokenHParams:
     # vcpo, vcpo_ess_only: the ESS ratio below which the step shrinks (VCPO's `ess_0` = 1).
     ess_target: Any = 1.0
 
-    @classmethod
-    def create(cls, **values: Any) -> "TokenHParams":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown hyper-parameter(s) {unknown}; allowed: {sorted(known)}")
-        return cls(**{k: jnp.asarray(v, jnp.float32) for k, v in values.items()})
-
-
-def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{field}={value!r} is not supported; allowed values: "
-                         f"{', '.join(allowed)}")
-
-
-def _positive(field: str, value: Any) -> None:
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"{field} must be a positive integer, got {value!r}")
-
 
 def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
     """Raises a `ValueError` naming the field and its allowed values, before any tracing."""
-    _choice("task", config.task, TASKS)
-    _choice("lag_model", config.lag_model, LAG_MODELS)
-    _choice("group_unit", config.group_unit, GROUP_UNITS)
-    _choice("aggregation", config.aggregation, AGGREGATIONS)
-    _choice("algo", config.algo, ALGORITHMS)
-    _choice("is_level", config.is_level, algorithms.IS_LEVELS)
-    _choice("tv_reference", config.tv_reference, algorithms.TV_REFERENCES)
+    check_choice("task", config.task, TASKS)
+    check_choice("lag_model", config.lag_model, LAG_MODELS)
+    check_choice("group_unit", config.group_unit, GROUP_UNITS)
+    check_choice("aggregation", config.aggregation, AGGREGATIONS)
+    check_choice("algo", config.algo, ALGORITHMS)
+    check_choice("is_level", config.is_level, algorithms.IS_LEVELS)
+    check_choice("tv_reference", config.tv_reference, algorithms.TV_REFERENCES)
     for field in ("task_size", "layers", "width", "heads", "context", "prompts", "group_size",
                   "buffer_capacity", "epochs", "minibatches", "num_updates", "eval_every",
                   "eval_prompts"):
-        _positive(field, getattr(config, field))
+        check_positive_int(field, getattr(config, field))
     validate_lag_probabilities(config.lag_model, config.lag_probabilities,
                                config.buffer_capacity)
     if config.width % config.heads:

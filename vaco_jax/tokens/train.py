@@ -11,7 +11,7 @@ version from the policy buffer, recording each token's behaviour version and log
 decoded. Rewards are verified, advantages are group-relative, and `epochs x minibatches` steps
 of the configured algorithm's surrogate follow (`vaco_jax.tokens.algorithms`; GRPO's is
 token-level PPO-clip on the behaviour ratio); the learner's parameters are then pushed into the
-buffer. A run whose update turns non-finite is frozen (`vaco_jax.divergence`).
+buffer. A run whose update turns non-finite is frozen (`vaco_jax.core.divergence`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import losses, phase
-from vaco_jax.divergence import freeze_if_diverged
-from vaco_jax.policy_buffer import (PolicyBuffer, cond_in_every_run, effective_lags,
+from vaco_jax import losses
+from vaco_jax.core import phase
+from vaco_jax.core.divergence import freeze_if_diverged
+from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, effective_lags,
                                     in_flight_lags, init_buffer, init_per_actor_lags, push,
                                     sample_lags)
 from vaco_jax.tokens import tasks

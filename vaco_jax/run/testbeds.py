@@ -17,16 +17,16 @@ from typing import Any, Callable, Protocol
 
 import jax
 
-from vaco_jax import envs
-from vaco_jax.algorithms import ALGORITHMS
-from vaco_jax.config import Config, HParams, TrainConfig
-from vaco_jax.config import validate as validate_control
+from vaco_jax.control import envs
+from vaco_jax.control.algorithms import ALGORITHMS
+from vaco_jax.control.config import Config, ControlHParams, ControlConfig
+from vaco_jax.control.config import validate as validate_control
 from vaco_jax.tokens import config as token_config
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.tokens.train import METRICS as TOKEN_METRICS
 from vaco_jax.tokens.train import TokenState, TokenTrainer
-from vaco_jax.train import METRICS, Trainer, TrainState
+from vaco_jax.control.train import METRICS, ControlTrainer, ControlState
 
 
 class TestbedTrainer(Protocol):
@@ -66,7 +66,7 @@ class Testbed:
         return getattr(config, self.task_field)
 
 
-def _rollout(trainer: Trainer, state: TrainState, key: jax.Array, hp: HParams) -> Any:
+def _rollout(trainer: ControlTrainer, state: ControlState, key: jax.Array, hp: ControlHParams) -> Any:
     return trainer.collect(state, key, hp)[1]
 
 
@@ -76,8 +76,8 @@ def _held_out_accuracy(trainer: TokenTrainer, state: TokenState, key: jax.Array)
 
 
 CONTROL = Testbed(
-    name="control", config=TrainConfig, hparams=HParams, validate=validate_control,
-    trainer=Trainer, evaluate=Trainer.evaluate, collect=_rollout, metrics=METRICS,
+    name="control", config=ControlConfig, hparams=ControlHParams, validate=validate_control,
+    trainer=ControlTrainer, evaluate=ControlTrainer.evaluate, collect=_rollout, metrics=METRICS,
     score="eval_return", score_name="return", steps_name="environment steps", task_field="env",
     tasks=envs.ENV_NAMES, algorithms=tuple(ALGORITHMS))
 TOKENS = Testbed(

@@ -19,7 +19,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from vaco_jax import io, report, sweep
+from vaco_jax.run import io
+from vaco_jax.report import report
+from vaco_jax.experiment import sweep
 
 PARTS_FILE = "parts.json"
 

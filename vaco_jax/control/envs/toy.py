@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from vaco_jax.envs.base import EnvState
+from vaco_jax.control.envs.base import EnvState
 
 _DT = 0.1
 _BOUND = 2.0

@@ -9,7 +9,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 
-from vaco_jax.envs.base import EnvState
+from vaco_jax.control.envs.base import EnvState
 
 BRAX_ENV_NAMES = ("ant", "halfcheetah", "hopper", "humanoid", "walker2d", "reacher", "pusher",
                   "swimmer", "inverted_pendulum", "inverted_double_pendulum")
@@ -17,7 +17,7 @@ BRAX_BACKENDS = ("mjx", "generalized", "positional", "spring")
 
 
 class BraxEnvironment:
-    """A Brax `Env` behind the `vaco_jax.envs.base.Environment` interface."""
+    """A Brax `Env` behind the `vaco_jax.control.envs.base.Environment` interface."""
 
     def __init__(self, name: str, backend: str = "mjx"):
         # Heavy import, paid only when a Brax task is used. MJX prints a notice to stdout when

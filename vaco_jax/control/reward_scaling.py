@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vaco_jax.networks import RunningStats, init_stats, update_stats
+from vaco_jax.control.networks import RunningStats, init_stats, update_stats
 
 
 @struct.dataclass

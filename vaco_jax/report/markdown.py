@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vaco_jax.collapse import WARNING_RULES
+from vaco_jax.report.collapse import WARNING_RULES
 
 
 def _fmt(value: float) -> str:

@@ -7,9 +7,9 @@ An adapter wraps ONE environment instance (the engine vectorises with `jax.vmap`
   actions in `[-1, 1]^action_size`.
 
 `EnvState.terminated` marks a true termination (the task ended; its value is not bootstrapped).
-Time limits, auto-reset and episode statistics belong to the engine (`vaco_jax.envs.episodes`),
+Time limits, auto-reset and episode statistics belong to the engine (`vaco_jax.control.envs.episodes`),
 so an adapter never truncates. Any JAX environment (MuJoCo Playground, gymnax, ...) is added by
-writing such an adapter and registering it in `vaco_jax.envs`.
+writing such an adapter and registering it in `vaco_jax.control.envs`.
 """
 
 from __future__ import annotations

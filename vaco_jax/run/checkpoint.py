@@ -21,7 +21,7 @@ from typing import Any, Callable
 import jax
 import orbax.checkpoint as ocp
 
-from vaco_jax import io
+from vaco_jax.run import io
 
 IDENTITY_FILE = "identity.json"
 PARTIAL_SUFFIX = ".partial"

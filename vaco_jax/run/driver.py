@@ -1,6 +1,6 @@
 """The chunked driver: runs vmapped seeds chunk by chunk with progress, checkpoints and outputs.
 
-The driver serves every testbed (`vaco_jax.testbeds`), the one whose config it is given. A
+The driver serves every testbed (`vaco_jax.run.testbeds`), the one whose config it is given. A
 chunk is a whole number of evaluation periods executed by one compiled call of the testbed
 trainer's `run`, vmapped over runs (seeds and hyper-parameter values). Between chunks the
 driver updates the progress bar, reports runs that diverged, writes the metrics so far and
@@ -12,7 +12,7 @@ Files written to the output folder:
 - `metrics.csv` and `metrics.parquet`: one row per run per update, plus an update-0 row holding
   the initial policy's evaluation;
 - `status.json`: progress and, per run, whether and when it diverged;
-- `checkpoint/`: the newest checkpoints (`vaco_jax.checkpoint`).
+- `checkpoint/`: the newest checkpoints (`vaco_jax.run.checkpoint`).
 
 Config, status and every checkpoint carry the run's identity, a hash of its testbed, config,
 seeds and hyper-parameters; `config.json` also holds the run options a resume needs (the chunk
@@ -61,9 +61,9 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from vaco_jax import io, testbeds
-from vaco_jax.checkpoint import Checkpoints
-from vaco_jax.config import Config
+from vaco_jax.run import io, testbeds
+from vaco_jax.run.checkpoint import Checkpoints
+from vaco_jax.core.config import Config
 
 
 RUN_FILES = ("config.json", "metrics.csv", "metrics.parquet", "status.json", "checkpoint")
@@ -119,7 +119,7 @@ def _chunk_periods(num_periods: int, requested: int | None) -> int:
 
 class Driver:
     """Runs one config for several runs (`seeds[i]` with `hparams[i]`) in one program, on the
-    testbed the config belongs to (`TrainConfig`: control, `TokenConfig`: tokens).
+    testbed the config belongs to (`ControlConfig`: control, `TokenConfig`: tokens).
 
     `devices` are the devices the runs axis may be sharded over (default: `jax.devices()`).
     """

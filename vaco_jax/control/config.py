@@ -1,7 +1,7 @@
 """Run configuration: structural fields (static) and numeric hyper-parameters (traced).
 
-`TrainConfig` fixes the shape of the compiled program: changing any of its fields compiles
-a new program. `HParams` holds the numeric hyper-parameters as pytree leaves, so one compiled
+`ControlConfig` fixes the shape of the compiled program: changing any of its fields compiles
+a new program. `ControlHParams` holds the numeric hyper-parameters as pytree leaves, so one compiled
 program can be `jax.vmap`-ed over seeds and hyper-parameter values alike.
 """
 
@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vaco_jax.policy_buffer import (LAG_MODELS, LAG_WARMUPS, validate_lag,
+from vaco_jax.core.config import Config, HParamsBase, check_choice, check_positive_int
+from vaco_jax.core.policy_buffer import (LAG_MODELS, LAG_WARMUPS, validate_lag,
                                     validate_lag_probabilities)
 
 TV_REFERENCES = ("phase", "behaviour")
@@ -24,45 +25,12 @@ TV_ESTIMATORS = ("unweighted", "weighted")
 FILTER_NORMALIZATIONS = ("all", "kept")
 ACTING_STRATEGIES = ("gather", "select")
 ADVANTAGE_NORMALIZATIONS = ("scale", "standardize", "none")
-REWARD_SCALINGS = ("return_std", "none")  # see vaco_jax.reward_scaling
+REWARD_SCALINGS = ("return_std", "none")  # see vaco_jax.control.reward_scaling
 GRAD_CLIPS = ("global", "per_network")
 
 
-class Config:
-    """Base of every testbed's structural settings (a frozen dataclass): `replace`, and the
-    `to_dict`/`from_dict` round trip through the `config.json` of a run.
-
-    Besides its fields, a testbed's config provides `algo`, `lag_model`, `epochs`,
-    `minibatches`, `num_updates`, `num_periods` (evaluations), `updates_per_period` and
-    `steps_per_update` (its unit of training progress).
-    """
-
-    def replace(self, **changes: Any) -> Self:
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> Self:
-        """The config of `to_dict`'s output (JSON lists read back as tuples, nested dataclass
-        fields from their dicts); unknown names are refused, naming the allowed ones."""
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; allowed: "
-                             f"{sorted(known)}")
-
-        def converted(name: str, value: Any) -> Any:
-            default = known[name].default
-            if dataclasses.is_dataclass(default) and isinstance(value, Mapping):
-                return type(default)(**value)
-            return tuple(value) if isinstance(value, list) else value
-        return cls(**{name: converted(name, value) for name, value in values.items()})
-
-
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(Config):
+class ControlConfig(Config):
     """Structural settings of one training program (static under `jit`)."""
 
     env: str = "inverted_double_pendulum"
@@ -129,7 +97,7 @@ class TrainConfig(Config):
 
 
 @struct.dataclass
-class HParams:
+class ControlHParams(HParamsBase):
     """Numeric hyper-parameters; every field is a pytree leaf and may carry a leading vmap axis.
 
     `lag` is the parameter of the configured lag model: the (maximum) number of versions a
@@ -163,59 +131,30 @@ class HParams:
     value_clip_eps: Any = 0.0  # PPO2's value clipping around the phase-start values; 0: off
     init_log_std: Any = -0.5  # the policy's initial (state-independent) log standard deviation
 
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
 
-    @classmethod
-    def create(cls, **values: Any) -> "HParams":
-        """Builds `HParams` with float32 leaves, rejecting unknown names."""
-        unknown = sorted(set(values) - set(cls.field_names()))
-        if unknown:
-            raise ValueError(f"unknown hyper-parameter(s) {unknown}; allowed: {list(cls.field_names())}")
-        merged = {**{n: getattr(cls(), n) for n in cls.field_names()}, **values}
-        return cls(**{n: jnp.asarray(v, jnp.float32) for n, v in merged.items()})
-
-    @classmethod
-    def stack(cls, runs: list["HParams"]) -> "HParams":
-        """Stacks per-run hyper-parameters along a new leading axis for `vmap`."""
-        return cls(**{n: jnp.stack([jnp.asarray(getattr(r, n), jnp.float32) for r in runs])
-                      for n in cls.field_names()})
-
-
-def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{field}={value!r} is not supported; allowed values: {', '.join(allowed)}")
-
-
-def _positive_int(field: str, value: Any) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{field} must be a positive integer, got {value!r}")
-
-
-def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
+def validate(config: ControlConfig, hparams: ControlHParams | None = None) -> None:
     """Raises `ValueError` naming the field and its allowed values; runs before any compilation."""
-    from vaco_jax import algorithms, envs  # local: both registries import this module
+    from vaco_jax.control import algorithms, envs  # local: both registries import this module
 
-    _choice("env", config.env, envs.ENV_NAMES)
+    check_choice("env", config.env, envs.ENV_NAMES)
     if config.backend is not None:
-        _choice("backend", config.backend, envs.backends_for(config.env))
-    _choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
-    _choice("lag_model", config.lag_model, LAG_MODELS)
-    _choice("lag_warmup", config.lag_warmup, LAG_WARMUPS)
+        check_choice("backend", config.backend, envs.backends_for(config.env))
+    check_choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
+    check_choice("lag_model", config.lag_model, LAG_MODELS)
+    check_choice("lag_warmup", config.lag_warmup, LAG_WARMUPS)
     validate_lag_probabilities(config.lag_model, config.lag_probabilities,
                                config.buffer_capacity)
-    _choice("tv_reference", config.tv_reference, TV_REFERENCES)
-    _choice("tv_scope", config.tv_scope, TV_SCOPES)
-    _choice("tv_estimator", config.tv_estimator, TV_ESTIMATORS)
-    _choice("filter_normalization", config.filter_normalization, FILTER_NORMALIZATIONS)
-    _choice("acting", config.acting, ACTING_STRATEGIES)
-    _choice("advantage_normalization", config.advantage_normalization, ADVANTAGE_NORMALIZATIONS)
-    _choice("reward_scaling", config.reward_scaling, REWARD_SCALINGS)
-    _choice("grad_clip", config.grad_clip, GRAD_CLIPS)
+    check_choice("tv_reference", config.tv_reference, TV_REFERENCES)
+    check_choice("tv_scope", config.tv_scope, TV_SCOPES)
+    check_choice("tv_estimator", config.tv_estimator, TV_ESTIMATORS)
+    check_choice("filter_normalization", config.filter_normalization, FILTER_NORMALIZATIONS)
+    check_choice("acting", config.acting, ACTING_STRATEGIES)
+    check_choice("advantage_normalization", config.advantage_normalization, ADVANTAGE_NORMALIZATIONS)
+    check_choice("reward_scaling", config.reward_scaling, REWARD_SCALINGS)
+    check_choice("grad_clip", config.grad_clip, GRAD_CLIPS)
     for name in ("num_envs", "rollout_length", "total_steps", "epochs", "minibatches",
                  "buffer_capacity", "episode_length", "eval_every", "num_eval_envs"):
-        _positive_int(name, getattr(config, name))
+        check_positive_int(name, getattr(config, name))
     for name in ("actor_hidden", "critic_hidden"):
         sizes = getattr(config, name)
         if not isinstance(sizes, tuple) or not sizes or any(
@@ -234,15 +173,15 @@ def validate(config: TrainConfig, hparams: HParams | None = None) -> None:
         validate_hparams(config, hparams)
 
 
-def adapts_kl_coef(config: TrainConfig) -> bool:
+def adapts_kl_coef(config: ControlConfig) -> bool:
     """Whether the run adapts its KL coefficient between phases (`adaptive_kl` algorithms)."""
-    from vaco_jax import algorithms  # local: the registry imports this module
+    from vaco_jax.control import algorithms  # local: the registry imports this module
 
     return config.adaptive_kl and algorithms.ALGORITHMS[config.algo].adaptive_kl
 
 
-def validate_hparams(config: TrainConfig, hparams: HParams) -> None:
-    values = {n: np.asarray(getattr(hparams, n), np.float64) for n in HParams.field_names()}
+def validate_hparams(config: ControlConfig, hparams: ControlHParams) -> None:
+    values = {n: np.asarray(getattr(hparams, n), np.float64) for n in ControlHParams.field_names()}
     for name, array in values.items():
         if not np.all(np.isfinite(array)):
             raise ValueError(f"hyper-parameter {name} must be finite, got {array.tolist()}")

@@ -21,7 +21,7 @@ held-out accuracy) and what ``env_steps`` counts. Scoring:
   matrix: runs are paired across tasks by seed order, and tasks with more runs
   than the smallest count keep their lowest seeds. Every confidence interval
   is a 95% stratified percentile bootstrap drawn with the same ``seed``.
-- Whether a run's ESS fell before its score collapsed is ``vaco_jax.collapse``'s analysis of
+- Whether a run's ESS fell before its score collapsed is ``vaco_jax.report.collapse``'s analysis of
   the scores as fractions of the task's reference (NaN after divergence, not carried forward)
   and ``ess_ratio``.
 """
@@ -43,7 +43,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from vaco_jax import collapse, io, report_markdown, stats
+from vaco_jax.report import collapse, markdown as report_markdown, stats
+from vaco_jax.run import io
 
 HP_PREFIX = "hp_"
 RUNS_FILE = "runs.parquet"
@@ -1099,7 +1100,7 @@ def write_report(
         lag), and the final score plotted against the run means of
         ``tv_backward``, ``behaviour_kl`` and ``version_gap_mean``, if present;
         ``ess_ratio``, if present, is set against each run's collapse
-        (``vaco_jax.collapse``).
+        (``vaco_jax.report.collapse``).
       out_dir: folder of the report, created if needed; report files already
         there are replaced, each atomically.
       score: what the evaluations measure (default: returns in ``eval_return``
@@ -1114,7 +1115,7 @@ def write_report(
       seed: seed of every bootstrap.
       title: heading of ``report.md``.
       collapse_thresholds: when a run collapses and when its ESS warns, for the
-        ESS-versus-collapse table (``vaco_jax.collapse``).
+        ESS-versus-collapse table (``vaco_jax.report.collapse``).
 
     Writes ``runs.parquet`` (``runs`` as given), ``summary.json``, ``report.md``
     and each figure as ``fig_*.png`` and ``fig_*.pdf``; a figure without data

@@ -24,7 +24,7 @@ import jax
 from flax import struct
 
 from vaco_jax import losses
-from vaco_jax.config import HParams
+from vaco_jax.control.config import ControlHParams
 
 ADVANTAGE_ESTIMATORS = ("gae", "vtrace_phase", "vtrace_minibatch")
 
@@ -40,11 +40,11 @@ class PolicyTerms:
     tv_log_rho: jax.Array  # log-ratio to the TV filter's reference policy
     tv: jax.Array | None  # a batch-level TV estimate overriding the minibatch one, if configured
     kl_coef: jax.Array  # current KL penalty coefficient (adaptive for ppo_kl)
-    # The denominator of the TV-filtered surrogate (`TrainConfig.filter_normalization`).
+    # The denominator of the TV-filtered surrogate (`ControlConfig.filter_normalization`).
     filter_normalization: str = struct.field(pytree_node=False, default="all")
 
 
-PolicyLoss = Callable[[PolicyTerms, HParams], tuple[jax.Array, dict]]
+PolicyLoss = Callable[[PolicyTerms, ControlHParams], tuple[jax.Array, dict]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,24 +73,24 @@ def _staleness(t: PolicyTerms):
     return t.phase_log_prob - t.behaviour_log_prob
 
 
-def _ppo(t: PolicyTerms, hp: HParams):
+def _ppo(t: PolicyTerms, hp: ControlHParams):
     return losses.ppo_clip_loss(_behaviour_ratio(t), t.advantages, hp.clip_eps)
 
 
-def _ppo_kl(t: PolicyTerms, hp: HParams):
+def _ppo_kl(t: PolicyTerms, hp: ControlHParams):
     return losses.ppo_kl_loss(_behaviour_ratio(t), t.advantages, t.kl_coef)
 
 
-def _spo(t: PolicyTerms, hp: HParams):
+def _spo(t: PolicyTerms, hp: ControlHParams):
     return losses.spo_loss(_behaviour_ratio(t), t.advantages, hp.clip_eps)
 
 
-def _decoupled_ppo(t: PolicyTerms, hp: HParams):
+def _decoupled_ppo(t: PolicyTerms, hp: ControlHParams):
     return losses.decoupled_ppo_loss(_phase_ratio(t), _staleness(t), t.advantages, hp.clip_eps,
                                      staleness_cap=hp.is_cap)
 
 
-def _impala(t: PolicyTerms, hp: HParams):
+def _impala(t: PolicyTerms, hp: ControlHParams):
     # The V-trace policy-gradient advantages already carry the truncated ratio min(rho_bar_pg, r).
     return losses.policy_gradient_loss(t.log_prob, t.advantages)
 
@@ -103,7 +103,7 @@ def _tv_filtered(surrogate_log_ratio: Callable[[PolicyTerms], jax.Array]) -> Pol
     kept samples only, so filtering changes the step's direction, not its scale (the loss is 0
     when nothing is kept).
     """
-    def loss(t: PolicyTerms, hp: HParams):
+    def loss(t: PolicyTerms, hp: ControlHParams):
         keep, filter_metrics = losses.tv_filter_mask(t.tv_log_rho, t.advantages, hp.tv_delta, tv=t.tv)
         log_ratio = surrogate_log_ratio(t)
         if t.filter_normalization == "kept":
@@ -114,7 +114,7 @@ def _tv_filtered(surrogate_log_ratio: Callable[[PolicyTerms], jax.Array]) -> Pol
     return loss
 
 
-def _phase_ppo(t: PolicyTerms, hp: HParams):
+def _phase_ppo(t: PolicyTerms, hp: ControlHParams):
     return losses.ppo_clip_loss(_phase_ratio(t), t.advantages, hp.clip_eps)
 
 

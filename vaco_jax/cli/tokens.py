@@ -5,37 +5,20 @@ checkpoints and resume)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
-from vaco_jax.cli import add_run_arguments, parse_lag, run_driver
+from vaco_jax.cli.common import hparam_type, parse_lag
 from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES
 from vaco_jax.tokens.config import ALGORITHMS, GROUP_UNITS, TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.tokens.warm_start import WarmStart
 
 
-def _named_number(text: str, flag: str, label: str, separator: str,
-                  names) -> tuple[str, float]:
-    """`text` read as `label<separator>NUMBER` with `label` one of `names`."""
-    name, sep, value = text.partition(separator)
-    try:
-        if sep and name in names:
-            return name, float(value)
-    except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(f"{flag} must be {label}{separator}NUMBER with {label} one "
-                                     f"of {', '.join(names)}, got {text!r}")
+OUT = "runs/tokens"
 
 
-def _hparam(text: str) -> tuple[str, float]:
-    names = [f.name for f in dataclasses.fields(TokenHParams) if f.name != "lag"]
-    return _named_number(text, "--hparam", "NAME", "=", names)
-
-
-def add_parser(subparsers) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The token testbed's flags (the run flags are added by the caller)."""
     d, w = TokenConfig(), WarmStart()
-    p = subparsers.add_parser("tokens", help="RL on a verifiable token task (token testbed)",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--task", default=d.task, choices=TASKS)
     p.add_argument("--algo", default=d.algo, choices=ALGORITHMS,
                    help="the algorithm (README: token algorithms); thresholds via --hparam")
@@ -66,11 +49,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--corrupt-fraction", type=float, default=w.corrupt_fraction)
     p.add_argument("--warm-start-dir", default="runs/warm_start",
                    help="cache of warm-start checkpoints, keyed by their settings")
-    p.add_argument("--hparam", type=_hparam, action="append", default=[], metavar="NAME=VALUE")
-    add_run_arguments(p, out="runs/tokens")
+    p.add_argument("--hparam", type=hparam_type(TokenHParams), action="append", default=[], metavar="NAME=VALUE")
 
 
-def run(args) -> int:
+def build(args) -> tuple[TokenConfig, TokenHParams]:
+    """The config and hyper-parameters the flags of `add_arguments` give."""
     lag_model, lag, lag_probabilities = args.lag
     config = TokenConfig(
         task=args.task, task_size=args.task_size, algo=args.algo, is_level=args.is_level,
@@ -84,4 +67,4 @@ def run(args) -> int:
         warm_start=WarmStart(steps=args.warm_start_steps,
                              corrupt_fraction=args.corrupt_fraction),
         warm_start_dir=args.warm_start_dir)
-    return run_driver(args, config, TokenHParams.create(lag=lag, **dict(args.hparam)))
+    return config, TokenHParams.create(lag=lag, **dict(args.hparam))

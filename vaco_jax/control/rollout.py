@@ -6,10 +6,10 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vaco_jax.envs import Environment
-from vaco_jax.envs.episodes import EpisodeState, reset_episodes, step_episodes
-from vaco_jax.networks import ActorCritic, gaussian_log_prob
-from vaco_jax.policy_buffer import Behaviour, cond_in_every_run, make_behaviour, newest
+from vaco_jax.control.envs import Environment
+from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes, step_episodes
+from vaco_jax.control.networks import ActorCritic, gaussian_log_prob
+from vaco_jax.core.policy_buffer import Behaviour, cond_in_every_run, make_behaviour, newest
 
 
 @struct.dataclass

@@ -25,7 +25,7 @@ Sweep folder:
 
 A sweep may run one *part* of its experiment (`Part`, `--part K/N`): the groups split into N
 parts of about equal environment steps, whatever the machine, so that N machines can each run
-one part (batching each part's groups for their own memory) and `vaco_jax.sweep_merge` can
+one part (batching each part's groups for their own memory) and `vaco_jax.experiment.merge` can
 merge the part folders into the report of the whole experiment. A part may also name its
 groups (`NamedGroups`, `--groups`), e.g. to run again the groups of a lost part folder. The
 part is saved in `sweep.json`, so a resumed part stays that part.
@@ -56,11 +56,12 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from vaco_jax import io, report, testbeds
-from vaco_jax.config import Config
-from vaco_jax.driver import Driver, TrainingResult, read_status
-from vaco_jax.policy_buffer import LAG_MODELS
-from vaco_jax.testbeds import Testbed
+from vaco_jax.run import io, testbeds
+from vaco_jax.report import report
+from vaco_jax.core.config import Config
+from vaco_jax.run.driver import Driver, TrainingResult, read_status
+from vaco_jax.core.policy_buffer import LAG_MODELS
+from vaco_jax.run.testbeds import Testbed
 
 TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "focus_algo",
                   "lag", "forward", "config", "hparams", "overrides", "reference_returns")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from vaco_jax.envs.base import Environment, EnvState
-from vaco_jax.envs.brax_env import BRAX_BACKENDS, BRAX_ENV_NAMES, BraxEnvironment
-from vaco_jax.envs.toy import ToyReach
+from vaco_jax.control.envs.base import Environment, EnvState
+from vaco_jax.control.envs.brax_env import BRAX_BACKENDS, BRAX_ENV_NAMES, BraxEnvironment
+from vaco_jax.control.envs.toy import ToyReach
 
 TOY_ENV_NAMES = ("toy_reach",)
 ENV_NAMES = BRAX_ENV_NAMES + TOY_ENV_NAMES

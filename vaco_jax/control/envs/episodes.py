@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vaco_jax.envs.base import Environment, EnvState
+from vaco_jax.control.envs.base import Environment, EnvState
 
 
 @struct.dataclass

@@ -2,7 +2,7 @@
 
 `make_train(config)` returns `train(key, hparams) -> (state, metrics)`, one pure function whose
 loops are all `lax.scan`s, safe under `jax.jit(jax.vmap(train))` over seeds and any leaf of
-`HParams`. `Trainer` exposes the same program in pieces (`init`, `run`, `evaluate`) for the
+`ControlHParams`. `ControlTrainer` exposes the same program in pieces (`init`, `run`, `evaluate`) for the
 chunked driver, which checkpoints between chunks.
 
 One update = one rollout of `rollout_length` steps in each of `num_envs` environments, each
@@ -21,18 +21,19 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import estimators, losses, phase
-from vaco_jax.algorithms import ALGORITHMS, PolicyTerms
-from vaco_jax.config import HParams, TrainConfig, adapts_kl_coef, validate
-from vaco_jax.divergence import freeze_if_diverged
-from vaco_jax.envs import make_env
-from vaco_jax.envs.episodes import EpisodeState, reset_episodes
-from vaco_jax.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
+from vaco_jax import estimators, losses
+from vaco_jax.core import phase
+from vaco_jax.control.algorithms import ALGORITHMS, PolicyTerms
+from vaco_jax.control.config import ControlHParams, ControlConfig, adapts_kl_coef, validate
+from vaco_jax.core.divergence import freeze_if_diverged
+from vaco_jax.control.envs import make_env
+from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes
+from vaco_jax.control.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
                                gaussian_log_prob, init_stats, update_stats, with_log_std)
-from vaco_jax.policy_buffer import (PolicyBuffer, cond_in_every_run, draw_lags, in_flight_lags,
+from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, draw_lags, in_flight_lags,
                                     init_buffer, init_per_actor_lags, make_behaviour, push)
-from vaco_jax.reward_scaling import RewardScaling, init_reward_scaling, scale_rewards
-from vaco_jax.rollout import Transitions, evaluate, rollout
+from vaco_jax.control.reward_scaling import RewardScaling, init_reward_scaling, scale_rewards
+from vaco_jax.control.rollout import Transitions, evaluate, rollout
 
 # Divergence diagnostics (samples come from the behaviour policy beta; pi_T is the learner at
 # the start of the phase):
@@ -52,7 +53,7 @@ METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "ve
 
 
 @struct.dataclass
-class TrainState:
+class ControlState:
     params: dict  # {"actor": ..., "critic": ...}
     opt_state: Any
     obs_stats: RunningStats
@@ -100,10 +101,10 @@ def normalize_advantages(advantages: jax.Array, mode: str) -> jax.Array:
     return advantages
 
 
-class Trainer:
-    """The compiled-program pieces of one `TrainConfig` (validated before anything is traced)."""
+class ControlTrainer:
+    """The compiled-program pieces of one `ControlConfig` (validated before anything is traced)."""
 
-    def __init__(self, config: TrainConfig):
+    def __init__(self, config: ControlConfig):
         validate(config)
         self.config = config
         self.algorithm = ALGORITHMS[config.algo]
@@ -113,19 +114,19 @@ class Trainer:
                                  config.normalize_observations)
 
     # ----------------------------------------------------------------------------- set-up
-    def gradient_clip(self, hp: HParams) -> optax.GradientTransformation:
+    def gradient_clip(self, hp: ControlHParams) -> optax.GradientTransformation:
         if self.config.grad_clip == "per_network":
             return losses.clip_by_global_norm_per_subtree(hp.max_grad_norm)
         return optax.clip_by_global_norm(hp.max_grad_norm)
 
-    def optimizer(self, hp: HParams) -> optax.GradientTransformationExtraArgs:
+    def optimizer(self, hp: ControlHParams) -> optax.GradientTransformationExtraArgs:
         transforms = [self.gradient_clip(hp),
                       optax.adam(hp.learning_rate, eps=1e-5)]
         if self.algorithm.ess_scaling:
             transforms.append(losses.scale_by_ess())
         return optax.chain(*transforms)
 
-    def init(self, key: jax.Array, hp: HParams) -> TrainState:
+    def init(self, key: jax.Array, hp: ControlHParams) -> ControlState:
         cfg = self.config
         key, model_key, env_key, lag_key = jax.random.split(key, 4)
         actor_params, critic_params = self.model.init(model_key)
@@ -134,7 +135,7 @@ class Trainer:
         stats = init_stats(self.env.observation_size)
         per_actor = (init_per_actor_lags(lag_key, hp.lag, cfg.num_envs)
                      if cfg.lag_model == "per_actor" else jnp.zeros(cfg.num_envs, jnp.int32))
-        return TrainState(
+        return ControlState(
             params=params,
             opt_state=self.optimizer(hp).init(params),
             obs_stats=stats,
@@ -154,7 +155,7 @@ class Trainer:
     def _value(self, params: dict, stats: RunningStats, obs: jax.Array) -> jax.Array:
         return self.model.value(params["critic"], stats, obs)
 
-    def _vtrace(self, batch, values, next_values, log_rhos, hp: HParams):
+    def _vtrace(self, batch, values, next_values, log_rhos, hp: ControlHParams):
         return estimators.vtrace(batch.reward, values, next_values, batch.discounts,
                                  batch.continuations, log_rhos, lambda_=hp.vtrace_lambda,
                                  rho_bar=hp.rho_bar, c_bar=hp.c_bar, rho_bar_pg=hp.rho_bar_pg)
@@ -178,7 +179,7 @@ class Trainer:
 
         return cond_in_every_run(~jnp.any(time_limit), lambda _: shifted, with_truncated, None)
 
-    def phase_batch(self, state: TrainState, data: Transitions, hp: HParams) -> PhaseBatch:
+    def phase_batch(self, state: ControlState, data: Transitions, hp: ControlHParams) -> PhaseBatch:
         # Where every step acted with the newest version, the behaviour policy is the learner's
         # own policy pi_T: its rollout log-probs are the phase log-probs, no second pass needed.
         phase_log_prob = cond_in_every_run(
@@ -221,7 +222,7 @@ class Trainer:
         return losses.tv_estimate(log_rho)
 
     def minibatch_advantages(self, params: dict, mb: PhaseBatch, stats: RunningStats,
-                             hp: HParams) -> tuple[jax.Array, jax.Array]:
+                             hp: ControlHParams) -> tuple[jax.Array, jax.Array]:
         """Advantages and value targets a minibatch step uses (before normalisation): fixed at
         phase start, except for `vtrace_minibatch`, which recomputes them from `params`."""
         if self.algorithm.advantages != "vtrace_minibatch":
@@ -233,7 +234,7 @@ class Trainer:
                             log_prob - mb.behaviour_log_prob, hp)
 
     def _loss(self, params: dict, mb: PhaseBatch, stats: RunningStats, kl_coef: jax.Array,
-              tv: jax.Array | None, hp: HParams):
+              tv: jax.Array | None, hp: ControlHParams):
         policy = Policy(params["actor"], stats)
         mean, log_std = self.model.distribution(policy, mb.obs)
         log_prob = gaussian_log_prob(mean, log_std, mb.action)
@@ -292,7 +293,7 @@ class Trainer:
         log_prob = self.model.log_prob(Policy(params["actor"], stats), batch.obs, batch.action)
         return self._filter_tv(log_prob, batch)
 
-    def _optimise(self, state: TrainState, batch: PhaseBatch, key: jax.Array, hp: HParams):
+    def _optimise(self, state: ControlState, batch: PhaseBatch, key: jax.Array, hp: ControlHParams):
         tx = self.optimizer(hp)
         grad_fn = jax.value_and_grad(self._loss, has_aux=True)
 
@@ -313,7 +314,7 @@ class Trainer:
             lambda epoch_key: self._minibatches(batch, epoch_key), key, self.config.epochs)
         return params, opt_state, jax.tree.map(jnp.mean, metrics)
 
-    def phase_kl(self, state: TrainState, params: dict, batch: PhaseBatch) -> jax.Array:
+    def phase_kl(self, state: ControlState, params: dict, batch: PhaseBatch) -> jax.Array:
         """KL(pi_T || pi_T+1) between the learner before and after a phase, on its batch.
 
         The KL the adaptive penalty rule is defined on: it measures the phase's own step, which
@@ -329,8 +330,8 @@ class Trainer:
                                            batch.phase_log_prob - batch.behaviour_log_prob)
 
     # ----------------------------------------------------------------------------- update
-    def collect(self, state: TrainState, key: jax.Array,
-                hp: HParams) -> tuple[EpisodeState, Transitions]:
+    def collect(self, state: ControlState, key: jax.Array,
+                hp: ControlHParams) -> tuple[EpisodeState, Transitions]:
         """One rollout, each environment acting with the behaviour policy its lag selects."""
         cfg = self.config
         lag_key, rollout_key = jax.random.split(key)
@@ -344,14 +345,14 @@ class Trainer:
                        acting=cfg.acting)
 
     def scale_rewards(self, scaling: RewardScaling, data: Transitions,
-                      hp: HParams) -> tuple[RewardScaling, Transitions]:
+                      hp: ControlHParams) -> tuple[RewardScaling, Transitions]:
         """The learner's view of the rollout: rewards divided by the return scale if configured."""
         if self.config.reward_scaling == "none":
             return scaling, data
         scaling, reward = scale_rewards(scaling, data.reward, data.done, hp.gamma)
         return scaling, data.replace(reward=reward)
 
-    def update(self, state: TrainState, hp: HParams) -> tuple[TrainState, dict]:
+    def update(self, state: ControlState, hp: ControlHParams) -> tuple[ControlState, dict]:
         """One rollout and one optimisation phase; a non-finite result freezes the run."""
         cfg = self.config
         key, collect_key, optimise_key = jax.random.split(state.key, 3)
@@ -394,14 +395,14 @@ class Trainer:
         return freeze_if_diverged(state, new_state, checked, metrics)
 
     # ----------------------------------------------------------------------------- evaluation
-    def evaluate(self, state: TrainState, key: jax.Array) -> jax.Array:
+    def evaluate(self, state: ControlState, key: jax.Array) -> jax.Array:
         """Mean deterministic return of the learner's current policy on separate environments."""
         returns = evaluate(self.env, self.model, state.policy, key,
                            num_envs=self.config.num_eval_envs,
                            episode_length=self.config.episode_length)
         return jnp.where(state.diverged, jnp.nan, returns)
 
-    def run(self, state: TrainState, hp: HParams, num_periods: int) -> tuple[TrainState, dict]:
+    def run(self, state: ControlState, hp: ControlHParams, num_periods: int) -> tuple[ControlState, dict]:
         """`num_periods` x (`updates_per_period` updates, then one evaluation).
 
         Metrics are per-update scalars `[num_periods * updates_per_period]`; `eval_return` is NaN
@@ -409,7 +410,7 @@ class Trainer:
         """
         per_period = self.config.updates_per_period
 
-        def period(state: TrainState, _):
+        def period(state: ControlState, _):
             state, metrics = jax.lax.scan(lambda s, _: self.update(s, hp), state, None,
                                           length=per_period)
             key, eval_key = jax.random.split(state.key)
@@ -421,10 +422,10 @@ class Trainer:
         state, metrics = jax.lax.scan(period, state, None, length=num_periods)
         return state, jax.tree.map(lambda m: m.reshape((-1,) + m.shape[2:]), metrics)
 
-    def train(self, key: jax.Array, hp: HParams) -> tuple[TrainState, dict]:
+    def train(self, key: jax.Array, hp: ControlHParams) -> tuple[ControlState, dict]:
         return self.run(self.init(key, hp), hp, self.config.num_periods)
 
 
-def make_train(config: TrainConfig):
+def make_train(config: ControlConfig):
     """Returns `train(key, hparams) -> (state, metrics)` for `config` (validated now)."""
-    return Trainer(config).train
+    return ControlTrainer(config).train

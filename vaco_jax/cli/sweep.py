@@ -1,0 +1,112 @@
+"""`vaco-jax sweep` and `vaco-jax report`: experiments, their plans, parts and reports."""
+
+from __future__ import annotations
+
+import argparse
+
+from vaco_jax.experiment import merge as sweep_merge
+from vaco_jax.experiment import sweep
+
+
+def add_parsers(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep", help="run a named experiment: every group of runs in one compiled program")
+    p.add_argument("experiment", nargs="?", default=None,
+                   help="experiment TOML file, e.g. experiments/quick.toml (optional with --resume)")
+    p.add_argument("--out", default=None, help="sweep folder (required unless --plan)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted sweep in --out, skipping finished batches")
+    p.add_argument("--part", metavar="K/N", default=None,
+                   help="run only part K of N (1-based): the experiment's groups split into N "
+                        "parts of about equal environment steps, one per machine; merge the "
+                        "part folders with `vaco-jax report OUT --parts DIR ...`")
+    p.add_argument("--groups", metavar="GROUP[,GROUP...]", default=None,
+                   help="run only these groups (names as --plan prints them), a part chosen by "
+                        "hand, e.g. to run again the groups of a lost part folder; merged like "
+                        "a part")
+    p.add_argument("--plan", action="store_true",
+                   help="print the groups, batches, runs, environment steps and estimated time, "
+                        "then exit: nothing is written or trained and no training program is "
+                        "compiled (the memory estimate only traces one run's shapes per group)")
+    p.add_argument("--steps-per-second", type=float, default=None, metavar="R",
+                   help="with --plan: environment steps per second of one batch's runs "
+                        "together (measured with `python benchmarks/run.py --only seeds`); "
+                        "the estimate is executed steps / R")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing sweep folder")
+    p.add_argument("--max-runs-per-batch", type=int, default=None,
+                   help="most runs per compiled batch (rounded down to a multiple of the device "
+                        "count); default: as many as fit the memory budget")
+    p.add_argument("--memory-budget", type=float, default=None, metavar="GIB",
+                   help="device memory per device for runs, GiB; default: 90%% of an "
+                        "accelerator's free memory, or half the available host memory on CPU")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    r = subparsers.add_parser("report", help="rebuild a sweep's runs table and rewrite its report, "
+                                             "or merge the folders of a sweep's parts into one")
+    r.add_argument("out", metavar="DIR", help="sweep folder (with --parts: the merged report's)")
+    r.add_argument("--parts", nargs="+", metavar="PART_DIR", default=None,
+                   help="merge these part folders (`vaco-jax sweep --part K/N`) of one "
+                        "experiment into one report in DIR")
+    r.add_argument("--allow-incomplete", action="store_true",
+                   help="with --parts: report even if groups are missing or unfinished (the "
+                        "report's title says so)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="with --parts: replace the merged report in an existing DIR")
+
+
+def run_sweep(args) -> int:
+    if not args.resume and args.experiment is None:
+        raise ValueError("the experiment file is required unless --resume is given")
+    if args.out is None and (args.resume or not args.plan):
+        raise ValueError("--out (the sweep folder) is required, unless --plan plans a new sweep")
+    if args.steps_per_second is not None and (not args.plan or args.steps_per_second <= 0):
+        raise ValueError(f"--steps-per-second must be a positive rate given with --plan, got "
+                         f"{args.steps_per_second}")
+    if args.part is not None and args.groups is not None:
+        raise ValueError("give --part or --groups, not both")
+    part = (sweep.Part.parse(args.part) if args.part is not None else
+            sweep.NamedGroups.parse(args.groups) if args.groups is not None else None)
+    if args.max_runs_per_batch is not None and args.max_runs_per_batch <= 0:
+        raise ValueError(f"--max-runs-per-batch must be a positive integer, got "
+                         f"{args.max_runs_per_batch}")
+    if args.memory_budget is not None and args.memory_budget <= 0:
+        raise ValueError(f"--memory-budget must be positive, got {args.memory_budget}")
+    experiment = sweep.load_experiment(args.experiment) if args.experiment else None
+    if part is not None and experiment is not None:
+        part.groups(experiment)  # refuses a part or group the experiment does not have
+    memory_budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
+    if args.plan:
+        plan = (sweep.load_sweep_to_resume(args.out, experiment, part) if args.resume else
+                sweep.make_plan(experiment, part=part, max_runs_per_batch=args.max_runs_per_batch,
+                                memory_budget=memory_budget))
+        print(sweep.plan_text(plan, args.steps_per_second))
+        return 0
+    summary = sweep.sweep(
+        args.out, experiment, resume=args.resume, overwrite=args.overwrite, part=part,
+        max_runs_per_batch=args.max_runs_per_batch, memory_budget=memory_budget,
+        progress=not args.no_progress)
+    _print_scores(summary, args.out)
+    return 0
+
+
+def run_report(args) -> int:
+    if args.parts is not None:
+        summary = sweep_merge.merge_parts(args.parts, args.out,
+                                          allow_incomplete=args.allow_incomplete,
+                                          overwrite=args.overwrite)
+    elif args.allow_incomplete or args.overwrite:
+        raise ValueError("--allow-incomplete and --overwrite apply only with --parts")
+    else:
+        summary = sweep.write_sweep_report(sweep.load_sweep(args.out), args.out)
+    _print_scores(summary, args.out)
+    return 0
+
+
+def _print_scores(summary: dict, out: str) -> None:
+    """The report's final-score table: IQM normalised score per variant and lag."""
+    print(f"\n{summary['title']}: {summary['run']['num_runs']} runs "
+          f"({summary['run']['num_diverged']} diverged)")
+    for cell in summary["cells"]:
+        iqm, auc = cell["iqm"], cell["auc_iqm"]
+        print(f"  {cell['variant']:<32} lag {cell['lag']:<5g} IQM score {iqm['point']:6.3f} "
+              f"[{iqm['low']:.3f}, {iqm['high']:.3f}]  AUC IQM {auc['point']:6.3f}")
+    print(f"report: {out}/report.md (tables in {out}/summary.json, runs in {out}/runs.parquet)")

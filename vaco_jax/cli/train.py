@@ -1,0 +1,77 @@
+"""`vaco-jax train`: one control algorithm on one task over vmapped seeds."""
+
+from __future__ import annotations
+
+import argparse
+
+from vaco_jax.cli.common import hparam_type, parse_lag
+from vaco_jax.control.config import ControlConfig, ControlHParams
+
+OUT = "runs/train"
+
+
+def _int_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The control testbed's flags (the run flags are added by the caller)."""
+    defaults = ControlConfig()
+    p.add_argument("--env", default=defaults.env, help="task name")
+    p.add_argument("--backend", default=None, help="physics backend (default: the task's, mjx)")
+    p.add_argument("--algo", default=defaults.algo, help="algorithm from the registry")
+    p.add_argument("--lag", type=parse_lag, default=("fixed", 0.0, ()),
+                   help="backward lag MODEL:PARAM; fixed:0 is synchronous")
+    p.add_argument("--lag-warmup", default=defaults.lag_warmup,
+                   help="lags beyond the versions pushed so far: clip (to the oldest version) or "
+                        "redraw (from the lag model restricted to the existing versions)")
+    p.add_argument("--total-steps", type=int, default=defaults.total_steps,
+                   help="environment steps per run")
+    p.add_argument("--num-envs", type=int, default=defaults.num_envs)
+    p.add_argument("--rollout-length", type=int, default=defaults.rollout_length)
+    p.add_argument("--epochs", type=int, default=defaults.epochs)
+    p.add_argument("--minibatches", type=int, default=defaults.minibatches)
+    p.add_argument("--buffer-capacity", type=int, default=defaults.buffer_capacity,
+                   help="policy buffer size K")
+    p.add_argument("--episode-length", type=int, default=defaults.episode_length)
+    p.add_argument("--eval-every", type=int, default=defaults.eval_every,
+                   help="updates between evaluations")
+    p.add_argument("--num-eval-envs", type=int, default=defaults.num_eval_envs)
+    p.add_argument("--actor-hidden", type=_int_tuple, default=defaults.actor_hidden)
+    p.add_argument("--critic-hidden", type=_int_tuple, default=defaults.critic_hidden)
+    p.add_argument("--tv-reference", default=defaults.tv_reference)
+    p.add_argument("--tv-scope", default=defaults.tv_scope)
+    p.add_argument("--tv-estimator", default=defaults.tv_estimator)
+    p.add_argument("--filter-normalization", default=defaults.filter_normalization,
+                   help="VACO's filtered mean divides by all samples (all) or the kept ones (kept)")
+    p.add_argument("--acting", default=defaults.acting,
+                   help="per-environment policy strategy: gather or select")
+    p.add_argument("--reward-scaling", default=defaults.reward_scaling,
+                   help="learner's reward scaling: return_std or none")
+    p.add_argument("--grad-clip", default=defaults.grad_clip,
+                   help="max_grad_norm over both networks (global) or each (per_network)")
+    p.add_argument("--advantage-normalization", default=defaults.advantage_normalization,
+                   help="minibatch advantages: scale, standardize or none")
+    p.add_argument("--hparam", type=hparam_type(ControlHParams), action="append", default=[],
+                   metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
+
+
+def build(args) -> tuple[ControlConfig, ControlHParams]:
+    """The config and hyper-parameters the flags of `add_arguments` give."""
+    lag_model, lag, lag_probabilities = args.lag
+    config = ControlConfig(
+        env=args.env, backend=args.backend, algo=args.algo, num_envs=args.num_envs,
+        rollout_length=args.rollout_length, total_steps=args.total_steps, epochs=args.epochs,
+        minibatches=args.minibatches, buffer_capacity=args.buffer_capacity,
+        lag_model=lag_model, lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
+        episode_length=args.episode_length, eval_every=args.eval_every,
+        num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
+        critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
+        tv_scope=args.tv_scope, tv_estimator=args.tv_estimator,
+        filter_normalization=args.filter_normalization, acting=args.acting,
+        reward_scaling=args.reward_scaling,
+        advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip)
+    return config, ControlHParams.create(lag=lag, **dict(args.hparam))

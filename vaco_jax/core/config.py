@@ -1,0 +1,86 @@
+"""The bases every testbed's settings build on, and the checks they share.
+
+A testbed's config is a frozen dataclass deriving from `Config`: its fields are structural
+(static under `jit`), so changing one compiles a new program. Its hyper-parameters are a
+`flax.struct` dataclass deriving from `HParamsBase`: every field is a pytree leaf, so one
+compiled program is `jax.vmap`-ed over seeds and hyper-parameter values alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Self
+
+import jax.numpy as jnp
+import numpy as np
+
+
+class Config:
+    """Base of every testbed's structural settings (a frozen dataclass): `replace`, and the
+    `to_dict`/`from_dict` round trip through the `config.json` of a run.
+
+    Besides its fields, a testbed's config provides `algo`, `lag_model`, `lag_probabilities`,
+    `lag_warmup`, `buffer_capacity`, `epochs`, `minibatches`, `num_updates`, `num_periods`
+    (evaluations), `updates_per_period` and `steps_per_update` (its unit of training progress).
+    """
+
+    def replace(self, **changes: Any) -> Self:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Self:
+        """The config of `to_dict`'s output (JSON lists read back as tuples, nested dataclass
+        fields from their dicts); unknown names are refused, naming the allowed ones."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; allowed: "
+                             f"{sorted(known)}")
+
+        def converted(name: str, value: Any) -> Any:
+            default = known[name].default
+            if dataclasses.is_dataclass(default) and isinstance(value, Mapping):
+                return type(default)(**value)
+            return tuple(value) if isinstance(value, list) else value
+        return cls(**{name: converted(name, value) for name, value in values.items()})
+
+
+class HParamsBase:
+    """Base of every testbed's numeric hyper-parameters (a `flax.struct` dataclass whose
+    fields all have float defaults): building them as float32 leaves and stacking runs."""
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def create(cls, **values: Any) -> Self:
+        """The hyper-parameters with float32 leaves, defaults where `values` names none;
+        unknown names are refused, naming the allowed ones."""
+        unknown = sorted(set(values) - set(cls.field_names()))
+        if unknown:
+            raise ValueError(f"unknown hyper-parameter(s) {unknown}; allowed: "
+                             f"{list(cls.field_names())}")
+        merged = {**{n: getattr(cls(), n) for n in cls.field_names()}, **values}
+        return cls(**{n: jnp.asarray(v, jnp.float32) for n, v in merged.items()})
+
+    @classmethod
+    def stack(cls, runs: list[Self]) -> Self:
+        """Stacks per-run hyper-parameters along a new leading axis for `vmap`."""
+        return cls(**{n: jnp.stack([jnp.asarray(getattr(r, n), jnp.float32) for r in runs])
+                      for n in cls.field_names()})
+
+
+def check_choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """Raises a `ValueError` naming `field` and the allowed values unless `value` is one."""
+    if value not in allowed:
+        raise ValueError(f"{field}={value!r} is not supported; allowed values: "
+                         f"{', '.join(allowed)}")
+
+
+def check_positive_int(field: str, value: Any) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{field} must be a positive integer, got {value!r}")
