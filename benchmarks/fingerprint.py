@@ -73,8 +73,12 @@ eval_every = 2
 layers = 1
 width = 16
 heads = 2
-warm_start_steps = 30
+partial_credit = true  # rewards differ within groups even at low accuracy
 warm_start_dir = "{warm}"
+[config.warm_start]
+steps = 30
+[reference_returns]
+add = 1.0
 """
 
 CONTROL_ALGOS = ["ppo", "ppo_recompute", "ppo_kl", "spo", "decoupled_ppo", "impala", "vaco",
@@ -100,12 +104,16 @@ TOKEN_RUNS = {
 
 
 def _cli(*args: str) -> None:
+    """Runs one command, unless its `--out` folder holds its result (so `write` resumes)."""
+    folder = Path(args[args.index("--out") + 1])
+    if (folder / "runs.parquet").exists() or (folder / "metrics.parquet").exists():
+        return
     subprocess.run([sys.executable, "-m", "vaco_jax.cli", *args, "--no-progress"], check=True,
                    cwd=ROOT)
 
 
 def write(out: Path, quick: bool) -> None:
-    out.mkdir(parents=True, exist_ok=False)
+    out.mkdir(parents=True, exist_ok=True)
     warm = out / "warm_start"
     with tempfile.TemporaryDirectory() as tmp:
         control, tokens = Path(tmp) / "control.toml", Path(tmp) / "tokens.toml"
@@ -123,6 +131,7 @@ def write(out: Path, quick: bool) -> None:
              "--group-size", "4", "--buffer-capacity", "3", "--updates", "4",
              "--eval-every", "2", "--layers", "1", "--width", "16", "--heads", "2",
              "--warm-start-steps", "30", "--warm-start-dir", str(warm), "--seeds", "2",
+             "--hparam", "learning_rate=3e-3",
              "--out", str(out / name))
     if quick:
         _cli("sweep", "experiments/quick.toml", "--out", str(out / "quick"))
@@ -154,7 +163,7 @@ def compare(before: Path, after: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    w = sub.add_parser("write", help="run the fixed set of runs into a new folder")
+    w = sub.add_parser("write", help="run the fixed set of runs into a folder (finished runs are kept)")
     w.add_argument("out", type=Path)
     w.add_argument("--quick", action="store_true",
                    help="also the quick study and the token quick study (minutes of MJX)")

@@ -96,10 +96,10 @@ def collect_program(config: ControlConfig, num_seeds: int, updates: int,
     def chunk(state, hp):
         def one(state, _):
             key, collect_key = jax.random.split(state.key)
-            episodes, data = trainer.collect(state, collect_key, hp)
+            collected, data = trainer.collect(state, collect_key, hp)
             # Returned so that no recorded field is dead code.
             summary = sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(data))
-            return state.replace(episodes=episodes, key=key), summary
+            return collected.replace(key=key), summary
         return jax.lax.scan(one, state, None, length=updates)
 
     return Program(fn=jax.jit(jax.vmap(chunk)), args=(state, hp),

@@ -134,7 +134,7 @@ def generate_program(config: TokenConfig, batches: int) -> harness.Program:
 
     def chunk(state, hp):
         keys = jax.random.split(state.key, batches)
-        return jax.lax.scan(lambda _, k: (None, trainer.generate(state, k, hp)), None, keys)[1]
+        return jax.lax.scan(lambda _, k: (None, trainer.collect(state, k, hp)[1]), None, keys)[1]
 
     return harness.Program(fn=jax.jit(jax.vmap(chunk)), args=(state, hp),
                            advance=lambda args, out: args,

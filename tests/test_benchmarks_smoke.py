@@ -34,7 +34,9 @@ def test_compile_events_count_only_new_compilations():
 
 
 def test_recorded_results_render_as_tables():
-    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+    recorded = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+    assert recorded
+    for path in recorded:
         text = tables.markdown(json.loads(path.read_text()))
         assert "### Throughput" in text, path
 
@@ -67,6 +69,7 @@ def test_token_benchmark_refuses_to_overwrite_results_unless_asked(tmp_path):
     assert out.read_text() == "{}"
 
 
+@pytest.mark.slow
 def test_token_benchmark_states_hold_every_lag_and_count_response_tokens():
     from benchmarks import tokens
     from vaco_jax.tokens.config import TokenConfig

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
-
-from vaco_jax.experiment import merge as sweep_merge
-from vaco_jax.experiment import sweep
+from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
+                                 load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
+                                 write_sweep_report)
 
 
 def add_parsers(subparsers) -> None:
@@ -63,24 +62,24 @@ def run_sweep(args) -> int:
                          f"{args.steps_per_second}")
     if args.part is not None and args.groups is not None:
         raise ValueError("give --part or --groups, not both")
-    part = (sweep.Part.parse(args.part) if args.part is not None else
-            sweep.NamedGroups.parse(args.groups) if args.groups is not None else None)
+    part = (Part.parse(args.part) if args.part is not None else
+            NamedGroups.parse(args.groups) if args.groups is not None else None)
     if args.max_runs_per_batch is not None and args.max_runs_per_batch <= 0:
         raise ValueError(f"--max-runs-per-batch must be a positive integer, got "
                          f"{args.max_runs_per_batch}")
     if args.memory_budget is not None and args.memory_budget <= 0:
         raise ValueError(f"--memory-budget must be positive, got {args.memory_budget}")
-    experiment = sweep.load_experiment(args.experiment) if args.experiment else None
+    experiment = load_experiment(args.experiment) if args.experiment else None
     if part is not None and experiment is not None:
         part.groups(experiment)  # refuses a part or group the experiment does not have
     memory_budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
     if args.plan:
-        plan = (sweep.load_sweep_to_resume(args.out, experiment, part) if args.resume else
-                sweep.make_plan(experiment, part=part, max_runs_per_batch=args.max_runs_per_batch,
-                                memory_budget=memory_budget))
-        print(sweep.plan_text(plan, args.steps_per_second))
+        plan = (load_sweep_to_resume(args.out, experiment, part) if args.resume else
+                make_plan(experiment, part=part, max_runs_per_batch=args.max_runs_per_batch,
+                          memory_budget=memory_budget))
+        print(plan_text(plan, args.steps_per_second))
         return 0
-    summary = sweep.sweep(
+    summary = sweep(
         args.out, experiment, resume=args.resume, overwrite=args.overwrite, part=part,
         max_runs_per_batch=args.max_runs_per_batch, memory_budget=memory_budget,
         progress=not args.no_progress)
@@ -90,13 +89,12 @@ def run_sweep(args) -> int:
 
 def run_report(args) -> int:
     if args.parts is not None:
-        summary = sweep_merge.merge_parts(args.parts, args.out,
-                                          allow_incomplete=args.allow_incomplete,
-                                          overwrite=args.overwrite)
+        summary = merge_parts(args.parts, args.out, allow_incomplete=args.allow_incomplete,
+                              overwrite=args.overwrite)
     elif args.allow_incomplete or args.overwrite:
         raise ValueError("--allow-incomplete and --overwrite apply only with --parts")
     else:
-        summary = sweep.write_sweep_report(sweep.load_sweep(args.out), args.out)
+        summary = write_sweep_report(load_sweep(args.out), args.out)
     _print_scores(summary, args.out)
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from vaco_jax.cli.common import hparam_type, parse_lag
+from vaco_jax.core.policy_buffer import LAG_WARMUPS
 from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES
 from vaco_jax.tokens.config import ALGORITHMS, GROUP_UNITS, TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
@@ -30,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="digits per operand (add), list length (sort), steps (chain)")
     p.add_argument("--lag", type=parse_lag, default=("fixed", 0.0, ()),
                    help="lag MODEL:PARAM, the engine's models (empirical:P0,P1,...)")
+    p.add_argument("--lag-warmup", default=d.lag_warmup, choices=LAG_WARMUPS,
+                   help="lags beyond the versions pushed so far: clip (to the oldest version) or "
+                        "redraw (from the lag model restricted to the existing versions)")
     p.add_argument("--group-unit", default=d.group_unit, choices=GROUP_UNITS,
                    help="who draws its own stale policy: a prompt's group or each sample")
     p.add_argument("--buffer-capacity", type=int, default=d.buffer_capacity)
@@ -60,7 +64,7 @@ def build(args) -> tuple[TokenConfig, TokenHParams]:
         tv_reference=args.tv_reference, layers=args.layers, width=args.width,
         heads=args.heads, context=args.context, prompts=args.prompts,
         group_size=args.group_size, group_unit=args.group_unit, lag_model=lag_model,
-        lag_probabilities=lag_probabilities,
+        lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
         buffer_capacity=args.buffer_capacity, epochs=args.epochs, minibatches=args.minibatches,
         bf16_behaviour=args.bf16_behaviour, num_updates=args.updates,
         eval_every=args.eval_every,

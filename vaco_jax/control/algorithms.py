@@ -5,12 +5,12 @@ stabiliser applied inside it) and its optimiser transforms. The engine supplies 
 with `PolicyTerms`, the per-sample quantities every surrogate may need. Adding an algorithm is
 one entry in `ALGORITHMS`.
 
-Advantage estimators:
-- `gae`: GAE on the behaviour data, ignoring lag (what naive asynchronous PPO does).
-- `vtrace_phase`: V-trace with the staleness ratio `pi_T / beta`, computed once per phase with
+Advantage estimators (`Advantages`, each a function of `ValueTerms`):
+- `GAE`: GAE on the behaviour data, ignoring lag (what naive asynchronous PPO does).
+- `VTRACE_PHASE`: V-trace with the staleness ratio `pi_T / beta`, computed once per phase with
   the phase-start policy `pi_T` and kept fixed for every epoch and minibatch (VACO's
   realignment).
-- `vtrace_minibatch`: V-trace recomputed from the current parameters at every minibatch with the
+- `VTRACE_MINIBATCH`: V-trace recomputed from the current parameters at every minibatch with the
   behaviour ratio `pi_theta / beta` (IMPALA's on-the-fly correction); minibatches are then whole
   environment trajectories so the recursion sees complete sequences.
 """
@@ -23,10 +23,47 @@ from typing import Callable
 import jax
 from flax import struct
 
-from vaco_jax import losses
-from vaco_jax.control.config import ControlHParams
+from vaco_jax import estimators, losses
+from vaco_jax.control.hparams import ControlHParams
 
-ADVANTAGE_ESTIMATORS = ("gae", "vtrace_phase", "vtrace_minibatch")
+
+@struct.dataclass
+class ValueTerms:
+    """What an advantage estimator reads, time-major `[T, E]`."""
+
+    reward: jax.Array
+    values: jax.Array  # V(obs[t])
+    next_values: jax.Array  # V of the true next observation
+    discounts: jax.Array  # gamma (1 - terminated)
+    continuations: jax.Array  # 0 where the step ended its episode for any reason
+    log_rho: jax.Array  # log(pi / beta), pi the policy whose values V-trace estimates
+
+
+def _gae(t: ValueTerms, hp: ControlHParams) -> tuple[jax.Array, jax.Array]:
+    return estimators.gae(t.reward, t.values, t.next_values, t.discounts, t.continuations,
+                          hp.gae_lambda)
+
+
+def _vtrace(t: ValueTerms, hp: ControlHParams) -> tuple[jax.Array, jax.Array]:
+    return estimators.vtrace(t.reward, t.values, t.next_values, t.discounts, t.continuations,
+                             t.log_rho, lambda_=hp.vtrace_lambda, rho_bar=hp.rho_bar,
+                             c_bar=hp.c_bar, rho_bar_pg=hp.rho_bar_pg)
+
+
+@dataclasses.dataclass(frozen=True)
+class Advantages:
+    """An advantage estimator: `estimate(terms, hp) -> (advantages, value targets)`, taken once
+    at phase start with `pi_T` as the target policy, or, `per_minibatch`, again at every
+    minibatch from the current parameters."""
+
+    name: str
+    estimate: Callable[[ValueTerms, ControlHParams], tuple[jax.Array, jax.Array]]
+    per_minibatch: bool = False
+
+
+GAE = Advantages("gae", _gae)
+VTRACE_PHASE = Advantages("vtrace_phase", _vtrace)
+VTRACE_MINIBATCH = Advantages("vtrace_minibatch", _vtrace, per_minibatch=True)
 
 
 @struct.dataclass
@@ -50,7 +87,7 @@ PolicyLoss = Callable[[PolicyTerms, ControlHParams], tuple[jax.Array, dict]]
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
     name: str
-    advantages: str
+    advantages: Advantages
     policy_loss: PolicyLoss
     ess_scaling: bool = False
     adaptive_kl: bool = False
@@ -58,7 +95,7 @@ class Algorithm:
 
     @property
     def minibatch_over_envs(self) -> bool:
-        return self.advantages == "vtrace_minibatch"
+        return self.advantages.per_minibatch
 
 
 def _behaviour_ratio(t: PolicyTerms):
@@ -119,28 +156,28 @@ def _phase_ppo(t: PolicyTerms, hp: ControlHParams):
 
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
-    Algorithm("ppo", "gae", _ppo,
+    Algorithm("ppo", GAE, _ppo,
               description="PPO-clip on the behaviour ratio pi_theta/beta (naive asynchronous PPO)"),
-    Algorithm("ppo_recompute", "gae", _phase_ppo,
+    Algorithm("ppo_recompute", GAE, _phase_ppo,
               description="PPO-clip on pi_theta/pi_T, old log-probs recomputed at phase start, "
                           "no staleness correction (what most asynchronous systems run)"),
-    Algorithm("ppo_kl", "gae", _ppo_kl, adaptive_kl=True,
+    Algorithm("ppo_kl", GAE, _ppo_kl, adaptive_kl=True,
               description="PPO with a KL(beta || pi_theta) penalty, its coefficient adapted to "
                           "the phase's KL(pi_T || pi_T+1)"),
-    Algorithm("spo", "gae", _spo, description="Simple policy optimisation (quadratic ratio penalty)"),
-    Algorithm("decoupled_ppo", "gae", _decoupled_ppo,
+    Algorithm("spo", GAE, _spo, description="Simple policy optimisation (quadratic ratio penalty)"),
+    Algorithm("decoupled_ppo", GAE, _decoupled_ppo,
               description="Clip pi_theta/pi_T, weight by truncated staleness pi_T/beta (Hilton et al.)"),
-    Algorithm("impala", "vtrace_minibatch", _impala,
+    Algorithm("impala", VTRACE_MINIBATCH, _impala,
               description="IMPALA policy gradient, V-trace recomputed every minibatch"),
-    Algorithm("vaco", "vtrace_phase", _tv_filtered(_phase_ratio),
+    Algorithm("vaco", VTRACE_PHASE, _tv_filtered(_phase_ratio),
               description="VACO: V-trace realignment once per phase + TV filtering of gradients"),
-    Algorithm("vaco_filter_only", "gae", _tv_filtered(_behaviour_ratio),
+    Algorithm("vaco_filter_only", GAE, _tv_filtered(_behaviour_ratio),
               description="VACO ablation: TV filter on GAE advantages, no realignment"),
-    Algorithm("vaco_realign_only", "vtrace_phase", _phase_ppo,
+    Algorithm("vaco_realign_only", VTRACE_PHASE, _phase_ppo,
               description="VACO ablation: PPO-clip on realigned advantages, no filter"),
     # Not VCPO: VCPO targets an ESS ratio of 1 with clipping effectively off; this keeps
     # decoupled PPO's clip and `ess_target` (default 0.5) and borrows only the ESS step scaling.
-    Algorithm("decoupled_ppo_ess", "gae", _decoupled_ppo, ess_scaling=True,
+    Algorithm("decoupled_ppo_ess", GAE, _decoupled_ppo, ess_scaling=True,
               description="Decoupled PPO (clip, truncated IS) with an ESS-scaled learning rate "
                           "(sqrt(min(1, ess/ess_target)))"),
 )}

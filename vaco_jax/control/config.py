@@ -1,23 +1,24 @@
-"""Run configuration: structural fields (static) and numeric hyper-parameters (traced).
+"""The control testbed's settings and their validation.
 
-`ControlConfig` fixes the shape of the compiled program: changing any of its fields compiles
-a new program. `ControlHParams` holds the numeric hyper-parameters as pytree leaves, so one compiled
-program can be `jax.vmap`-ed over seeds and hyper-parameter values alike.
+`ControlConfig` fixes the shape of the compiled program: changing any of its fields compiles a
+new program. `ControlHParams` (`vaco_jax.control.hparams`, importable from here with the
+config it goes with) holds the numeric hyper-parameters as pytree leaves, so one compiled
+program can be `jax.vmap`-ed over seeds and hyper-parameter values alike. `validate` checks
+both before anything compiles.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping, Self
 
-import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
-from vaco_jax.core.config import Config, HParamsBase, check_choice, check_positive_int
-from vaco_jax.core.policy_buffer import (LAG_MODELS, LAG_WARMUPS, validate_lag,
-                                    validate_lag_probabilities)
+from vaco_jax.control import algorithms, envs
+from vaco_jax.control.hparams import ControlHParams
+from vaco_jax.core.config import (Config, check_choice, check_lag_settings, check_positive_int,
+                                   once_per_config)
+from vaco_jax.core.policy_buffer import validate_lag
 
 TV_REFERENCES = ("phase", "behaviour")
 TV_SCOPES = ("minibatch", "batch")
@@ -96,54 +97,20 @@ class ControlConfig(Config):
         return self.num_periods * self.updates_per_period
 
 
-@struct.dataclass
-class ControlHParams(HParamsBase):
-    """Numeric hyper-parameters; every field is a pytree leaf and may carry a leading vmap axis.
-
-    `lag` is the parameter of the configured lag model: the (maximum) number of versions a
-    behaviour policy lags behind the learner for `fixed`, `uniform`, `per_actor` and (at the
-    start of a rollout) `in_flight`, the
-    staleness bound `eta` for `bounded`, unused for `empirical`, and the
-    success probability `p` of the truncated geometric distribution for `geometric`.
-    """
-
-    learning_rate: Any = 3e-4
-    clip_eps: Any = 0.2
-    tv_delta: Any = 0.2
-    lag: Any = 0.0
-    gamma: Any = 0.99
-    gae_lambda: Any = 0.95
-    vtrace_lambda: Any = 1.0
-    rho_bar: Any = 1.0
-    c_bar: Any = 1.0
-    rho_bar_pg: Any = 1.0
-    is_cap: Any = 8.0
-    ess_target: Any = 0.5
-    kl_coef: Any = 0.2
-    kl_target: Any = 0.01
-    # The range of the adaptive KL coefficient: without it a KL the penalty cannot lower would
-    # double or halve the coefficient without end.
-    kl_coef_min: Any = 1e-4
-    kl_coef_max: Any = 1e3
-    entropy_coef: Any = 0.0
-    value_coef: Any = 0.5
-    max_grad_norm: Any = 0.5
-    value_clip_eps: Any = 0.0  # PPO2's value clipping around the phase-start values; 0: off
-    init_log_std: Any = -0.5  # the policy's initial (state-independent) log standard deviation
-
-
 def validate(config: ControlConfig, hparams: ControlHParams | None = None) -> None:
     """Raises `ValueError` naming the field and its allowed values; runs before any compilation."""
-    from vaco_jax.control import algorithms, envs  # local: both registries import this module
+    _validate_config(config)
+    if hparams is not None:
+        validate_hparams(config, hparams)
 
+
+@once_per_config
+def _validate_config(config: ControlConfig) -> None:
     check_choice("env", config.env, envs.ENV_NAMES)
     if config.backend is not None:
         check_choice("backend", config.backend, envs.backends_for(config.env))
     check_choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
-    check_choice("lag_model", config.lag_model, LAG_MODELS)
-    check_choice("lag_warmup", config.lag_warmup, LAG_WARMUPS)
-    validate_lag_probabilities(config.lag_model, config.lag_probabilities,
-                               config.buffer_capacity)
+    check_lag_settings(config)
     check_choice("tv_reference", config.tv_reference, TV_REFERENCES)
     check_choice("tv_scope", config.tv_scope, TV_SCOPES)
     check_choice("tv_estimator", config.tv_estimator, TV_ESTIMATORS)
@@ -169,14 +136,10 @@ def validate(config: ControlConfig, hparams: ControlHParams | None = None) -> No
         raise ValueError(
             f"num_envs * rollout_length = {config.steps_per_update} must be divisible by "
             f"minibatches={config.minibatches}")
-    if hparams is not None:
-        validate_hparams(config, hparams)
 
 
 def adapts_kl_coef(config: ControlConfig) -> bool:
     """Whether the run adapts its KL coefficient between phases (`adaptive_kl` algorithms)."""
-    from vaco_jax.control import algorithms  # local: the registry imports this module
-
     return config.adaptive_kl and algorithms.ALGORITHMS[config.algo].adaptive_kl
 
 

@@ -21,11 +21,12 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import estimators, losses
+from vaco_jax import losses
 from vaco_jax.core import phase
-from vaco_jax.control.algorithms import ALGORITHMS, PolicyTerms
+from vaco_jax.control.algorithms import ALGORITHMS, PolicyTerms, ValueTerms
 from vaco_jax.control.config import ControlHParams, ControlConfig, adapts_kl_coef, validate
 from vaco_jax.core.divergence import freeze_if_diverged
+from vaco_jax.core.trainer import Trainer
 from vaco_jax.control.envs import make_env
 from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.control.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
@@ -101,8 +102,11 @@ def normalize_advantages(advantages: jax.Array, mode: str) -> jax.Array:
     return advantages
 
 
-class ControlTrainer:
+class ControlTrainer(Trainer):
     """The compiled-program pieces of one `ControlConfig` (validated before anything is traced)."""
+
+    score = "eval_return"
+    adam_eps = 1e-5
 
     def __init__(self, config: ControlConfig):
         validate(config)
@@ -118,13 +122,6 @@ class ControlTrainer:
         if self.config.grad_clip == "per_network":
             return losses.clip_by_global_norm_per_subtree(hp.max_grad_norm)
         return optax.clip_by_global_norm(hp.max_grad_norm)
-
-    def optimizer(self, hp: ControlHParams) -> optax.GradientTransformationExtraArgs:
-        transforms = [self.gradient_clip(hp),
-                      optax.adam(hp.learning_rate, eps=1e-5)]
-        if self.algorithm.ess_scaling:
-            transforms.append(losses.scale_by_ess())
-        return optax.chain(*transforms)
 
     def init(self, key: jax.Array, hp: ControlHParams) -> ControlState:
         cfg = self.config
@@ -155,10 +152,12 @@ class ControlTrainer:
     def _value(self, params: dict, stats: RunningStats, obs: jax.Array) -> jax.Array:
         return self.model.value(params["critic"], stats, obs)
 
-    def _vtrace(self, batch, values, next_values, log_rhos, hp: ControlHParams):
-        return estimators.vtrace(batch.reward, values, next_values, batch.discounts,
-                                 batch.continuations, log_rhos, lambda_=hp.vtrace_lambda,
-                                 rho_bar=hp.rho_bar, c_bar=hp.c_bar, rho_bar_pg=hp.rho_bar_pg)
+    @staticmethod
+    def _value_terms(batch: PhaseBatch, values: jax.Array, next_values: jax.Array,
+                     log_rho: jax.Array) -> ValueTerms:
+        return ValueTerms(reward=batch.reward, values=values, next_values=next_values,
+                          discounts=batch.discounts, continuations=batch.continuations,
+                          log_rho=log_rho)
 
     def _next_values(self, params: dict, stats: RunningStats, values: jax.Array,
                      next_obs: jax.Array, truncated: jax.Array) -> jax.Array:
@@ -196,15 +195,11 @@ class ControlTrainer:
                            behaviour_log_prob=data.behaviour_log_prob,
                            phase_log_prob=phase_log_prob, values=values,
                            advantages=jnp.zeros_like(values), value_targets=jnp.zeros_like(values))
-        kind = self.algorithm.advantages
-        if kind == "gae":
-            adv, targets = estimators.gae(batch.reward, values, next_values, batch.discounts,
-                                          batch.continuations, hp.gae_lambda)
-        elif kind == "vtrace_phase":
-            adv, targets = self._vtrace(batch, values, next_values,
-                                        phase_log_prob - data.behaviour_log_prob, hp)
-        else:  # vtrace_minibatch: recomputed in the loss from the current parameters
+        estimator = self.algorithm.advantages
+        if estimator.per_minibatch:  # recomputed in the loss from the current parameters
             return batch
+        adv, targets = estimator.estimate(self._value_terms(
+            batch, values, next_values, phase_log_prob - data.behaviour_log_prob), hp)
         return batch.replace(advantages=adv, value_targets=targets)
 
     def _tv_reference_log_prob(self, mb: PhaseBatch) -> jax.Array:
@@ -224,14 +219,16 @@ class ControlTrainer:
     def minibatch_advantages(self, params: dict, mb: PhaseBatch, stats: RunningStats,
                              hp: ControlHParams) -> tuple[jax.Array, jax.Array]:
         """Advantages and value targets a minibatch step uses (before normalisation): fixed at
-        phase start, except for `vtrace_minibatch`, which recomputes them from `params`."""
-        if self.algorithm.advantages != "vtrace_minibatch":
+        phase start, except for a `per_minibatch` estimator, which recomputes them from
+        `params`."""
+        estimator = self.algorithm.advantages
+        if not estimator.per_minibatch:
             return mb.advantages, mb.value_targets
         log_prob = self.model.log_prob(Policy(params["actor"], stats), mb.obs, mb.action)
         values = self._value(params, stats, mb.obs)
-        return self._vtrace(mb, values,
-                            self._next_values(params, stats, values, mb.next_obs, mb.truncated),
-                            log_prob - mb.behaviour_log_prob, hp)
+        next_values = self._next_values(params, stats, values, mb.next_obs, mb.truncated)
+        return estimator.estimate(
+            self._value_terms(mb, values, next_values, log_prob - mb.behaviour_log_prob), hp)
 
     def _loss(self, params: dict, mb: PhaseBatch, stats: RunningStats, kl_coef: jax.Array,
               tv: jax.Array | None, hp: ControlHParams):
@@ -331,7 +328,7 @@ class ControlTrainer:
 
     # ----------------------------------------------------------------------------- update
     def collect(self, state: ControlState, key: jax.Array,
-                hp: ControlHParams) -> tuple[EpisodeState, Transitions]:
+                hp: ControlHParams) -> tuple[ControlState, Transitions]:
         """One rollout, each environment acting with the behaviour policy its lag selects."""
         cfg = self.config
         lag_key, rollout_key = jax.random.split(key)
@@ -340,9 +337,10 @@ class ControlTrainer:
         if cfg.lag_model == "in_flight":
             lags = in_flight_lags(lags, cfg.rollout_length)
         behaviour = make_behaviour(state.buffer, lags, cfg.acting)
-        return rollout(self.env, self.model, behaviour, state.episodes, rollout_key,
-                       length=cfg.rollout_length, episode_length=cfg.episode_length,
-                       acting=cfg.acting)
+        episodes, data = rollout(self.env, self.model, behaviour, state.episodes, rollout_key,
+                                 length=cfg.rollout_length, episode_length=cfg.episode_length,
+                                 acting=cfg.acting)
+        return state.replace(episodes=episodes), data
 
     def scale_rewards(self, scaling: RewardScaling, data: Transitions,
                       hp: ControlHParams) -> tuple[RewardScaling, Transitions]:
@@ -356,7 +354,7 @@ class ControlTrainer:
         """One rollout and one optimisation phase; a non-finite result freezes the run."""
         cfg = self.config
         key, collect_key, optimise_key = jax.random.split(state.key, 3)
-        episodes, data = self.collect(state, collect_key, hp)
+        collected, data = self.collect(state, collect_key, hp)
         reward_scaling, data = self.scale_rewards(state.reward_scaling, data, hp)
         batch = self.phase_batch(state, data, hp)
         params, opt_state, metrics = self._optimise(state, batch, optimise_key, hp)
@@ -370,7 +368,7 @@ class ControlTrainer:
         new_state = state.replace(
             params=params, opt_state=opt_state, obs_stats=obs_stats, reward_scaling=reward_scaling,
             buffer=push(state.buffer, Policy(params["actor"], obs_stats)),
-            episodes=episodes, kl_coef=kl_coef, key=key, update=state.update + 1,
+            episodes=collected.episodes, kl_coef=kl_coef, key=key, update=state.update + 1,
             env_steps=state.env_steps + cfg.steps_per_update)
 
         staleness = batch.phase_log_prob - batch.behaviour_log_prob
@@ -397,33 +395,9 @@ class ControlTrainer:
     # ----------------------------------------------------------------------------- evaluation
     def evaluate(self, state: ControlState, key: jax.Array) -> jax.Array:
         """Mean deterministic return of the learner's current policy on separate environments."""
-        returns = evaluate(self.env, self.model, state.policy, key,
-                           num_envs=self.config.num_eval_envs,
-                           episode_length=self.config.episode_length)
-        return jnp.where(state.diverged, jnp.nan, returns)
-
-    def run(self, state: ControlState, hp: ControlHParams, num_periods: int) -> tuple[ControlState, dict]:
-        """`num_periods` x (`updates_per_period` updates, then one evaluation).
-
-        Metrics are per-update scalars `[num_periods * updates_per_period]`; `eval_return` is NaN
-        except at the last update of each period.
-        """
-        per_period = self.config.updates_per_period
-
-        def period(state: ControlState, _):
-            state, metrics = jax.lax.scan(lambda s, _: self.update(s, hp), state, None,
-                                          length=per_period)
-            key, eval_key = jax.random.split(state.key)
-            state = state.replace(key=key)
-            eval_return = self.evaluate(state, eval_key)
-            metrics["eval_return"] = jnp.full(per_period, jnp.nan).at[-1].set(eval_return)
-            return state, metrics
-
-        state, metrics = jax.lax.scan(period, state, None, length=num_periods)
-        return state, jax.tree.map(lambda m: m.reshape((-1,) + m.shape[2:]), metrics)
-
-    def train(self, key: jax.Array, hp: ControlHParams) -> tuple[ControlState, dict]:
-        return self.run(self.init(key, hp), hp, self.config.num_periods)
+        return evaluate(self.env, self.model, state.policy, key,
+                        num_envs=self.config.num_eval_envs,
+                        episode_length=self.config.episode_length)
 
 
 def make_train(config: ControlConfig):

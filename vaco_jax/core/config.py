@@ -9,10 +9,13 @@ compiled program is `jax.vmap`-ed over seeds and hyper-parameter values alike.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Self
+import functools
+from typing import Any, Callable, Mapping, Self
 
 import jax.numpy as jnp
 import numpy as np
+
+from vaco_jax.core.policy_buffer import LAG_MODELS, LAG_WARMUPS, validate_lag_probabilities
 
 
 class Config:
@@ -81,6 +84,31 @@ def check_choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
                          f"{', '.join(allowed)}")
 
 
+def check_lag_settings(config: Config) -> None:
+    """The lag settings every testbed's config holds: `lag_model`, `lag_warmup`, and
+    `lag_probabilities` against the model and `buffer_capacity`."""
+    check_choice("lag_model", config.lag_model, LAG_MODELS)
+    check_choice("lag_warmup", config.lag_warmup, LAG_WARMUPS)
+    validate_lag_probabilities(config.lag_model, config.lag_probabilities,
+                               config.buffer_capacity)
+
+
 def check_positive_int(field: str, value: Any) -> None:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"{field} must be a positive integer, got {value!r}")
+
+
+def once_per_config(check: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`check(config)`, run once per distinct config: a config is validated once per process,
+    however many layers (parser, planner, driver, trainer) ask. An unhashable config (a list
+    where a tuple belongs) is checked every time, so that the check names the field."""
+    cached = functools.cache(check)
+
+    @functools.wraps(check)
+    def checked(config: Any) -> None:
+        try:
+            hash(config)
+        except TypeError:
+            return check(config)
+        return cached(config)
+    return checked

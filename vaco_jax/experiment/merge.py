@@ -19,9 +19,13 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from vaco_jax import report
+from vaco_jax.experiment.folder import EXPERIMENT_FILE, batch_dir, load_sweep
+from vaco_jax.experiment.plan import PLAN_FILE
+from vaco_jax.experiment.results import (finished_batches_table, unfinished_groups,
+                                         write_experiment_report)
+from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
 from vaco_jax.run import io
-from vaco_jax.report import report
-from vaco_jax.experiment import sweep
 
 PARTS_FILE = "parts.json"
 
@@ -32,14 +36,14 @@ class _SweepFolder:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.plan = sweep.load_sweep(folder)
+        self.plan = load_sweep(folder)
         self.experiment = self.plan.experiment
         self.groups = [g.name for g in self.plan.groups]
-        self.unfinished = sweep.unfinished_groups(self.plan, folder)
+        self.unfinished = unfinished_groups(self.plan, folder)
 
     def table(self, group: str) -> pd.DataFrame | None:
-        return sweep.finished_batches_table(
-            self.experiment, [(b, sweep.batch_dir(self.folder, b)) for b in self.plan.batches
+        return finished_batches_table(
+            self.experiment, [(b, batch_dir(self.folder, b)) for b in self.plan.batches
                               if b.group == group])
 
     def record(self) -> dict[str, Any]:
@@ -55,8 +59,8 @@ class _MergedReport:
     def __init__(self, folder: Path):
         self.folder = folder
         self.merged = io.read_json(folder / PARTS_FILE, "merge its part folders again instead")
-        self.experiment = sweep.parse_experiment(
-            (folder / sweep.EXPERIMENT_FILE).read_text(encoding="utf-8"),
+        self.experiment = parse_experiment(
+            (folder / EXPERIMENT_FILE).read_text(encoding="utf-8"),
             name=self.merged["experiment"])
         unfinished = {g for names in self.merged["unfinished_groups"].values() for g in names}
         self.groups = [g for part in self.merged["parts"] for g in part["groups"]
@@ -76,7 +80,7 @@ class _MergedReport:
 
 
 def _source(folder: Path) -> _SweepFolder | _MergedReport:
-    is_report = (folder / PARTS_FILE).is_file() and not (folder / sweep.PLAN_FILE).is_file()
+    is_report = (folder / PARTS_FILE).is_file() and not (folder / PLAN_FILE).is_file()
     return _MergedReport(folder) if is_report else _SweepFolder(folder)
 
 
@@ -99,7 +103,7 @@ def _check_out(out: Path, folders: Sequence[Path], overwrite: bool) -> None:
     if any(out.resolve() == folder.resolve() for folder in folders):
         raise ValueError(f"the merged report's folder {str(out)!r} is one of the parts; choose "
                          f"another folder")
-    if (out / sweep.PLAN_FILE).is_file():
+    if (out / PLAN_FILE).is_file():
         raise ValueError(f"{str(out)!r} is a sweep folder; choose another folder for the merged "
                          f"report")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
@@ -107,7 +111,7 @@ def _check_out(out: Path, folders: Sequence[Path], overwrite: bool) -> None:
                               f"pass --overwrite to replace the merged report")
 
 
-def _merged_table(experiment: sweep.Experiment,
+def _merged_table(experiment: Experiment,
                   owners: Mapping[str, _SweepFolder | _MergedReport]) -> pd.DataFrame | None:
     """The runs table of the owned groups in the experiment's order; refuses a merged report
     whose runs table has other columns than the sweep folders' (written by another version)."""
@@ -147,7 +151,7 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     sources = [_source(folder) for folder in folders]
     experiment = sources[0].experiment
     for source in sources[1:]:
-        if not sweep.same_experiment(source.experiment, experiment):
+        if not same_experiment(source.experiment, experiment):
             raise ValueError(f"part folder {str(source.folder)!r} holds another experiment "
                              f"({source.experiment.name!r}) than {str(folders[0])!r} "
                              f"({experiment.name!r}); merge the parts of one experiment only")
@@ -167,10 +171,10 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     absent = len(missing) + sum(len(names) for names in unfinished.values())
     note = (f"incomplete merge: {absent} of {len(experiment.groups)} groups missing or "
             f"unfinished, see {PARTS_FILE}") if absent else None
-    io.write_text(out / sweep.EXPERIMENT_FILE, experiment.source)
+    io.write_text(out / EXPERIMENT_FILE, experiment.source)
     io.write_json(out / PARTS_FILE, {"experiment": experiment.name,
                                      "complete": not missing and not unfinished,
                                      "parts": [source.record() for source in sources],
                                      "missing_groups": missing,
                                      "unfinished_groups": unfinished})
-    return sweep.write_experiment_report(experiment, table, out, note=note)
+    return write_experiment_report(experiment, table, out, note=note)

@@ -1,1 +1,31 @@
-"""."""
+"""The report layer: turns a sweep's runs table into summary statistics, figures and a Markdown
+report, for either testbed (a ``Score`` says what the evaluations measure).
+
+``runs_table`` holds the table's schema and checks, ``scoring`` normalises evaluations into
+scores, ``cells`` pairs runs into (variant, lag) cells and bootstraps their summaries,
+``metrics`` summarises training metrics, ``figures`` and ``figures_runs`` draw, ``markdown``
+writes ``report.md``, ``collapse`` asks whether the ESS falls before the score collapses,
+``stats`` holds the aggregates and bootstraps, and ``write`` runs it all: ``write_report``.
+"""
+
+from vaco_jax.report.runs_table import (
+    HP_PREFIX,
+    PER_RUN_COLUMNS,
+    RUN_COORDINATES,
+    RUNS_FILE,
+    Score,
+    required_columns,
+    variant_names,
+)
+from vaco_jax.report.write import write_report
+
+__all__ = [
+    "HP_PREFIX",
+    "PER_RUN_COLUMNS",
+    "RUN_COORDINATES",
+    "RUNS_FILE",
+    "Score",
+    "required_columns",
+    "variant_names",
+    "write_report",
+]

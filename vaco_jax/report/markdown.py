@@ -249,7 +249,7 @@ def _md_diverged(summary: Mapping[str, Any]) -> list[str]:
     rows = [
         [
             d["run_id"], d["task"], d["variant"], f"{d['lag']:g}", d["seed"], d["diverged_at"],
-            _fmt(d["last_finite_return"]),
+            _fmt(d["last_finite_score"]),
         ]
         for d in diverged
     ]

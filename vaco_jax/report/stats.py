@@ -3,7 +3,7 @@
 Definitions follow Agarwal et al. (2021), "Deep RL at the edge of the
 statistical precipice", and give the same numbers as its library ``rliable``
 (``rliable.metrics`` and ``rliable.library.StratifiedBootstrap``, percentile
-intervals) on the same score matrix; ``tests/test_stats.py`` checks this.
+intervals) on the same score matrix; ``tests/report/test_stats.py`` checks this.
 The one deliberate difference: the bootstrap draws all resamples at once and
 evaluates the aggregate on the batch (vectorised), with its own seeded
 generator, so its interval equals rliable's up to Monte-Carlo error, not bit for

@@ -42,13 +42,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import hashlib
 import json
 import os
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -63,24 +60,15 @@ from tqdm.auto import tqdm
 
 from vaco_jax.run import io, testbeds
 from vaco_jax.run.checkpoint import Checkpoints
+from vaco_jax.run.signals import Interrupted, StopRequests, fault_point
 from vaco_jax.core.config import Config
 
 
 RUN_FILES = ("config.json", "metrics.csv", "metrics.parquet", "status.json", "checkpoint")
 """What a run writes into its folder; `overwrite` removes these and nothing else."""
-FAULT_ENV = "VACO_JAX_TEST_FAULT"
 DEFAULT_KEEP_CHECKPOINTS = 2
 ZERO_AT_START = ("env_steps", "diverged")
 """Metrics the update-0 row holds as 0 (where the testbed has them): counters and flags."""
-
-
-class Interrupted(Exception):
-    """A run stopped on SIGTERM/SIGINT after checkpointing its last completed chunk."""
-
-    def __init__(self, signum: int, updates_done: int):
-        super().__init__(f"interrupted by {signal.Signals(signum).name} after update "
-                         f"{updates_done}; its checkpoint is saved")
-        self.signum, self.updates_done = signum, updates_done
 
 
 @dataclasses.dataclass
@@ -107,6 +95,19 @@ class TrainingResult:
         for name, values in self.metrics.items():
             frame[name] = values[:, :rows].reshape(-1)
         return pd.DataFrame(frame)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Session:
+    """What one `Driver.run` call fixes for its chunks: where results go and when to stop."""
+
+    out: Path | None
+    checkpoints: Checkpoints | None
+    stop: StopRequests
+    per_chunk: int  # evaluation periods per compiled call
+    max_chunks: int | None
+    progress: bool
+    on_chunk: Callable[[TrainingResult], None] | None
 
 
 def _chunk_periods(num_periods: int, requested: int | None) -> int:
@@ -136,8 +137,7 @@ class Driver:
         placement = {} if self._sharding is None else {"out_shardings": self._sharding}
         self.trainer = self.testbed.trainer(config)
         self._init = jax.jit(jax.vmap(self.trainer.init), **placement)
-        self._evaluate = jax.jit(jax.vmap(functools.partial(self.testbed.evaluate, self.trainer)),
-                                 **placement)
+        self._evaluate = jax.jit(jax.vmap(self.trainer.evaluate), **placement)
         self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2,
                             **placement)
 
@@ -234,8 +234,8 @@ class Driver:
                     "run_options": {"chunk_periods": per_chunk, "keep_checkpoints": keep}})
             checkpoints = Checkpoints(out / "checkpoint", self.identity, keep=keep,
                                       writer=_is_writer())
-        with _StopRequests() as stop:
-            _fault_point("compile", 0)
+        with StopRequests() as stop:
+            fault_point("compile", 0)
             state, metrics = self.initial()
             periods_done = 0
             restored = (checkpoints.restore_latest({"state": state, "metrics": metrics}, _warn)
@@ -251,19 +251,21 @@ class Driver:
             if resume and out is not None:
                 _read_status(out)  # warns about a damaged one, rewritten below
                 self._write(out, self._result(metrics, state, periods_done))
-            result = self._train(state, metrics, periods_done, per_chunk, max_chunks, out,
-                                 checkpoints, stop, progress, on_chunk)
+            result = self._train(state, metrics, periods_done, _Session(
+                out=out, checkpoints=checkpoints, stop=stop, per_chunk=per_chunk,
+                max_chunks=max_chunks, progress=progress, on_chunk=on_chunk))
         if stop.signum is not None and not result.complete:
             raise Interrupted(stop.signum, result.updates_done)
         return result
 
-    def _train(self, state, metrics, periods_done, per_chunk, max_chunks, out, checkpoints,
-               stop, progress, on_chunk) -> TrainingResult:
-        cfg = self.config
+    def _train(self, state: Any, metrics: dict[str, np.ndarray], periods_done: int,
+               session: _Session) -> TrainingResult:
+        cfg, out, checkpoints = self.config, session.out, session.checkpoints
+        per_chunk, max_chunks = session.per_chunk, session.max_chunks
         steps_per_period = cfg.updates_per_period * cfg.steps_per_update * self.num_runs
         bar = tqdm(total=cfg.num_periods * steps_per_period,
                    initial=periods_done * steps_per_period, unit="step", unit_scale=True,
-                   disable=not progress, dynamic_ncols=True,
+                   disable=not session.progress, dynamic_ncols=True,
                    desc=f"{cfg.algo} on {self.testbed.task(cfg)}")
         reported = set()
         chunks = 0
@@ -271,7 +273,7 @@ class Driver:
         score = self.testbed.score
         try:
             while (periods_done < cfg.num_periods and (max_chunks is None or chunks < max_chunks)
-                   and stop.signum is None):
+                   and session.stop.signum is None):
                 start = time.perf_counter()
                 # The last chunk stops at the run's end (a resumed run's chunk length need not
                 # divide the periods left).
@@ -283,7 +285,7 @@ class Driver:
                         _to_host(values))
                 periods_done += periods
                 chunks += 1
-                _fault_point("chunk", periods_done)
+                fault_point("chunk", periods_done)
                 result = self._result(metrics, state, periods_done)
                 self._report_divergence(result, reported, bar)
                 bar.update(periods * steps_per_period)
@@ -294,9 +296,9 @@ class Driver:
                     self._write(out, result)
                     step = periods_done
                     checkpoints.save(step, {"state": state, "metrics": metrics},
-                                     before_commit=lambda: _fault_point("checkpoint", step))
-                if on_chunk is not None:
-                    on_chunk(result)
+                                     before_commit=lambda: fault_point("checkpoint", step))
+                if session.on_chunk is not None:
+                    session.on_chunk(result)
                 if result.diverged.all():
                     bar.write("every run diverged; stopping")
                     break
@@ -418,60 +420,6 @@ def _cut_back(metrics: dict[str, np.ndarray], updates_done: int) -> dict[str, np
 
 def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
-
-
-def _fault_point(point: str, step: int) -> None:
-    """Test hook: sends this process the signal `VACO_JAX_TEST_FAULT` names for this point."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
-    name, _, where = spec.partition("@")
-    if where == f"{point}:{step}":
-        os.kill(os.getpid(), signal.Signals[name])
-
-
-class _StopRequests:
-    """Within the block, the first SIGTERM/SIGINT is recorded (`signum`) for the driver to stop
-    after the current chunk; a second one exits at once. A watcher thread reads the signals
-    from the wakeup file descriptor, so the second one acts even while a compiled call runs."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __enter__(self) -> "_StopRequests":
-        self.signum = None
-        self._active = threading.current_thread() is threading.main_thread()
-        if not self._active:
-            return self
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-        self._previous_fd = signal.set_wakeup_fd(self._write)
-        self._previous = {s: signal.signal(s, lambda *_: None) for s in self.SIGNALS}
-        self._watcher = threading.Thread(target=self._watch, daemon=True)
-        self._watcher.start()
-        return self
-
-    def _watch(self) -> None:
-        while data := os.read(self._read, 1):
-            signum = data[0]
-            if signum not in self.SIGNALS:
-                continue
-            if self.signum is not None:
-                print(f"\n{signal.Signals(signum).name} again: stopping at once", file=sys.stderr,
-                      flush=True)
-                os._exit(128 + signum)
-            self.signum = signum
-            print(f"\n{signal.Signals(signum).name}: stopping after the current chunk and its "
-                  f"checkpoint (send it again to stop at once)", file=sys.stderr, flush=True)
-
-    def __exit__(self, *exc) -> None:
-        if not self._active:
-            return
-        signal.set_wakeup_fd(self._previous_fd)
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-        os.close(self._write)
-        self._watcher.join()
-        os.close(self._read)
 
 
 def _run_devices(num_runs: int, devices: Sequence[jax.Device] | None) -> list[jax.Device]:

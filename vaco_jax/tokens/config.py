@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vaco_jax.core.config import Config, HParamsBase, check_choice, check_positive_int
+from vaco_jax.core.config import (Config, HParamsBase, check_choice, check_lag_settings,
+                                   check_positive_int, once_per_config)
 from vaco_jax.losses import AGGREGATIONS
-from vaco_jax.core.policy_buffer import LAG_MODELS, validate_lag, validate_lag_probabilities
+from vaco_jax.core.policy_buffer import validate_lag
 from vaco_jax.tokens import algorithms
 from vaco_jax.tokens.model import ModelSpec
 from vaco_jax.tokens.tasks import TASKS, Task, make_task
@@ -52,6 +52,8 @@ class TokenConfig(Config):
     lag_model: str = "fixed"
     # `empirical` only: P(lag = j) for j = 0..len-1, e.g. a histogram measured on a cluster.
     lag_probabilities: tuple[float, ...] = ()
+    # Lags beyond the versions pushed so far: `clip` or `redraw` (`core.policy_buffer.draw_lags`).
+    lag_warmup: str = "clip"
     buffer_capacity: int = 4
     epochs: int = 1
     minibatches: int = 1
@@ -136,8 +138,14 @@ class TokenHParams(HParamsBase):
 
 def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
     """Raises a `ValueError` naming the field and its allowed values, before any tracing."""
+    _validate_config(config)
+    if hparams is not None:
+        validate_hparams(config, hparams)
+
+
+@once_per_config
+def _validate_config(config: TokenConfig) -> None:
     check_choice("task", config.task, TASKS)
-    check_choice("lag_model", config.lag_model, LAG_MODELS)
     check_choice("group_unit", config.group_unit, GROUP_UNITS)
     check_choice("aggregation", config.aggregation, AGGREGATIONS)
     check_choice("algo", config.algo, ALGORITHMS)
@@ -147,8 +155,7 @@ def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
                   "buffer_capacity", "epochs", "minibatches", "num_updates", "eval_every",
                   "eval_prompts"):
         check_positive_int(field, getattr(config, field))
-    validate_lag_probabilities(config.lag_model, config.lag_probabilities,
-                               config.buffer_capacity)
+    check_lag_settings(config)
     if config.width % config.heads:
         raise ValueError(f"width={config.width} must be a multiple of heads={config.heads}")
     if config.response_slack < 0:
@@ -168,8 +175,6 @@ def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
     if config.num_updates % config.eval_every:
         raise ValueError(f"eval_every={config.eval_every} must divide "
                          f"num_updates={config.num_updates}")
-    if hparams is not None:
-        validate_hparams(config, hparams)
 
 
 # Allowed ranges of the traced hyper-parameters: (low, high, low included, high included).

@@ -16,6 +16,7 @@ buffer. A run whose update turns non-finite is frozen (`vaco_jax.core.divergence
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import chex
@@ -27,9 +28,9 @@ from flax import struct
 from vaco_jax import losses
 from vaco_jax.core import phase
 from vaco_jax.core.divergence import freeze_if_diverged
-from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, effective_lags,
-                                    in_flight_lags, init_buffer, init_per_actor_lags, push,
-                                    sample_lags)
+from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, draw_lags,
+                                         in_flight_lags, init_buffer, init_per_actor_lags, push)
+from vaco_jax.core.trainer import Trainer
 from vaco_jax.tokens import tasks
 from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, AdvantageInputs,
                                         TokenTerms)
@@ -84,8 +85,15 @@ def _sequence_log_staleness(phase_log_prob, behaviour_log_prob, mask) -> jax.Arr
     return jnp.where(mask > 0, phase_log_prob - behaviour_log_prob, 0.0).sum(axis=-1)
 
 
-class TokenTrainer:
-    """The pieces of the program for one `TokenConfig` (validated before anything is traced)."""
+class TokenTrainer(Trainer):
+    """The pieces of the program for one `TokenConfig` (validated before anything is traced).
+
+    The warm start is trained or read from its cache when `init` first needs it, not when the
+    trainer is built, so planning a sweep or estimating its memory trains nothing.
+    """
+
+    score = "eval_accuracy"
+    evaluation_draws = False  # greedy decoding of fixed prompts
 
     def __init__(self, config: TokenConfig, initial_params=None):
         validate(config)
@@ -94,20 +102,28 @@ class TokenTrainer:
         self.task = config.task_spec
         self.policy = TokenPolicy(config.model_spec)
         self.eval_prompts, self.eval_answers = held_out_set(self.task, config.eval_prompts)
-        self.initial_params = (initial_params if initial_params is not None else
-                               warm_start(self.task, config.model_spec, config.warm_start,
-                                          config.warm_start_dir))
+        if initial_params is not None:
+            self.initial_params = initial_params
 
-    def optimizer(self, hp: TokenHParams) -> optax.GradientTransformation:
-        transforms = [optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(hp.learning_rate)]
-        if self.algorithm.ess_scaling:
-            transforms.append(losses.scale_by_ess())
-        return optax.chain(*transforms)
+    @functools.cached_property
+    def initial_params(self):
+        """The warm start's parameters, restored from its cache or trained now: eagerly, also
+        when first asked for while `init` is being traced, so that concrete parameters are
+        cached on disk and in the compiled program."""
+        cfg = self.config
+        with jax.ensure_compile_time_eval():
+            return warm_start(self.task, cfg.model_spec, cfg.warm_start, cfg.warm_start_dir)
 
     def init(self, key: jax.Array, hp: TokenHParams) -> TokenState:
+        return self._init_from(self.initial_params, key, hp)
+
+    def state_shapes(self, key: jax.Array, hp: TokenHParams) -> TokenState:
+        params = jax.eval_shape(self.policy.init, key)
+        return jax.eval_shape(self._init_from, params, key, hp)
+
+    def _init_from(self, params, key: jax.Array, hp: TokenHParams) -> TokenState:
         cfg = self.config
         key, lag_key = jax.random.split(key)
-        params = self.initial_params
         per_actor = (init_per_actor_lags(lag_key, hp.lag, cfg.generators)
                      if cfg.lag_model == "per_actor" else jnp.zeros(cfg.generators, jnp.int32))
         return TokenState(params=params, opt_state=self.optimizer(hp).init(params),
@@ -117,8 +133,10 @@ class TokenTrainer:
                           diverged_at=jnp.full((), -1, jnp.int32))
 
     # ------------------------------------------------------------------------ generation
-    def generate(self, state: TokenState, key: jax.Array, hp: TokenHParams) -> Batch:
-        """Samples `P x G` responses, each generator acting with its own stale policy."""
+    def collect(self, state: TokenState, key: jax.Array,
+                hp: TokenHParams) -> tuple[TokenState, Batch]:
+        """Samples `P x G` responses, each generator acting with its own stale policy (the
+        state is returned as it was: generators keep nothing between updates)."""
         cfg = self.config
         prompt_key, lag_key, sample_key = jax.random.split(key, 3)
         prompts, answers = tasks.sample(self.task, prompt_key, cfg.prompts)
@@ -127,8 +145,8 @@ class TokenTrainer:
         versions = self.behaviour_versions(state, lag_key, hp)
         samples = self._sample(state.buffer, versions, prompt, sample_key, hp)
         per_generator = cfg.batch_size // cfg.generators
-        return self._batch(state, hp, prompt, answer, samples,
-                           jnp.repeat(versions, per_generator, axis=0))
+        return state, self._batch(state, hp, prompt, answer, samples,
+                                  jnp.repeat(versions, per_generator, axis=0))
 
     def behaviour_versions(self, state: TokenState, key: jax.Array,
                            hp: TokenHParams) -> jax.Array:
@@ -138,9 +156,8 @@ class TokenTrainer:
         behind and catches up with the learner while it decodes (`in_flight_lags`).
         """
         cfg = self.config
-        lags = effective_lags(state.buffer, sample_lags(
-            key, cfg.lag_model, hp.lag, cfg.generators, cfg.buffer_capacity,
-            state.per_actor_lags, cfg.lag_probabilities))
+        lags = draw_lags(key, cfg.lag_model, hp.lag, cfg.generators, state.buffer,
+                         state.per_actor_lags, cfg.lag_probabilities, cfg.lag_warmup)
         if cfg.lag_model == "in_flight":
             token_lags = in_flight_lags(lags, cfg.response_length).T
         else:
@@ -263,7 +280,7 @@ class TokenTrainer:
     def update(self, state: TokenState, hp: TokenHParams) -> tuple[TokenState, dict]:
         """One generation and one optimisation phase; a non-finite result freezes the run."""
         key, generate_key, optimise_key = jax.random.split(state.key, 3)
-        batch = self.generate(state, generate_key, hp)
+        _, batch = self.collect(state, generate_key, hp)
         params, opt_state, metrics = self.optimise(state, batch, optimise_key, hp)
         new_state = state.replace(params=params, opt_state=opt_state,
                                   buffer=push(state.buffer, params), key=key,
@@ -284,29 +301,11 @@ class TokenTrainer:
                                   metrics)
 
     # ------------------------------------------------------------------------ evaluation
-    def evaluate(self, params) -> jax.Array:
-        """Greedy accuracy of `params` on the fixed held-out prompts."""
-        return greedy_accuracy(self.policy, params, self.eval_prompts, self.eval_answers,
+    def evaluate(self, state: TokenState, key: jax.Array) -> jax.Array:
+        """Greedy accuracy of the learner on the fixed held-out prompts (`key` unused)."""
+        del key
+        return greedy_accuracy(self.policy, state.params, self.eval_prompts, self.eval_answers,
                                self.config.response_length)
-
-    def run(self, state: TokenState, hp: TokenHParams,
-            num_periods: int) -> tuple[TokenState, dict]:
-        """`num_periods` x (`eval_every` updates, then one evaluation); per-update scalar
-        metrics, `eval_accuracy` NaN except at the last update of each period."""
-        per_period = self.config.eval_every
-
-        def period(state, _):
-            state, metrics = jax.lax.scan(lambda s, _: self.update(s, hp), state, None,
-                                          length=per_period)
-            accuracy = jnp.where(state.diverged, jnp.nan, self.evaluate(state.params))
-            metrics["eval_accuracy"] = jnp.full(per_period, jnp.nan).at[-1].set(accuracy)
-            return state, metrics
-
-        state, metrics = jax.lax.scan(period, state, None, length=num_periods)
-        return state, jax.tree.map(lambda m: m.reshape((-1,) + m.shape[2:]), metrics)
-
-    def train(self, key: jax.Array, hp: TokenHParams) -> tuple[TokenState, dict]:
-        return self.run(self.init(key, hp), hp, self.config.num_periods)
 
 
 def make_train(config: TokenConfig, initial_params=None):

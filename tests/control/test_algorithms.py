@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vaco_jax import losses
-from vaco_jax.control.algorithms import ALGORITHMS, PolicyTerms
+from vaco_jax.control.algorithms import ALGORITHMS, GAE, PolicyTerms
 from vaco_jax.control.config import ControlHParams
 
 
@@ -35,7 +35,7 @@ def test_ppo_recompute_clips_the_phase_ratio_and_ppo_the_behaviour_ratio():
     np.testing.assert_allclose(swapped, recompute, rtol=1e-6)
     np.testing.assert_allclose(
         recompute, losses.ppo_clip_loss(terms.log_prob - phase, terms.advantages, 0.2)[0], rtol=1e-6)
-    assert ALGORITHMS["ppo_recompute"].advantages == ALGORITHMS["ppo"].advantages == "gae"
+    assert ALGORITHMS["ppo_recompute"].advantages is ALGORITHMS["ppo"].advantages is GAE
 
 
 def _filtered_terms(ratio, advantages, filter_normalization):

@@ -176,6 +176,7 @@ def test_minibatch_vtrace_uses_the_critic_on_every_next_observation(ended_episod
     np.testing.assert_allclose(used[1], vtrace[1], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo):
     config = TOY.replace(algo=algo, lag_model="fixed", tv_scope="batch" if algo == "vaco" else "minibatch")

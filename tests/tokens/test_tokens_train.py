@@ -145,7 +145,7 @@ def test_each_token_records_the_log_prob_of_its_own_version(lag_model):
     trainer = TokenTrainer(config, PARAMS)
     hp = TokenHParams.create(lag=3.0, temperature=1.2)
     state = _stale_buffer_state(trainer, hp)
-    batch = jax.jit(trainer.generate)(state, jax.random.PRNGKey(9), hp)
+    _, batch = jax.jit(trainer.collect)(state, jax.random.PRNGKey(9), hp)
     versions = np.asarray(batch.behaviour_version)
     assert versions.shape == batch.response.shape and len(np.unique(versions)) > 2
     # Versions never fall behind along a sequence (lags never grow); in flight they change.
@@ -176,3 +176,19 @@ def test_drawn_lags_come_from_the_shared_sampler(lag_model, lag, probabilities, 
     assert set(first_lags.tolist()) == allowed  # every allowed lag drawn, none beyond
     if lag_model == "in_flight":  # every generator catches up by its last token
         assert np.all(versions[:, -1] == 3)
+
+
+@pytest.mark.parametrize("lag_warmup,share_at_oldest", [("clip", 0.75), ("redraw", 0.5)])
+def test_lags_beyond_the_pushed_versions_follow_lag_warmup(lag_warmup, share_at_oldest):
+    """Two versions exist (0 and 1) and `uniform:3` draws lags 0..3: `clip` acts with the oldest
+    version for lags 1, 2 and 3 (3/4 of the generators), `redraw` draws them again from lags 0
+    and 1 (1/2 of them); the lag-0 draws are the same under both."""
+    config = TINY.replace(lag_model="uniform", lag_warmup=lag_warmup, group_unit="sample",
+                          prompts=64, group_size=8)
+    trainer = TokenTrainer(config, PARAMS)
+    hp = TokenHParams.create(lag=3.0)
+    state = trainer.init(jax.random.PRNGKey(0), hp)
+    state = state.replace(buffer=push(state.buffer, state.params))
+    versions = np.asarray(jax.jit(trainer.behaviour_versions)(state, jax.random.PRNGKey(2), hp))
+    assert set(versions[:, 0].tolist()) == {0, 1}
+    assert abs(np.mean(versions[:, 0] == 0) - share_at_oldest) < 0.06  # 512 generators

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vaco_jax.report import report as report_module
+from vaco_jax.report import Score, variant_names, write_report
 from vaco_jax.report import stats
-from vaco_jax.report.report import Score, variant_names, write_report
+from vaco_jax.report import write as write_module
 
 # Per task: initial return, and the return a perfect run gains over training.
 TASKS = {"hopper": (10.0, 100.0), "walker": (-5.0, 50.0)}
@@ -128,14 +128,14 @@ def runs():
 @contextlib.contextmanager
 def drawn_figures(into):
     """Records each figure ``write_report`` saves into the dict ``into``, by file stem."""
-    save = report_module._save_figure
+    save = write_module._save_figure
 
     def record(figure, out_dir, stem):
         into[stem] = figure
         return save(figure, out_dir, stem)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(report_module, "_save_figure", record)
+        patch.setattr(write_module, "_save_figure", record)
         yield into
 
 
@@ -250,6 +250,7 @@ def test_task_cells_match_hand_computation(report):
     assert hopper != walker
 
 
+@pytest.mark.slow
 def test_task_cells_equal_the_report_of_each_task_alone(report, runs, tmp_path):
     _, summary = report
     for task in TASKS:
@@ -301,6 +302,7 @@ def test_probability_of_improvement_covers_each_vaco_variant_against_each_baseli
     assert pairs == {(lag, f, b) for lag in LAGS for f in focus for b in ("impala", "ppo")}
 
 
+@pytest.mark.slow
 def test_probability_of_improvement_pairs_equal_values_of_a_hyper_parameter_both_sweep(
     runs, tmp_path
 ):
@@ -317,7 +319,7 @@ def test_probability_of_improvement_pairs_equal_values_of_a_hyper_parameter_both
     }
 
 
-def test_diverged_run_is_listed_with_its_last_finite_return(report):
+def test_diverged_run_is_listed_with_its_last_finite_score(report):
     _, summary = report
     task, variant, lag, seed = DIVERGED
     assert summary["diverged_runs"] == [
@@ -328,7 +330,7 @@ def test_diverged_run_is_listed_with_its_last_finite_return(report):
             "lag": lag,
             "seed": seed,
             "diverged_at": DIVERGED_AT,
-            "last_finite_return": pytest.approx(eval_returns(*DIVERGED)[2]),
+            "last_finite_score": pytest.approx(eval_returns(*DIVERGED)[2]),
         }
     ]
 
@@ -375,6 +377,7 @@ def test_absent_data_skips_figures_and_says_so(runs, tmp_path):
     assert "Not computed: 'spo'" in text
 
 
+@pytest.mark.slow
 def test_given_references_unequal_counts_and_rewrites(runs, tmp_path):
     (tmp_path / "report.md").write_text("stale")
     fewer = runs[
@@ -382,7 +385,7 @@ def test_given_references_unequal_counts_and_rewrites(runs, tmp_path):
         & ~runs["run_id"].str.startswith("walker/impala/lag4/")
     ]
     summary = write_report(
-        fewer, tmp_path, reference_returns={"hopper": 200.0}, final_fraction=FINAL_FRACTION, reps=20
+        fewer, tmp_path, reference_scores={"hopper": 200.0}, final_fraction=FINAL_FRACTION, reps=20
     )
     assert summary["normalisation"]["hopper"]["reference"] == 200.0
     assert summary["normalisation"]["hopper"]["source"] == "given"
@@ -407,6 +410,7 @@ def test_given_references_unequal_counts_and_rewrites(runs, tmp_path):
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_mean_version_gap_is_an_off_policy_axis_only_when_measured(runs, tmp_path):
     """Without ``version_gap_mean`` the figure keeps its two panels in one row; with it (finite)
     a third panel takes a second row."""
@@ -507,7 +511,7 @@ def test_variant_names_list_every_varying_coordinate_but_lag_and_seed():
     [
         (lambda r: r.drop(columns=["eval_return"]), {}, r"missing columns \['eval_return'\]"),
         (lambda r: r, {"final_fraction": 0.0}, "final_fraction"),
-        (lambda r: r, {"reference_returns": {"ant": 1.0}}, r"names tasks \['ant'\]"),
+        (lambda r: r, {"reference_scores": {"ant": 1.0}}, r"names tasks \['ant'\]"),
         (lambda r: r[r["env_steps"] > 0], {}, "env_steps 0"),
         (lambda r: r.assign(seed=np.arange(len(r))), {}, r"\['seed'\] must be constant"),
         (lambda r: r.assign(eval_return=np.nan), {}, "eval_return must be finite"),
@@ -554,6 +558,7 @@ def test_off_policy_table_in_report_md(report):
     assert f"| {first['variant']} | {first['lag']:g} | {entry} |" in text
 
 
+@pytest.mark.slow
 def test_off_policy_uses_robust_columns_when_present_and_none_when_absent(runs, tmp_path):
     measured = runs.drop(columns=["behaviour_kl", "approx_kl", "version_gap_mean"]).assign(
         tv_forward_p90=runs["tv_forward"] + 1.0
@@ -642,7 +647,7 @@ def make_token_runs():
 def write_token_report(runs, out):
     return write_report(
         runs, out, score=Score("eval_accuracy", "held-out accuracy", "sampled responses"),
-        reference_returns={"add": 1.0}, focus_algo="vcpo", reps=20,
+        reference_scores={"add": 1.0}, focus_algo="vcpo", reps=20,
     )
 
 
@@ -716,6 +721,7 @@ def test_token_fraction_figure_draws_the_stabilisers_fractions(token_report):
     assert summary["figures"]["fig_filter_clip"]["caption"].startswith("Filtered, clipped")
 
 
+@pytest.mark.slow
 def test_without_ess_ratio_the_analysis_is_skipped_and_without_grad_norm_the_figure(tmp_path):
     runs = make_token_runs().drop(columns=["ess_ratio"])
     figures = {}
@@ -777,7 +783,7 @@ def forward_report(tmp_path_factory):
         warnings.filterwarnings("error", message="constrained_layout not applied")
         summary = write_report(
             runs, tmp_path_factory.mktemp("forward"),
-            score=Score("eval_accuracy", "accuracy", "responses"), reference_returns={"add": 1.0},
+            score=Score("eval_accuracy", "accuracy", "responses"), reference_scores={"add": 1.0},
             focus_algo="vaco", final_fraction=FINAL_FRACTION, reps=20,
         )
     return summary, figures["fig_forward_lag"]

@@ -11,8 +11,10 @@ import pytest
 from test_sweep import EXPERIMENTS, TOY
 from test_sweep_parts import whole_and_parts
 from vaco_jax import cli
-from vaco_jax.experiment import sweep
+from vaco_jax import experiment as sweep
 from vaco_jax.core.policy_buffer import mean_lag
+
+pytestmark = pytest.mark.slow  # whole sweeps of several lag models, as parts
 
 SINGLE = '[lag]\nmodel = "uniform"\nlevels = [0, 2]\n'
 SEVERAL = ('[[lag]]\nmodel = "uniform"\nlevels = [0, 2]\n\n'

@@ -11,14 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from vaco_jax import cli
-from vaco_jax.run.driver import FAULT_ENV
+from vaco_jax.run.signals import FAULT_ENV
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # fault injection and resume on whole runs, subprocesses included
+
+ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--env", "toy_reach", "--algo", "vaco", "--lag", "uniform:3", "--seeds", "2",
         "--total-steps", "1024", "--num-envs", "8", "--rollout-length", "16", "--epochs", "2",
         "--minibatches", "2", "--buffer-capacity", "4", "--episode-length", "40",

@@ -101,6 +101,7 @@ def test_unknown_hparam_is_named():
         ControlHParams.create(learning_rat=1e-3)
 
 
+@pytest.mark.slow
 def test_cli_train_resume_and_refusal(tmp_path, capsys):
     out = str(tmp_path / "cli")
     args = ["train", "--env", "toy_reach", "--algo", "vaco", "--lag", "uniform:2", "--seeds", "2",

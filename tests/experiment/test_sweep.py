@@ -18,13 +18,14 @@ import pandas as pd
 import pytest
 
 from vaco_jax import cli
-from vaco_jax.report import report
-from vaco_jax.experiment import sweep
+from vaco_jax import report
+from vaco_jax import experiment as sweep
+from vaco_jax.experiment import execute
 from vaco_jax.run import testbeds
 from vaco_jax.control.config import ControlHParams
 from vaco_jax.tokens.algorithms import ALGORITHMS as TOKEN_ALGORITHMS
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 TOY = """\
 name = "toy"
 description = "tiny toy sweep"
@@ -169,6 +170,8 @@ def test_named_experiments_cover_what_they_promise(named):
      r"\[overrides.toy_reach\]: unknown ControlConfig field\(s\) \['num_env'\]"),
     ("[forward]", "[reference_returns]\nhopper = 1.0\n\n[forward]",
      r"\[reference_returns\]: task: unknown value\(s\) \['hopper'\]; allowed: toy_reach"),
+    ("[forward]", "[reference_scores]\nhopper = 1.0\n\n[forward]",
+     r"\[reference_scores\]: task: unknown value\(s\) \['hopper'\]; allowed: toy_reach"),
     ("seeds = 2", "seeds = ", "not valid TOML"),
     ("seeds = 2", 'seeds = 2\ntestbed = "atari"',
      "testbed='atari' is not supported; allowed values: control, tokens"),
@@ -184,6 +187,21 @@ def test_bad_experiments_are_rejected_naming_the_key(monkeypatch, old, new, mess
     with pytest.raises(ValueError, match=message):
         sweep.parse_experiment(TOY.replace(old, new, 1))
 
+
+
+def test_reference_scores_are_read_under_their_key_and_their_older_name():
+    scores = sweep.parse_experiment(TOY + "\n[reference_scores]\ntoy_reach = 50.0\n")
+    returns = sweep.parse_experiment(TOY + "\n[reference_returns]\ntoy_reach = 50.0\n")
+    assert scores.reference_scores == returns.reference_scores == {"toy_reach": 50.0}
+    assert scores.groups == returns.groups and sweep.same_experiment(scores, returns)
+    assert not sweep.same_experiment(scores, sweep.parse_experiment(TOY))
+
+
+def test_reference_scores_under_both_names_are_refused_naming_both():
+    text = TOY + "\n[reference_scores]\ntoy_reach = 50.0\n\n[reference_returns]\ntoy_reach = 50.0\n"
+    with pytest.raises(ValueError, match=r"^experiment 'toy': \[reference_scores\] and "
+                                         r"\[reference_returns\] are one table"):
+        sweep.parse_experiment(text)
 
 def test_expansion_into_groups_and_runs():
     text = TOY.replace('tasks = ["toy_reach"]', 'tasks = ["toy_reach", "inverted_pendulum"]') \
@@ -340,7 +358,7 @@ def test_resume_skips_finished_batches(swept, tmp_path, toy_file):
 def test_prefetched_driver_compiles_in_the_background_and_runs_at_once(caplog):
     group = sweep.parse_experiment(TOY).groups[0]
     runs = (group.config, group.hparams(range(BATCH)), [r.seed for r in group.runs[:BATCH]])
-    programs = sweep._Programs()
+    programs = execute._Programs()
     programs.prefetch(*runs)
     driver = programs.driver(*runs)  # waits for the background compilation
     with jax.log_compiles(True), caplog.at_level(logging.WARNING):
@@ -349,12 +367,13 @@ def test_prefetched_driver_compiles_in_the_background_and_runs_at_once(caplog):
     assert not [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_runs_shard_over_two_devices_with_equal_results(swept, tmp_path, toy_file):
     reference, _ = swept
     out = tmp_path / "sharded"
     script = textwrap.dedent(f"""
         import jax
-        from vaco_jax.experiment import sweep
+        from vaco_jax import experiment as sweep
         assert len(jax.devices()) == 2, jax.devices()
         plan = sweep.start_sweep(sweep.load_experiment({str(toy_file)!r}), {str(out)!r},
                                  max_runs_per_batch={BATCH})
@@ -381,6 +400,7 @@ def test_runs_shard_over_two_devices_with_equal_results(swept, tmp_path, toy_fil
 # ---------------------------------------------------------------- command line
 
 
+@pytest.mark.slow
 def test_cli_sweep_report_and_refusals(tmp_path, toy_file, capsys):
     out = str(tmp_path / "cli")
     args = ["sweep", str(toy_file), "--out", out, "--max-runs-per-batch", str(BATCH),

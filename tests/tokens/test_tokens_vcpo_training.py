@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax.experiment import sweep
+from vaco_jax import experiment as sweep
 from vaco_jax.cli import main
 from vaco_jax.core.policy_buffer import push
 from vaco_jax.tokens.algorithms import (ALGORITHMS, TokenTerms, group_relative,
@@ -93,7 +93,7 @@ def test_the_ablations_differ_from_vcpo_in_one_part_each():
 def test_opob_advantages_of_a_stale_batch_match_an_independent_computation():
     trainer = TokenTrainer(TINY.replace(algo="vcpo_opob_only"), PARAMS)
     state = _stale_state(trainer, STALE)
-    batch = jax.jit(trainer.generate)(state, GENERATE_KEY, STALE)
+    _, batch = jax.jit(trainer.collect)(state, GENERATE_KEY, STALE)
     shape = (TINY.prompts, TINY.group_size)
     reward = np.asarray(batch.reward, np.float64).reshape(shape)
     assert (reward.std(axis=1) > 0).sum() >= 2
@@ -134,9 +134,9 @@ def ess_trainers():
     plain.algorithm = dataclasses.replace(plain.algorithm, ess_scaling=False)
     fresh = scaled.init(jax.random.PRNGKey(0), STALE)
     stale = _stale_state(scaled, STALE)
-    generate = jax.jit(scaled.generate)
-    batches = {"lag 0": (fresh, generate(fresh, GENERATE_KEY, STALE.replace(lag=0.0))),
-               "stale": (stale, generate(stale, GENERATE_KEY, STALE))}
+    collect = jax.jit(scaled.collect)
+    batches = {"lag 0": collect(fresh, GENERATE_KEY, STALE.replace(lag=0.0)),
+               "stale": collect(stale, GENERATE_KEY, STALE)}
     return (scaled, jax.jit(scaled.optimise)), (plain, jax.jit(plain.optimise)), batches
 
 
@@ -174,6 +174,7 @@ def test_ess_only_step_is_the_unscaled_step_times_the_ess_factor(ess_trainers, w
 
 
 # ---------------------------------------------------------------------------- training
+@pytest.mark.slow
 def test_vcpo_trains_at_lag_zero_and_a_high_lag_with_its_step_shrinking_only_when_stale():
     train = jax.jit(jax.vmap(make_train(TINY.replace(algo="vcpo"), PARAMS), in_axes=(None, 0)))
     hp = jax.tree.map(lambda x: jnp.broadcast_to(x, (2,)),

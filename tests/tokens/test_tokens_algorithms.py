@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vaco_jax import losses
-from vaco_jax.experiment import sweep
+from vaco_jax import experiment as sweep
 from vaco_jax.core.policy_buffer import push
 from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, AdvantageInputs,
                                         TokenTerms, group_centred, group_relative,
@@ -197,7 +197,7 @@ def fresh_batch():
     of both signs on every sequence, so that every token's gradient counts."""
     trainer = TokenTrainer(TINY, PARAMS)
     state = trainer.init(jax.random.PRNGKey(0), HP)
-    batch = jax.jit(trainer.generate)(state, jax.random.PRNGKey(0), HP)
+    _, batch = jax.jit(trainer.collect)(state, jax.random.PRNGKey(0), HP)
     return state, batch.replace(advantages=jnp.linspace(-1.0, 1.0, TINY.batch_size))
 
 
@@ -224,7 +224,7 @@ def test_at_lag_zero_the_corrected_algorithms_step_as_grpo(fresh_batch, algo, hp
 
 def test_the_batch_carries_the_algorithms_advantages(fresh_batch):
     state, _ = fresh_batch
-    batch = jax.jit(TokenTrainer(TINY.replace(algo="rloo"), PARAMS).generate)(
+    _, batch = jax.jit(TokenTrainer(TINY.replace(algo="rloo"), PARAMS).collect)(
         state, jax.random.PRNGKey(0), HP)
     reward = np.asarray(batch.reward).reshape(4, 4)
     others = (reward.sum(axis=1, keepdims=True) - reward) / 3
@@ -252,12 +252,13 @@ def test_ess_scaling_hook_shrinks_the_step_by_its_formula(fresh_batch):
                  scaled, plain, state.params)
 
 
+@pytest.mark.slow
 def test_advantage_hook_supplies_per_sequence_gradient_norms(fresh_batch):
     state, _ = fresh_batch
     trainer = TokenTrainer(TINY, PARAMS)
     trainer.algorithm = dataclasses.replace(
         trainer.algorithm, advantages=lambda inputs: inputs.sequence_grad_sq_norms())
-    batch = jax.jit(trainer.generate)(state, jax.random.PRNGKey(0), HP)
+    _, batch = jax.jit(trainer.collect)(state, jax.random.PRNGKey(0), HP)
 
     def sequence_log_prob(params, i):
         log_prob, _ = trainer.policy.response_log_probs(params, batch.prompt[i:i + 1],
@@ -285,8 +286,8 @@ def lagged_batches(fresh_batch):
     for seed in range(1, 4):
         params = TokenPolicy(TINY.model_spec).init(jax.random.PRNGKey(seed))
         stale_state = stale_state.replace(buffer=push(stale_state.buffer, params), params=params)
-    stale = jax.jit(trainer.generate)(stale_state, jax.random.PRNGKey(0),
-                                      HP.replace(lag=jnp.float32(3.0)))
+    _, stale = jax.jit(trainer.collect)(stale_state, jax.random.PRNGKey(0),
+                                        HP.replace(lag=jnp.float32(3.0)))
     assert float(stale.version_gap.min()) == 3
     batches = jax.tree.map(lambda *x: jnp.stack(x), fresh, stale)
     states = jax.tree.map(lambda *x: jnp.stack(x), state, stale_state)
@@ -314,6 +315,7 @@ def test_at_a_phase_first_step_tis_cispo_and_decoupled_ppo_take_one_gradient(lag
     assert max(jax.tree.leaves(differences)) > 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_trains_without_nan_at_lag_zero_and_at_lag_three(lagged_batches, algo):
     """Three phases of 2 epochs x 2 minibatches on a fresh and a stale batch, vmapped: one
@@ -339,6 +341,7 @@ def test_every_algorithm_trains_without_nan_at_lag_zero_and_at_lag_three(lagged_
     assert float(metrics["grad_norm"][0]) > 0  # the fresh batch trains every algorithm
 
 
+@pytest.mark.slow
 def test_a_token_algorithm_runs_end_to_end_through_every_lag():
     """The whole program for `freshness`, which reads each token's recorded version."""
     trainer = TokenTrainer(TINY.replace(algo="freshness"), PARAMS)

@@ -8,7 +8,8 @@ import pytest
 from scipy import stats
 
 from engine_configs import TOY
-from vaco_jax.control.config import LAG_WARMUPS, ControlHParams, ControlConfig, validate
+from vaco_jax.control.config import ControlConfig, ControlHParams, validate
+from vaco_jax.core.policy_buffer import LAG_WARMUPS
 from vaco_jax.core.policy_buffer import (PolicyBuffer, draw_lags, in_flight_lags, mean_lag, push,
                                     sample_lags)
 from vaco_jax.control.train import ControlTrainer, make_train
@@ -152,6 +153,7 @@ def test_lag_probabilities_need_the_empirical_model():
     validate(ControlConfig(env="toy_reach", lag_model="empirical", lag_probabilities=(0.5, 0.5)))
 
 
+@pytest.mark.slow
 def test_vmapped_in_flight_runs_equal_single_runs():
     train = make_train(TOY.replace(lag_model="in_flight"))
     keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
@@ -169,7 +171,7 @@ def test_vmapped_in_flight_runs_equal_single_runs():
 
 def test_sweeps_and_cli_accept_an_empirical_histogram(tmp_path):
     from vaco_jax.cli.common import parse_lag
-    from vaco_jax.experiment.sweep import load_experiment
+    from vaco_jax.experiment import load_experiment
 
     assert parse_lag("empirical:0.5,0.3,0.2") == ("empirical", 0.0, (0.5, 0.3, 0.2))
     assert parse_lag("bounded:4") == ("bounded", 4.0, ())
@@ -253,7 +255,7 @@ def test_the_trainer_draws_its_lags_with_the_configured_warmup():
 
 
 def test_sweeps_accept_a_lag_warmup(tmp_path):
-    from vaco_jax.experiment.sweep import load_experiment
+    from vaco_jax.experiment import load_experiment
 
     text = ('name = "w"\ntasks = ["toy_reach"]\nalgos = ["ppo"]\nseeds = 1\n'
             '[lag]\nmodel = "uniform"\nlevels = [2]\n[config]\nlag_warmup = "{}"\n')

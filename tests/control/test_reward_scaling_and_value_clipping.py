@@ -53,6 +53,7 @@ def _phase_batch(config, hp):
     return trainer, state, trainer.phase_batch(state, data, hp)
 
 
+@pytest.mark.slow
 def test_training_scales_the_learners_rewards_only():
     hp = ControlHParams.create()
     scaled_cfg = TOY.replace(reward_scaling="return_std")
@@ -107,6 +108,7 @@ def test_bad_reward_scaling_and_value_clip_are_rejected_by_name():
         validate_hparams(TOY, ControlHParams.create(value_clip_eps=-0.1))
 
 
+@pytest.mark.slow
 def test_cli_passes_reward_scaling_and_advantage_normalization(tmp_path, capsys):
     from vaco_jax import cli
 

@@ -3,7 +3,6 @@
 The only tests that compile MJX training programs; each runs in a few minutes on 2 CPU cores.
 """
 
-import numpy as np
 import pytest
 
 from vaco_jax.control.config import ControlHParams, ControlConfig
@@ -15,6 +14,7 @@ CONFIG = ControlConfig(env="inverted_pendulum", num_envs=32, rollout_length=64, 
                      actor_hidden=(32, 32), critic_hidden=(32, 32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "vaco"])
 def test_learns_inverted_pendulum_under_lag(algo):
     hparams = ControlHParams.create(lag=2.0, learning_rate=1e-3)

@@ -14,7 +14,7 @@ import pytest
 from test_tokens_train import STALE
 
 from vaco_jax import cli
-from vaco_jax.experiment import sweep
+from vaco_jax import experiment as sweep
 from vaco_jax.run.driver import Driver
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 from vaco_jax.tokens.warm_start import WarmStart
@@ -35,6 +35,7 @@ def straight(tmp_path_factory, config):
     return out, Driver(config, HPARAMS, SEEDS).run(out, chunk_periods=1, progress=False)
 
 
+@pytest.mark.slow
 def test_token_run_writes_metrics_status_and_config(straight, config):
     out, result = straight
     assert result.complete and result.updates_done == config.num_updates
@@ -53,6 +54,7 @@ def test_token_run_writes_metrics_status_and_config(straight, config):
     jax.tree.map(np.testing.assert_array_equal, rebuilt.hparams, result.hparams)
 
 
+@pytest.mark.slow
 def test_token_run_resumes_bit_identically(straight, config, tmp_path):
     reference, uninterrupted = straight
     out = tmp_path / "run"
@@ -68,6 +70,7 @@ def test_token_run_resumes_bit_identically(straight, config, tmp_path):
                                   pd.read_parquet(reference / "metrics.parquet"))
 
 
+@pytest.mark.slow
 def test_cli_resumes_a_token_run(straight, capsys):
     out, _ = straight
     assert cli.main(["tokens", "--resume", str(out), "--no-progress"]) == 0  # complete: no-op
@@ -76,6 +79,7 @@ def test_cli_resumes_a_token_run(straight, capsys):
     assert "seed 1: held-out accuracy" in printed
 
 
+@pytest.mark.slow
 def test_token_sweep_writes_runs_table_and_report(config, tmp_path):
     ws = config.warm_start
     text = textwrap.dedent(f"""\
@@ -128,3 +132,28 @@ def test_token_sweep_writes_runs_table_and_report(config, tmp_path):
     report = (out / "report.md").read_text()
     assert "initial held-out accuracy" in report and "Sampled responses per run" in report
     assert (out / "fig_learning_curves.png").is_file()
+
+
+@pytest.mark.parametrize("testbed_toml", ["tokens", "control"])
+def test_plan_trains_nothing_and_writes_nothing(testbed_toml, tmp_path, monkeypatch, capsys):
+    """`--plan` sizes every group from abstract shapes: no warm start is trained or written,
+    on either testbed, and no folder appears where the command runs."""
+    from vaco_jax.tokens import warm_start
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("--plan trained a warm start")
+
+    monkeypatch.setattr(warm_start, "supervised_train", no_training)
+    monkeypatch.chdir(tmp_path)
+    text = {
+        "tokens": 'testbed = "tokens"\ntasks = ["add"]\nalgos = ["grpo", "vaco"]\nseeds = 2\n'
+                  '[lag]\nmodel = "fixed"\nlevels = [0, 2]\n'
+                  '[config]\nwarm_start_dir = "warm"\nnum_updates = 20\n',
+        "control": 'tasks = ["toy_reach"]\nalgos = ["ppo"]\nseeds = 2\n'
+                   '[lag]\nmodel = "uniform"\nlevels = [0, 2]\n'
+                   '[config]\ntotal_steps = 4096\nbuffer_capacity = 4\n',
+    }[testbed_toml]
+    (tmp_path / "experiment.toml").write_text(text)
+    assert cli.main(["sweep", "experiment.toml", "--plan"]) == 0
+    assert "batches" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.toml"]

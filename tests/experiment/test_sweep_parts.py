@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 
 from test_sweep import BATCH, TOY
 from vaco_jax import cli
-from vaco_jax.experiment import sweep
+from vaco_jax import experiment as sweep
+from vaco_jax.cli import sweep as sweep_cli
+from vaco_jax.experiment import execute, spec
+from vaco_jax.experiment import folder as sweep_folder
+
+pytestmark = pytest.mark.slow  # whole sweeps run as parts and merged
 
 TOY2 = TOY.replace('algos = ["vaco"]', 'algos = ["ppo", "vaco"]')  # 2 groups of 8 runs
 PPO, VACO = "toy_reach-ppo-e2m2", "toy_reach-vaco-e2m2"
@@ -85,6 +90,23 @@ def test_parts_split_groups_by_environment_steps():
         names("1/9")
 
 
+
+def test_the_split_is_computed_once_per_experiment(toy2_file, tmp_path, monkeypatch):
+    counts = []
+    split = spec.balanced_parts
+
+    def counted(weights, count):
+        counts.append(count)
+        return split(weights, count)
+    monkeypatch.setattr(spec, "balanced_parts", counted)
+    experiment = sweep.load_experiment(toy2_file)
+    plan = sweep.start_sweep(experiment, tmp_path / "part", part=sweep.Part(2, 2),
+                             max_runs_per_batch=BATCH)
+    sweep.plan_text(plan)
+    sweep.unfinished_groups(plan, tmp_path / "part")
+    assert [g.name for g in plan.groups] == [VACO] and counts == [2]
+
+
 # ---------------------------------------------------------------- the plan
 
 
@@ -130,8 +152,9 @@ def test_plan_text_estimates_days():
 def no_compilation(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("reached planning or training before refusing")
-    monkeypatch.setattr(sweep, "make_plan", refuse)
-    monkeypatch.setattr(sweep, "run_sweep", refuse)
+    monkeypatch.setattr(sweep_cli, "make_plan", refuse)
+    monkeypatch.setattr(sweep_folder, "make_plan", refuse)
+    monkeypatch.setattr(execute, "run_sweep", refuse)
 
 
 FORM = "--part must be K/N with integers 1 <= K <= N (e.g. 2/3)"
@@ -171,7 +194,7 @@ def test_the_part_is_saved_and_resume_keeps_it(toy2_file, tmp_path, capsys, monk
 
     def refuse(*args, **kwargs):
         raise AssertionError("ran before refusing")
-    monkeypatch.setattr(sweep, "run_sweep", refuse)
+    monkeypatch.setattr(execute, "run_sweep", refuse)
     for folder, part, saved in [(out, "2/2", "part 1/2"), (out, "1/3", "part 1/2"),
                                 (whole, "1/2", "the whole experiment, no part")]:
         assert cli.main(["sweep", "--out", str(folder), "--resume", "--part", part,
@@ -396,7 +419,7 @@ def test_named_groups_plan_and_resume(toy2_file, tmp_path, capsys, monkeypatch):
 
     def refuse(*args, **kwargs):
         raise AssertionError("ran before refusing")
-    monkeypatch.setattr(sweep, "run_sweep", refuse)
+    monkeypatch.setattr(execute, "run_sweep", refuse)
     assert cli.main(["sweep", "--out", str(out), "--resume", "--groups", PPO]) == 2
     assert f"groups {PPO} disagrees with the sweep saved in {str(out)!r} (groups {VACO})" \
         in capsys.readouterr().err

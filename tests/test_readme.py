@@ -1,0 +1,90 @@
+"""The README is checked against the code: its layout, its public-function tables and its
+Python API example."""
+
+import importlib
+import inspect
+import re
+from pathlib import Path
+
+import jax
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+PACKAGE = ROOT / "vaco_jax"
+PUBLIC_MODULES = ("vaco_jax.estimators", "vaco_jax.losses", "vaco_jax.report",
+                  "vaco_jax.report.stats", "vaco_jax.report.collapse")
+"""The public library: every name they export is in the README's tables."""
+
+
+def _section(title: str) -> str:
+    start = README.index(f"\n{title}\n")
+    end = README.find("\n## ", start + len(title) + 2)
+    return README[start:end if end >= 0 else len(README)]
+
+
+def _code_block(section: str, language: str = "") -> str:
+    return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
+
+
+def _layout_paths() -> set[str]:
+    """The paths the layout tree names: two spaces of indentation per folder level."""
+    paths, folders = set(), []
+    for line in _code_block(_section("## Layout")).splitlines():
+        match = re.match(r"( *)(\S+)", line)
+        if not match or not re.fullmatch(r"[\w.]+/?", match.group(2)):
+            continue
+        depth, name = len(match.group(1)) // 2, match.group(2)
+        folders[depth:] = []
+        path = "/".join(folders + [name.rstrip("/")])
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+        paths.add(path)
+    return paths
+
+
+def _package_paths() -> set[str]:
+    paths = set()
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(ROOT)
+        if path.name not in ("__init__.py", "__main__.py"):
+            paths.add(relative.as_posix())
+        paths.update(parent.as_posix() for parent in relative.parents if parent.name)
+    return paths
+
+
+def test_layout_names_every_module_and_package_and_nothing_else():
+    named, present = _layout_paths(), _package_paths()
+    assert sorted(present - named) == [], "modules missing from the README's layout"
+    assert sorted(n for n in named - present if n.startswith("vaco_jax")) == [], \
+        "the README's layout names modules that do not exist"
+
+
+def _exported(module_name: str) -> list[str]:
+    module = importlib.import_module(module_name)
+    if hasattr(module, "__all__"):
+        return list(module.__all__)
+    return [name for name, value in vars(module).items()
+            if not name.startswith("_") and (inspect.isfunction(value) or inspect.isclass(value))
+            and value.__module__ == module_name]
+
+
+def test_every_exported_name_of_the_public_library_is_documented():
+    tables = _section("### Public functions")
+    missing = [f"{module}.{name}" for module in PUBLIC_MODULES for name in _exported(module)
+               if not re.search(rf"`(\w+\.)?{re.escape(name)}\b", tables)]
+    assert missing == []
+
+
+def test_python_api_example_runs_on_toy_reach():
+    example = _code_block(_section("## Python API"), "python")
+    small = re.sub(r'env="\w+"', 'env="toy_reach"', example)
+    small = small.replace("num_envs=64, rollout_length=32, total_steps=100_000",
+                          "num_envs=8, rollout_length=8, total_steps=640")
+    assert small != example, "the example's task and sizes are no longer where this test looks"
+    scope: dict = {}
+    exec(compile(small, "README.md", "exec"), scope)
+    metrics = scope["metrics"]
+    assert metrics["eval_return"].shape[0] == 4  # four runs in one program
+    assert np.isfinite(np.asarray(metrics["policy_loss"])).all()
+    assert isinstance(scope["state"].update, jax.Array)

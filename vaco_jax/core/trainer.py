@@ -1,0 +1,95 @@
+"""The contract every testbed's trainer keeps, and the parts of it written once for all.
+
+A testbed's trainer is built from a config (validated by its caller, before anything compiles)
+and provides `init`, `collect`, `update` and `evaluate`; this base gives it the optimiser, the
+period loop `run` (updates, then one evaluation, each loop a `lax.scan`), `train` and the
+abstract shapes of a run's state. The driver, sweeps and benchmarks call these five methods
+only, vmapped over runs, whatever the testbed.
+
+The state of every testbed is a `flax.struct` dataclass with at least `key`, `update`,
+`diverged` and `diverged_at` (`vaco_jax.core.divergence`).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from vaco_jax import losses
+
+Metrics = dict[str, jax.Array]
+
+
+class Trainer(abc.ABC):
+    """One testbed's compiled-program pieces for one config."""
+
+    config: Any  # the testbed's config: `updates_per_period`, `num_periods`
+    algorithm: Any  # the registry entry: `ess_scaling`
+    score: str  # the metric `run` fills with the evaluation, NaN between evaluations
+    adam_eps: float = 1e-8  # optax's default
+    # Whether an evaluation draws random numbers: its key is then split off the state's key.
+    evaluation_draws: bool = True
+
+    @abc.abstractmethod
+    def init(self, key: jax.Array, hp: Any) -> Any:
+        """The state of one run before its first update."""
+
+    @abc.abstractmethod
+    def collect(self, state: Any, key: jax.Array, hp: Any) -> tuple[Any, Any]:
+        """`(state, data)`: one update's data, gathered by behaviour policies drawn from the
+        policy buffer, and the state with its actors advanced (the learner untouched)."""
+
+    @abc.abstractmethod
+    def update(self, state: Any, hp: Any) -> tuple[Any, Metrics]:
+        """One `collect` and one optimisation phase; per-update scalar metrics."""
+
+    @abc.abstractmethod
+    def evaluate(self, state: Any, key: jax.Array) -> jax.Array:
+        """The learner's score (a scalar)."""
+
+    def gradient_clip(self, hp: Any) -> optax.GradientTransformation:
+        return optax.clip_by_global_norm(hp.max_grad_norm)
+
+    def optimizer(self, hp: Any) -> optax.GradientTransformationExtraArgs:
+        """Clipping, Adam, and for ESS-scaling algorithms VCPO's step factor after Adam
+        (`losses.scale_by_ess`, fed `ess=` and `ess_target=` at each update)."""
+        transforms = [self.gradient_clip(hp), optax.adam(hp.learning_rate, eps=self.adam_eps)]
+        if self.algorithm.ess_scaling:
+            transforms.append(losses.scale_by_ess())
+        return optax.chain(*transforms)
+
+    def state_shapes(self, key: jax.Array, hp: Any) -> Any:
+        """The abstract shapes of `init`'s state, computing nothing (for memory estimates)."""
+        return jax.eval_shape(self.init, key, hp)
+
+    def run(self, state: Any, hp: Any, num_periods: int) -> tuple[Any, Metrics]:
+        """`num_periods` x (`updates_per_period` updates, then one evaluation).
+
+        Metrics are per-update scalars `[num_periods * updates_per_period]`; the score metric
+        is NaN except at the last update of each period, and NaN there too once the run has
+        diverged.
+        """
+        per_period = self.config.updates_per_period
+
+        def period(state, _):
+            state, metrics = jax.lax.scan(lambda s, _: self.update(s, hp), state, None,
+                                          length=per_period)
+            if self.evaluation_draws:
+                key, eval_key = jax.random.split(state.key)
+                state = state.replace(key=key)
+            else:
+                eval_key = state.key
+            score = jnp.where(state.diverged, jnp.nan, self.evaluate(state, eval_key))
+            metrics[self.score] = jnp.full(per_period, jnp.nan).at[-1].set(score)
+            return state, metrics
+
+        state, metrics = jax.lax.scan(period, state, None, length=num_periods)
+        return state, jax.tree.map(lambda m: m.reshape((-1,) + m.shape[2:]), metrics)
+
+    def train(self, key: jax.Array, hp: Any) -> tuple[Any, Metrics]:
+        """The whole run: `init`, then every period."""
+        return self.run(self.init(key, hp), hp, self.config.num_periods)

@@ -1,0 +1,162 @@
+"""Running a sweep: every unfinished batch of its plan, each group's program compiled once.
+
+Every batch of a group reuses the group's single compilation, and the next group compiles in a
+background thread while the current one trains. `sweep` starts (or resumes) a sweep folder, runs
+it and writes its report.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from concurrent import futures
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from vaco_jax.core.config import Config
+from vaco_jax.experiment.folder import (batch_dir, load_sweep_to_resume, start_sweep,
+                                        status_finished)
+from vaco_jax.experiment.parts import Selection
+from vaco_jax.experiment.plan import Batch, Plan
+from vaco_jax.experiment.results import write_sweep_report
+from vaco_jax.experiment.spec import Experiment
+from vaco_jax.run.driver import Driver, TrainingResult, read_status
+
+
+def _in_background(function: Callable[..., Any], *args: Any) -> futures.Future:
+    """Calls `function(*args)` in a daemon thread, which an interrupted sweep does not wait for."""
+    future: futures.Future = futures.Future()
+
+    def work() -> None:
+        try:
+            future.set_result(function(*args))
+        except BaseException as error:  # handed to whoever waits for the result
+            future.set_exception(error)
+    threading.Thread(target=work, daemon=True).start()
+    return future
+
+
+def _compiled_driver(config: Config, hparams: Any, seeds: Sequence[int]) -> Driver:
+    driver = Driver(config, hparams, seeds)
+    driver.compile()
+    return driver
+
+
+class _Programs:
+    """Drivers by (config, number of runs), the last few kept: a batch of a config and size
+    seen before reuses that driver's compiled programs. `prefetch` builds and compiles a later
+    batch's driver in a background thread, so that compilation overlaps the current batch."""
+
+    def __init__(self, capacity: int = 4):
+        self._capacity = capacity
+        self._drivers: collections.OrderedDict[tuple[Config, int], futures.Future] = (
+            collections.OrderedDict())
+
+    def prefetch(self, config: Config, hparams: Any, seeds: Sequence[int]) -> None:
+        self._entry(config, hparams, seeds, background=True)
+
+    def driver(self, config: Config, hparams: Any, seeds: Sequence[int]) -> Driver:
+        """The driver of these runs; it compiles on its first run unless prefetched."""
+        return self._entry(config, hparams, seeds, background=False).result().with_runs(
+            hparams, seeds)
+
+    def _entry(self, config: Config, hparams: Any, seeds: Sequence[int],
+               background: bool) -> futures.Future:
+        key = (config, len(seeds))
+        if key not in self._drivers:
+            if background:
+                self._drivers[key] = _in_background(_compiled_driver, config, hparams, seeds)
+            else:
+                self._drivers[key] = futures.Future()
+                self._drivers[key].set_result(Driver(config, hparams, seeds))
+            if len(self._drivers) > self._capacity:
+                self._drivers.popitem(last=False)
+        self._drivers.move_to_end(key)
+        return self._drivers[key]
+
+
+_PROGRAMS = _Programs()
+
+
+def _batch_steps(plan: Plan, batch: Batch, updates: int) -> int:
+    """Environment steps of the batch's real runs after `updates` updates."""
+    return updates * plan.experiment.group(batch.group).config.steps_per_update * len(batch.runs)
+
+
+def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
+              on_chunk: Callable[[Batch, TrainingResult], None] | None = None) -> None:
+    """Runs every unfinished batch of `plan` in `out_dir`, continuing a partial batch from its
+    checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed)."""
+    steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
+             for b in plan.batches}
+    # A missing or unreadable status counts as unfinished: the batch resumes from its checkpoint.
+    statuses = {b.name: read_status(batch_dir(out_dir, b)) for b in plan.batches}
+    done = {b.name: steps[b.name] if status_finished(statuses[b.name]) else
+            _batch_steps(plan, b, (statuses[b.name] or {}).get("updates_done", 0))
+            for b in plan.batches}
+    pending = [b for b in plan.batches if not status_finished(statuses[b.name])]
+    with tqdm(total=sum(steps.values()), initial=sum(done.values()), unit="step",
+              unit_scale=True, dynamic_ncols=True, disable=not progress,
+              desc=f"sweep {plan.experiment.name}") as bar:
+        for index, batch in enumerate(pending):
+            upcoming = next((b for b in pending[index + 1:] if b.group != batch.group), None)
+            if upcoming is not None:
+                _PROGRAMS.prefetch(*_driver_arguments(plan, upcoming))
+            driver = _PROGRAMS.driver(*_driver_arguments(plan, batch))
+
+            def chunk_done(result: TrainingResult, batch: Batch = batch) -> None:
+                now = _batch_steps(plan, batch, result.updates_done)
+                bar.update(now - done[batch.name])
+                done[batch.name] = now
+                if on_chunk is not None:
+                    on_chunk(batch, result)
+
+            folder = batch_dir(out_dir, batch)
+            resume = (folder / "config.json").is_file()
+            start = time.perf_counter()
+            result = driver.run(folder, resume=resume, overwrite=not resume, progress=progress,
+                                on_chunk=chunk_done)
+            bar.write(f"[{plan.batches.index(batch) + 1}/{len(plan.batches)}] "
+                      f"{_batch_line(plan, batch, result, time.perf_counter() - start)}")
+
+
+def _driver_arguments(plan: Plan, batch: Batch) -> tuple[Config, Any, list[int]]:
+    group = plan.experiment.group(batch.group)
+    return (group.config, group.hparams(batch.padded),
+            [group.runs[i].seed for i in batch.padded])
+
+
+def _batch_line(plan: Plan, batch: Batch, result: TrainingResult, seconds: float) -> str:
+    testbed = plan.experiment.testbed
+    evals = result.metrics[testbed.score][:len(batch.runs)]
+    padding = batch.size - len(batch.runs)
+    return (f"{batch.name}: {len(batch.runs)} runs{f' (+{padding} padding)' if padding else ''} "
+            f"in {seconds:.0f} s; mean {testbed.score_name} {np.nanmean(evals[:, 0]):.2f} -> "
+            f"{np.nanmean(evals[:, result.updates_done]):.2f}")
+
+
+def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
+          resume: bool = False, overwrite: bool = False, part: Selection = None,
+          max_runs_per_batch: int | None = None, memory_budget: int | None = None,
+          progress: bool = True,
+          on_chunk: Callable[[Batch, TrainingResult], None] | None = None) -> dict[str, Any]:
+    """Runs `experiment`, or only its `part`, into `out_dir` (or with `resume`, continues the
+    sweep saved there; an `experiment` or `part` given then must be the saved one) and writes
+    its report; returns its summary.
+    """
+    if resume:
+        if max_runs_per_batch is not None or memory_budget is not None:
+            raise ValueError("a resumed sweep keeps its batches; max_runs_per_batch and "
+                             "memory_budget apply only to a new sweep")
+        plan = load_sweep_to_resume(out_dir, experiment, part)
+    elif experiment is None:
+        raise ValueError("a new sweep needs an experiment")
+    else:
+        plan = start_sweep(experiment, out_dir, overwrite=overwrite, part=part,
+                           max_runs_per_batch=max_runs_per_batch, memory_budget=memory_budget)
+    run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk)
+    return write_sweep_report(plan, out_dir)

@@ -1,0 +1,84 @@
+"""The sweep folder: its layout, creating it with its plan, and reading the plan back.
+
+- `experiment.toml`: the experiment's text, verbatim; `sweep.json`: the plan (its part, groups,
+  batches and memory estimates);
+- `runs/<group>-<batch>/`: each batch's `Driver` folder (metrics, status, checkpoints), so an
+  interrupted sweep resumes: finished batches are skipped, a partial one continues from its
+  checkpoint;
+- the report (`vaco_jax.experiment.results`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+from vaco_jax.experiment.parts import Selection, selected_groups
+from vaco_jax.experiment.plan import PLAN_FILE, Batch, Plan, make_plan
+from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
+from vaco_jax.run import io
+from vaco_jax.run.driver import read_status
+
+EXPERIMENT_FILE = "experiment.toml"
+RUNS_DIR = "runs"
+
+
+def batch_dir(out_dir: str | os.PathLike, batch: Batch) -> Path:
+    return Path(out_dir) / RUNS_DIR / batch.name
+
+
+def batch_finished(folder: Path) -> bool:
+    """Finished: complete, or stopped early because every run diverged."""
+    return status_finished(read_status(folder))
+
+
+def status_finished(status: Mapping[str, Any] | None) -> bool:
+    """Whether a batch's status (None: none written yet) says it finished (`batch_finished`)."""
+    return status is not None and (status["complete"] or all(r["diverged"] for r in status["runs"]))
+
+
+def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite: bool = False,
+                part: Selection = None, **plan_options: Any) -> Plan:
+    """Creates the sweep folder (refusing a non-empty one unless `overwrite`, which discards
+    its batches), plans the batches of the experiment or its `part` (`make_plan` options) and
+    saves the plan."""
+    # A part the experiment lacks is refused before any folder is made.
+    selected_groups(experiment, part)
+    out = io.prepare_output_dir(out_dir, overwrite=overwrite)
+    if overwrite:
+        shutil.rmtree(out / RUNS_DIR, ignore_errors=True)
+    plan = make_plan(experiment, part=part, **plan_options)
+    io.write_text(out / EXPERIMENT_FILE, experiment.source)
+    io.write_json(out / PLAN_FILE, plan.to_json())
+    return plan
+
+
+def load_sweep(out_dir: str | os.PathLike) -> Plan:
+    """The plan saved in a sweep folder (its experiment re-parsed from `experiment.toml`)."""
+    out = Path(out_dir)
+    for name in (EXPERIMENT_FILE, PLAN_FILE):
+        if not (out / name).is_file():
+            raise FileNotFoundError(f"{str(out)!r} is not a sweep folder: {name} is missing")
+    saved = io.read_json(out / PLAN_FILE, "the sweep cannot be resumed; start it again with "
+                         "--overwrite")
+    experiment = parse_experiment((out / EXPERIMENT_FILE).read_text(encoding="utf-8"),
+                                  name=saved["experiment"])
+    return Plan.from_json(experiment, saved)
+
+
+def load_sweep_to_resume(out_dir: str | os.PathLike, experiment: Experiment | None = None,
+                         part: Selection = None) -> Plan:
+    """The plan saved in `out_dir`, refusing an `experiment` or `part` other than the saved
+    ones (None: whatever is saved)."""
+    plan = load_sweep(out_dir)
+    if experiment is not None and not same_experiment(experiment, plan.experiment):
+        raise ValueError(f"cannot resume {str(out_dir)!r}: it holds a different experiment "
+                         f"({plan.experiment.name!r}); leave the experiment out to resume it")
+    if part is not None and part != plan.part:
+        saved = plan.part.label if plan.part else "the whole experiment, no part"
+        raise ValueError(f"{part.label} disagrees with the sweep saved in {str(out_dir)!r} "
+                         f"({saved}); leave --part and --groups out to resume it")
+    return plan
+

@@ -1,0 +1,95 @@
+"""Parts of an experiment: the groups one sweep folder runs, so that several machines share an
+experiment and `vaco_jax.experiment.merge` merges their folders into its report.
+
+A `Part` (`--part K/N`) is part K of the experiment's groups split into N parts of about equal
+environment steps, a split that depends on the experiment file only; `NamedGroups`
+(`--groups`) names its groups, e.g. to run again those of a lost part folder. A sweep saves its
+selection in `sweep.json`, so a resumed part stays that part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from vaco_jax.experiment.spec import Experiment, Group
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Part `index` of `count` (1-based) of an experiment's groups, split by `balanced_parts`
+    over each group's environment steps: a split that depends on the experiment only."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Part":
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+        if match is None or not 1 <= int(match[1]) <= int(match[2]):
+            raise ValueError(f"--part must be K/N with integers 1 <= K <= N (e.g. 2/3), "
+                             f"got {text!r}")
+        return cls(int(match[1]), int(match[2]))
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def groups(self, experiment: Experiment) -> tuple[Group, ...]:
+        """This part's groups, in the experiment's order."""
+        total = len(experiment.groups)
+        if self.count > total:
+            raise ValueError(f"--part {self}: experiment {experiment.name!r} has {total} "
+                             f"group(s), so N must lie in 1..{total}")
+        owners = experiment.partition(self.count)
+        return tuple(g for g, owner in zip(experiment.groups, owners) if owner == self.index - 1)
+
+    @property
+    def label(self) -> str:
+        return f"part {self}"
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedGroups:
+    """The groups of an experiment named one by one (`--groups`), a part chosen by hand: to run
+    again the groups of a part folder that was lost, or those an incomplete merge misses."""
+
+    names: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> "NamedGroups":
+        names = sorted({name.strip() for name in text.split(",") if name.strip()})
+        if not names:
+            raise ValueError(f"--groups must name at least one group (comma-separated, as "
+                             f"--plan prints them), got {text!r}")
+        return cls(tuple(names))
+
+    def __str__(self) -> str:
+        return ",".join(self.names)
+
+    @property
+    def label(self) -> str:
+        return f"groups {', '.join(self.names)}"
+
+    def groups(self, experiment: Experiment) -> tuple[Group, ...]:
+        """The named groups, in the experiment's order."""
+        known = [g.name for g in experiment.groups]
+        unknown = [name for name in self.names if name not in known]
+        if unknown:
+            raise ValueError(f"--groups: experiment {experiment.name!r} has no group(s) "
+                             f"{unknown}; its groups are {known}")
+        return tuple(g for g in experiment.groups if g.name in self.names)
+
+
+def parse_part(text: str) -> Part | NamedGroups:
+    """A part as `sweep.json` saves it: `K/N` or comma-separated group names."""
+    return Part.parse(text) if "/" in text else NamedGroups.parse(text)
+
+
+Selection = Part | NamedGroups | None
+"""The groups of an experiment a sweep runs: a `Part`, `NamedGroups`, or None for all."""
+
+
+def selected_groups(experiment: Experiment, selection: Selection) -> tuple[Group, ...]:
+    """The groups of `selection` in the experiment's order; refuses a part or group the
+    experiment does not have."""
+    return experiment.groups if selection is None else selection.groups(experiment)

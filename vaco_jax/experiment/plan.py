@@ -1,0 +1,230 @@
+"""Plans: an experiment's groups (or a part's) split into batches of runs that fit memory.
+
+A group's runs execute in *batches* of equal size, so every batch reuses the group's single
+compilation. The size is the most runs whose estimated memory fits the device-memory budget
+(and `max_runs_per_batch`), a multiple of the device count (the `Driver` shards runs over
+devices); the last batch is padded with duplicates of its own runs, whose results are dropped.
+Planning traces shapes only: nothing compiles, nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import warnings
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vaco_jax.core.config import Config
+from vaco_jax.experiment.parts import Selection, parse_part, selected_groups
+from vaco_jax.experiment.spec import Experiment, Group, group_steps
+from vaco_jax.run import testbeds
+
+SAFETY_FACTOR = 4.0
+"""Estimated run memory = (train state + one update's rollout) x this: it covers the input and
+output state of a chunk, the phase batch with its shuffled minibatch copies, activations and
+gradients."""
+DEVICE_MEMORY_FRACTION = 0.9
+HOST_MEMORY_FRACTION = 0.5
+PLAN_FILE = "sweep.json"
+"""The file of a sweep folder that saves its plan."""
+
+
+def _nbytes(tree: Any) -> int:
+    return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
+
+
+def run_memory_bytes(config: Config, hparams: Any) -> int:
+    """Estimated device memory of one run (`hparams` unbatched): the train state and one
+    update's collected data, from their abstract shapes (traced, not compiled), times
+    `SAFETY_FACTOR`."""
+    trainer = testbeds.of_config(config).trainer(config)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    state = trainer.state_shapes(key, hparams)
+    _, data = jax.eval_shape(trainer.collect, state, key, hparams)
+    return int(SAFETY_FACTOR * (_nbytes(state) + _nbytes(data)))
+
+
+def _available_host_bytes() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def device_memory_budget(device: jax.Device) -> int:
+    """Bytes one device may give to runs: `DEVICE_MEMORY_FRACTION` of an accelerator's free
+    memory pool; on CPU, `HOST_MEMORY_FRACTION` of the available host memory, shared by the
+    local CPU devices."""
+    stats = device.memory_stats() or {}
+    if "bytes_limit" in stats:
+        return int(DEVICE_MEMORY_FRACTION * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
+    return int(HOST_MEMORY_FRACTION * _available_host_bytes() / jax.local_device_count())
+
+
+def batch_capacity(run_bytes: int, budget_bytes: int, num_devices: int,
+                   max_runs_per_batch: int | None = None) -> int:
+    """Most runs per batch: those fitting each device's budget, capped by `max_runs_per_batch`
+    (rounded down to a multiple of `num_devices`); at least one run per device."""
+    per_device = budget_bytes // max(run_bytes, 1)
+    if per_device < 1:
+        warnings.warn(f"one run needs about {run_bytes / 2**30:.2f} GiB, more than the budget of "
+                      f"{budget_bytes / 2**30:.2f} GiB per device; running one run per device",
+                      stacklevel=2)
+    capacity = max(1, per_device) * num_devices
+    if max_runs_per_batch is not None:
+        capacity = min(capacity, max(1, max_runs_per_batch // num_devices) * num_devices)
+    return capacity
+
+
+def split_runs(num_runs: int, capacity: int, num_devices: int = 1) -> tuple[int, list[list[int]]]:
+    """Splits runs `0..num_runs-1` into the fewest batches of at most `capacity` runs, all of one
+    size (a multiple of `num_devices`, so one compilation serves every batch and each device
+    gets the same share). Returns the size and each batch's runs; the last batch may hold fewer
+    runs than the size, to be padded."""
+    if capacity < num_devices or capacity % num_devices:
+        raise ValueError(f"capacity={capacity} must be a positive multiple of "
+                         f"num_devices={num_devices}")
+    count = math.ceil(num_runs / capacity)
+    size = math.ceil(math.ceil(num_runs / count) / num_devices) * num_devices
+    return size, [list(range(start, min(start + size, num_runs)))
+                  for start in range(0, num_runs, size)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Runs of one group executed together: `runs` index the group's runs; the driver executes
+    `size` runs, `runs` first and then duplicates of them as padding."""
+
+    name: str
+    group: str
+    runs: tuple[int, ...]
+    size: int
+
+    @property
+    def padded(self) -> tuple[int, ...]:
+        return tuple(self.runs[i % len(self.runs)] for i in range(self.size))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """An experiment (or one `part` of it) split into batches; `run_bytes` is the estimate per
+    run of each of its groups."""
+
+    experiment: Experiment
+    batches: tuple[Batch, ...]
+    num_devices: int
+    budget_bytes: int
+    run_bytes: Mapping[str, int]
+    part: Selection = None
+
+    @property
+    def groups(self) -> tuple[Group, ...]:
+        """The groups this plan runs: the experiment's, or its part's."""
+        return selected_groups(self.experiment, self.part)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"experiment": self.experiment.name,
+                "part": None if self.part is None else str(self.part),
+                "num_devices": self.num_devices,
+                "budget_bytes_per_device": self.budget_bytes,
+                "groups": [{"name": g.name, "config": g.config.to_dict(),
+                            "run_bytes": self.run_bytes[g.name],
+                            "runs": [dataclasses.asdict(r) for r in g.runs],
+                            "batches": [dataclasses.asdict(b) for b in self.batches
+                                        if b.group == g.name]}
+                           for g in self.groups]}
+
+    @classmethod
+    def from_json(cls, experiment: Experiment, saved: Mapping[str, Any]) -> "Plan":
+        groups = saved["groups"]
+        part = parse_part(saved["part"]) if saved.get("part") else None
+        expected = selected_groups(experiment, part)
+        if [g["name"] for g in groups] != [g.name for g in expected]:
+            raise ValueError(f"{PLAN_FILE} does not describe the groups of experiment "
+                             f"{experiment.name!r}" + (f", {part.label}" if part else ""))
+        return cls(experiment=experiment, num_devices=saved["num_devices"],
+                   budget_bytes=saved["budget_bytes_per_device"],
+                   run_bytes={g["name"]: g["run_bytes"] for g in groups},
+                   batches=tuple(Batch(name=b["name"], group=b["group"], runs=tuple(b["runs"]),
+                                       size=b["size"])
+                                 for g in groups for b in g["batches"]),
+                   part=part)
+
+
+def make_plan(experiment: Experiment, *, part: Selection = None,
+              max_runs_per_batch: int | None = None, memory_budget: int | None = None,
+              devices: Sequence[jax.Device] | None = None) -> Plan:
+    """Estimates the run memory of each group (of `part`, if given) and splits its runs into
+    equal batches that fit `memory_budget` bytes per device (default: `device_memory_budget`)
+    on `devices` (default: `jax.devices()`). The estimate traces shapes; nothing compiles."""
+    groups = selected_groups(experiment, part)
+    devices = list(jax.devices() if devices is None else devices)
+    budget = memory_budget if memory_budget is not None else device_memory_budget(devices[0])
+    batches, run_bytes, estimates = [], {}, {}
+    for group in groups:
+        # Epochs and minibatches shape neither the train state nor the rollout.
+        shape = group.config.replace(epochs=1, minibatches=1)
+        if shape not in estimates:
+            estimates[shape] = run_memory_bytes(shape, group.run_hparams(0))
+        run_bytes[group.name] = estimates[shape]
+        capacity = batch_capacity(run_bytes[group.name], budget, len(devices), max_runs_per_batch)
+        size, split = split_runs(len(group.runs), capacity, len(devices))
+        batches += [Batch(name=f"{group.name}-{i}", group=group.name, runs=tuple(runs), size=size)
+                    for i, runs in enumerate(split)]
+    return Plan(experiment=experiment, batches=tuple(batches), num_devices=len(devices),
+                budget_bytes=budget, run_bytes=run_bytes, part=part)
+
+
+def _count(number: float) -> str:
+    return f"{number:,.0f}"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def plan_text(plan: Plan, steps_per_second: float | None = None) -> str:
+    """The plan as a table: per group its runs, memory estimate, batches and environment steps;
+    the totals; and the estimated training time at `steps_per_second` (all runs of a batch
+    together): executed steps (padding included) / `steps_per_second`, compilation aside."""
+    experiment = plan.experiment
+    groups = plan.groups
+    scope = (f"{plan.part.label}: {len(groups)} of {len(experiment.groups)} groups"
+             if plan.part else f"{len(groups)} groups")
+    programs = {(plan.experiment.group(b.group).config, b.size) for b in plan.batches}
+    lines = [f"{experiment.name}, {scope}, {len(plan.batches)} batches in {len(programs)} "
+             f"compiled program(s); {plan.num_devices} device(s), memory budget "
+             f"{plan.budget_bytes / 2**30:,.1f} GiB per device",
+             f"{'group':<40} {'runs':>5} {'GiB/run':>8} {'batches':>10} {'env steps':>17}"]
+    steps = executed = 0
+    for group in groups:
+        batches = [b for b in plan.batches if b.group == group.name]
+        steps += group_steps(group)
+        executed += sum(b.size for b in batches) * group_steps(group) // len(group.runs)
+        lines.append(f"{group.name:<40} {len(group.runs):>5} "
+                     f"{plan.run_bytes[group.name] / 2**30:>8.3f} "
+                     f"{f'{len(batches)} x {batches[0].size}':>10} {_count(group_steps(group)):>17}")
+    runs = sum(len(g.runs) for g in groups)
+    lines.append(f"total: {_count(runs)} runs, {_count(steps)} environment steps "
+                 f"({_count(executed)} executed, with batch padding)")
+    if steps_per_second is None:
+        lines.append("estimated time: executed steps / R, where R is the steps/s of a batch's "
+                     "runs together (give --steps-per-second R)")
+    else:
+        lines.append(f"estimated time: {_count(executed)} executed steps / "
+                     f"{_count(steps_per_second)} steps/s = "
+                     f"{_duration(executed / steps_per_second)}, plus compilation (one per "
+                     f"program, each but the first overlapping the previous group's training)")
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+"""The runs table of a sweep and its report.
+
+The runs table has one row per run per evaluation point, with the training metrics averaged
+over the updates since the previous evaluation point, scored by the testbed's score metric
+(`eval_return`, `eval_accuracy`); `report.write_report` turns it into `runs.parquet`,
+`summary.json`, `report.md` and the figures. Only finished batches enter it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from vaco_jax import report
+from vaco_jax.experiment.folder import batch_dir, batch_finished
+from vaco_jax.experiment.plan import Batch, Plan
+from vaco_jax.experiment.spec import Experiment, Group
+from vaco_jax.run.driver import read_status
+
+
+def _coordinates(experiment: Experiment, group: Group, batch: Batch,
+                 status: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per real run of the batch (`run` = its index in the batch's driver)."""
+    cfg = group.config
+    task = experiment.testbed.task(cfg)
+    rows = []
+    for index, run_index in enumerate(batch.runs):
+        run = group.runs[run_index]
+        rows.append({"run": index, "task": task, "algo": cfg.algo, "lag_model": cfg.lag_model,
+                     "lag": run.lag, "epochs": cfg.epochs, "minibatches": cfg.minibatches,
+                     "seed": run.seed, "run_id": run.run_id,
+                     **{f"{report.HP_PREFIX}{n}": run.hparams.get(n, np.nan)
+                        for n in experiment.swept_hparams},
+                     "diverged": bool(status["runs"][index]["diverged"]),
+                     "diverged_at": int(status["runs"][index]["diverged_at"])})
+    return pd.DataFrame(rows)
+
+
+def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFrame | None:
+    """The batch's rows of the runs table, or None before its first chunk finished.
+
+    Evaluation points are update 0 (the initial policy) and every `updates_per_period`-th
+    update; a diverged run keeps its later points, with NaN evaluations.
+    """
+    status = read_status(folder)
+    if status is None:
+        return None
+    group = experiment.group(batch.group)
+    cfg = group.config
+    score, training_metrics = experiment.testbed.score, list(experiment.testbed.training_metrics)
+    per_period = cfg.updates_per_period
+    metrics = pd.read_parquet(folder / "metrics.parquet")
+    metrics = metrics[metrics["run"] < len(batch.runs)].assign(
+        period=lambda m: -(-m["update"] // per_period))
+    training = (metrics[metrics["update"] > 0].groupby(["run", "period"])[training_metrics]
+                .mean().reset_index())
+    coordinates = _coordinates(experiment, group, batch, status)
+    points = pd.DataFrame(
+        [(index, update) for index, diverged in enumerate(coordinates["diverged"])
+         for update in range(0, (cfg.num_updates if diverged else status["updates_done"]) + 1,
+                             per_period)], columns=["run", "update"])
+    table = (points.assign(period=points["update"] // per_period)
+             .merge(metrics[["run", "update", score]], how="left", on=["run", "update"])
+             .merge(training, how="left", on=["run", "period"])
+             .merge(coordinates, how="left", on="run"))
+    table["env_steps"] = table["update"] * cfg.steps_per_update
+    columns = [*report.RUN_COORDINATES, "run_id",
+               *(f"{report.HP_PREFIX}{n}" for n in experiment.swept_hparams),
+               "update", "env_steps", score, *training_metrics, *report.PER_RUN_COLUMNS]
+    return table[columns]
+
+
+def finished_batches_table(experiment: Experiment,
+                           batches: Sequence[tuple[Batch, Path]]) -> pd.DataFrame | None:
+    """The runs table of those `(batch, results folder)` pairs whose batch finished, or None.
+
+    An unfinished batch's runs are left out: scored where they stopped, they would enter the
+    report as runs of the whole length with the final scores of shorter ones.
+    """
+    tables = [batch_table(experiment, batch, folder) for batch, folder in batches
+              if batch_finished(folder)]
+    return pd.concat(tables, ignore_index=True) if tables else None
+
+
+def unfinished_groups(plan: Plan, out_dir: str | os.PathLike) -> list[str]:
+    """The groups of `plan` with a batch not finished in `out_dir`, in plan order."""
+    return list(dict.fromkeys(b.group for b in plan.batches
+                              if not batch_finished(batch_dir(out_dir, b))))
+
+
+def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
+    """The runs table of every finished batch (`report.required_columns` of the testbed's
+    score, `hp_*` for the swept hyper-parameters, and the training metrics)."""
+    table = finished_batches_table(plan.experiment,
+                                   [(b, batch_dir(out_dir, b)) for b in plan.batches])
+    if table is None:
+        raise FileNotFoundError(f"no batch of the sweep in {str(out_dir)!r} has finished yet")
+    return table
+
+
+def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Builds the runs table from the finished batches and writes the report into `out_dir` (a
+    part's report covers its groups only, and an unfinished sweep's its finished batches; the
+    title says so)."""
+    notes = [plan.part.label] if plan.part else []
+    unfinished = unfinished_groups(plan, out_dir)
+    if unfinished:
+        notes.append(f"unfinished: {len(unfinished)} of {len(plan.groups)} groups not finished, "
+                     f"their unfinished batches left out")
+    return write_experiment_report(plan.experiment, runs_table(plan, out_dir), out_dir,
+                                   note="; ".join(notes) or None)
+
+
+def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
+                            out_dir: str | os.PathLike, note: str | None = None) -> dict[str, Any]:
+    """Writes the report of `runs`, a runs table of `experiment`, into `out_dir`; `note` is
+    added to the title in brackets. A task without runs yet (an unfinished or partial sweep)
+    loses its reference score rather than failing the report."""
+    testbed = experiment.testbed
+    present = set(runs["task"])
+    references = {t: r for t, r in experiment.reference_scores.items() if t in present}
+    title = f"{experiment.name}: {experiment.description}" if experiment.description \
+        else experiment.name
+    if note:
+        title = f"{title} ({note})"
+    return report.write_report(runs, out_dir,
+                               score=report.Score(testbed.score, testbed.score_name,
+                                                  testbed.steps_name),
+                               reference_scores=references or None,
+                               focus_algo=experiment.focus_algo, title=title)
+

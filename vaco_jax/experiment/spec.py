@@ -1,0 +1,389 @@
+"""Experiment files: parsing and validating the TOML of an experiment into its groups and runs.
+
+An experiment (see `experiments/README.md`) names a testbed, tasks, algorithms, lag models with
+their levels, forward-lag settings, hyper-parameter grids and seeds. It expands into *groups*,
+one per (task, algorithm, lag model, epochs, minibatches), each one compiled program, and each
+combination of lag level x grid point x seed is one *run* of a group. Everything is validated
+here, before anything compiles, and an error names the offending key and its allowed values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from vaco_jax.core.config import Config
+from vaco_jax.core.policy_buffer import LAG_MODELS
+from vaco_jax.run import testbeds
+from vaco_jax.run.testbeds import Testbed
+
+REFERENCE_KEY = "reference_scores"
+OLD_REFERENCE_KEY = "reference_returns"
+"""The older name of `[reference_scores]`, still read so that experiment files written before
+the rename run unchanged."""
+TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "focus_algo",
+                  "lag", "forward", "config", "hparams", "overrides", REFERENCE_KEY)
+LAG_KEYS = ("model", "levels")
+FORWARD_KEYS = ("epochs", "minibatches")
+OVERRIDE_KEYS = ("forward", "config", "hparams")
+SET_ELSEWHERE = {"testbed": "the top-level testbed key", "algo": "algos",
+                 "lag_model": "[lag] model", "epochs": "[forward] epochs",
+                 "minibatches": "[forward] minibatches"}
+"""Keys a `[config]` table may not set (nor the testbed's task field, which `tasks` sets), and
+where the experiment sets them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run of a group: its seed, lag level and grid point (`hparams`, swept names only)."""
+
+    run_id: str
+    seed: int
+    lag: float
+    hparams: Mapping[str, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Runs sharing one compiled program (`config`); `fixed` holds the hyper-parameters every
+    run shares, `swept` the names of those the runs' grid points set."""
+
+    name: str
+    config: Config
+    fixed: Mapping[str, float]
+    swept: tuple[str, ...]
+    runs: tuple[RunSpec, ...]
+
+    def hparams(self, indices: Sequence[int]) -> Any:
+        """The stacked hyper-parameters of `runs[i]` for each `i` in `indices` (leaves `[R]`)."""
+        runs = [self.runs[i] for i in indices]
+        values = testbeds.of_config(self.config).hparams.create(
+            **self.fixed, lag=[r.lag for r in runs],
+            **{n: [r.hparams[n] for r in runs] for n in self.swept})
+        return jax.tree.map(lambda x: jnp.broadcast_to(x, (len(runs),)), values)
+
+    def run_hparams(self, index: int) -> Any:
+        return jax.tree.map(lambda x: x[0], self.hparams([index]))
+
+
+def group_steps(group: Group) -> int:
+    """Environment steps of all the group's runs."""
+    return len(group.runs) * group.config.num_updates * group.config.steps_per_update
+
+
+def balanced_parts(weights: Sequence[int], count: int) -> list[int]:
+    """The part (0-based) of each item: items in decreasing weight (equal weights in order)
+    each join the part with the least weight so far (the lowest such part), the
+    longest-processing-time rule. Equal weights thus go round-robin; no part's weight exceeds
+    the mean by more than the largest item, and with `count <= len(weights)` none is empty."""
+    loads, owners = [0] * count, [0] * len(weights)
+    for item in sorted(range(len(weights)), key=lambda i: -weights[i]):
+        part = min(range(count), key=lambda p: loads[p])
+        owners[item] = part
+        loads[part] += weights[item]
+    return owners
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    source: str  # the TOML text, kept verbatim in the sweep folder
+    testbed: Testbed
+    focus_algo: str
+    reference_scores: Mapping[str, float]  # per task: its score (return, accuracy) scored 1
+    groups: tuple[Group, ...]
+    _partitions: dict[int, tuple[int, ...]] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
+    def group(self, name: str) -> Group:
+        return next(g for g in self.groups if g.name == name)
+
+    def partition(self, count: int) -> tuple[int, ...]:
+        """The part (0-based) of each group in the split of the groups into `count` parts of
+        about equal environment steps (`balanced_parts`). Computed once per count: the part's
+        check, its plan, its saved plan and its report all ask for it."""
+        if count not in self._partitions:
+            self._partitions[count] = tuple(
+                balanced_parts([group_steps(g) for g in self.groups], count))
+        return self._partitions[count]
+
+    @property
+    def swept_hparams(self) -> tuple[str, ...]:
+        """Every hyper-parameter some group sweeps, in order of appearance (the `hp_*` columns)."""
+        return tuple(dict.fromkeys(n for g in self.groups for n in g.swept))
+
+    @property
+    def num_runs(self) -> int:
+        return sum(len(g.runs) for g in self.groups)
+
+
+@contextlib.contextmanager
+def _context(where: str) -> Iterator[None]:
+    """Prefixes a `ValueError` raised inside with where in the experiment it arose."""
+    try:
+        yield
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+def _check_keys(keys: Iterable[str], allowed: Sequence[str]) -> None:
+    unknown = sorted(set(keys) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; allowed: {list(allowed)}")
+
+
+def _table(spec: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = spec.get(key, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{key} must be a table ([{key}]), got {value!r}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _values(key: str, value: Any, kind: type | None = None,
+            allowed: Sequence[Any] | None = None) -> tuple[Any, ...]:
+    """A scalar or a non-empty list of distinct values as a tuple: numbers, or of type `kind`,
+    and (if given) from `allowed`."""
+    items = tuple(value) if isinstance(value, list) else (value,)
+    check = (lambda v: isinstance(v, kind) and not isinstance(v, bool)) if kind else _is_number
+    if not items or not all(check(v) for v in items):
+        what = kind.__name__ if kind else "number"
+        raise ValueError(f"{key} must be a {what} or a non-empty list of them, got {value!r}")
+    if len(set(items)) != len(items):
+        raise ValueError(f"{key} lists a value twice: {value!r}")
+    if allowed is not None:
+        _check_names(key, items, allowed)
+    return items
+
+
+def _check_names(key: str, names: Sequence[str], allowed: Sequence[str]) -> None:
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise ValueError(f"{key}: unknown value(s) {unknown}; allowed: {', '.join(allowed)}")
+
+
+def _seeds(value: Any) -> tuple[int, ...]:
+    """`seeds = N` means seeds 0..N-1; a list names them."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError(f"seeds must be a positive count or a list of integers, got {value}")
+        return tuple(range(value))
+    if not isinstance(value, list):
+        raise ValueError(f"seeds must be a positive count or a list of integers, got {value!r}")
+    return _values("seeds", value, int)
+
+
+def _hparam_values(table: Mapping[str, Any],
+                   testbed: Testbed) -> dict[str, float | tuple[float, ...]]:
+    """`name = value` (shared by every run) or `name = [values]` (a grid axis)."""
+    if "lag" in table:
+        raise ValueError("lag is set by [lag] levels, not as a hyper-parameter")
+    testbed.hparams.create(**{n: 0.0 for n in table})  # names only: rejects unknown ones
+    return {n: tuple(float(x) for x in _values(n, v)) if isinstance(v, list) else
+            float(_values(n, v)[0]) for n, v in table.items()}
+
+
+def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]:
+    elsewhere = {testbed.task_field: "tasks", **SET_ELSEWHERE}
+    misplaced = {k: elsewhere[k] for k in table if k in elsewhere}
+    if misplaced:
+        raise ValueError("; ".join(f"{k} is set by {where}" for k, where in misplaced.items()))
+    testbed.config.from_dict(table)  # rejects unknown fields, naming the allowed ones
+    return dict(table)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LagSpec:
+    """One `[lag]` entry: a lag model and its levels (each level one lag value of the runs)."""
+
+    model: str
+    levels: tuple[float, ...]
+
+
+def _lag_spec(table: Any) -> _LagSpec:
+    if not isinstance(table, dict):
+        raise ValueError(f"must be a table with keys {list(LAG_KEYS)}, got {table!r}")
+    _check_keys(table, LAG_KEYS)
+    if set(table) != set(LAG_KEYS):
+        raise ValueError(f"needs both {list(LAG_KEYS)}")
+    model = table["model"]
+    if not isinstance(model, str):
+        raise ValueError(f"model must be one lag model name, got {model!r}")
+    _check_names("model", [model], LAG_MODELS)
+    return _LagSpec(model=model, levels=_values("levels", table["levels"]))
+
+
+def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
+    """`[lag]`, one table, or `[[lag]]`, an array of tables of distinct models."""
+    if isinstance(value, dict):
+        with _context("[lag]"):
+            return (_lag_spec(value),)
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"[lag] must be a table ([lag]) or a non-empty array of tables "
+                         f"([[lag]]), got {value!r}")
+    specs = []
+    for index, table in enumerate(value):
+        with _context(f"[lag][{index}]"):
+            specs.append(_lag_spec(table))
+    models = [s.model for s in specs]
+    repeated = sorted({m for m in models if models.count(m) > 1})
+    if repeated:
+        where = "; ".join(f"{m!r} in entries {[i for i, n in enumerate(models) if n == m]}"
+                          for m in repeated)
+        raise ValueError(f"[lag]: each lag model may appear once (list all its levels in one "
+                         f"entry), got {where}")
+    return tuple(specs)
+
+
+def _reference_table(spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The `[reference_scores]` table, or `[reference_returns]` (its older name), with the key it
+    was given under, so that an error names the key the file uses."""
+    if REFERENCE_KEY in spec and OLD_REFERENCE_KEY in spec:
+        raise ValueError(f"[{REFERENCE_KEY}] and [{OLD_REFERENCE_KEY}] are one table "
+                         f"([{OLD_REFERENCE_KEY}] is its older name); give only [{REFERENCE_KEY}]")
+    key = OLD_REFERENCE_KEY if OLD_REFERENCE_KEY in spec else REFERENCE_KEY
+    return key, _table(spec, key)
+
+
+def _forward_values(table: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    _check_keys(table, FORWARD_KEYS)
+    return {k: _values(k, v, int) for k, v in table.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """The view of one (task, algorithm) of an experiment: the shared values with the task's
+    overrides applied, then the algorithm's."""
+
+    testbed: Testbed
+    config: Mapping[str, Any]
+    hparams: Mapping[str, float | tuple[float, ...]]
+    forward: Mapping[str, tuple[int, ...]]
+
+    def forward_variants(self) -> list[tuple[int, int]]:
+        """Every (epochs, minibatches) pair; an unset axis takes the testbed config's default."""
+        defaults = self.testbed.config()
+        return list(itertools.product(self.forward.get("epochs", (defaults.epochs,)),
+                                      self.forward.get("minibatches", (defaults.minibatches,))))
+
+    def overridden(self, override: Mapping[str, Any]) -> "_Settings":
+        _check_keys(override, OVERRIDE_KEYS)
+        config = _config_values(_table(override, "config"), self.testbed)
+        hparams = _hparam_values(_table(override, "hparams"), self.testbed)
+        return _Settings(testbed=self.testbed, config={**self.config, **config},
+                         hparams={**self.hparams, **hparams},
+                         forward={**self.forward, **_forward_values(_table(override, "forward"))})
+
+
+def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
+           lag_specs: tuple[_LagSpec, ...], seeds: tuple[int, ...], settings: _Settings) -> Group:
+    """One group with its runs in the order lag level, grid point, seed (seed varies fastest).
+
+    With several lag models (`lag_specs`) the group's name includes its model, and the shared
+    `lag_probabilities` belong to the `empirical` model's groups only."""
+    model_part = f"-{lag.model}" if len(lag_specs) > 1 else ""
+    name = f"{task}-{algo}{model_part}-e{epochs}m{minibatches}"
+    testbed = settings.testbed
+    shared = dict(settings.config)
+    if lag.model != "empirical" and any(s.model == "empirical" for s in lag_specs):
+        shared.pop("lag_probabilities", None)
+    config = testbed.config.from_dict({**shared, testbed.task_field: task, "algo": algo,
+                                       "lag_model": lag.model, "epochs": epochs,
+                                       "minibatches": minibatches})
+    swept = tuple(n for n, v in settings.hparams.items() if isinstance(v, tuple))
+    fixed = {n: v for n, v in settings.hparams.items() if n not in swept}
+    grid = itertools.product(*(settings.hparams[n] for n in swept))
+    points = itertools.product(lag.levels, grid, seeds)
+    runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=float(level),
+                         hparams=dict(zip(swept, point)))
+                 for i, (level, point, seed) in enumerate(points))
+    group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs)
+    with _context(f"group {name}"):
+        testbed.validate(config, group.hparams(range(len(runs))))
+    return group
+
+
+def parse_experiment(text: str, name: str = "experiment") -> Experiment:
+    """Parses and fully validates an experiment (no compilation); `name` is the default name.
+
+    Raises `ValueError` naming the offending key and its allowed values.
+    """
+    with _context(f"experiment {name!r}"):
+        try:
+            spec = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"not valid TOML: {error}") from None
+        _check_keys([k for k in spec if k != OLD_REFERENCE_KEY], TOP_LEVEL_KEYS)
+        missing = [k for k in ("tasks", "algos", "seeds", "lag") if k not in spec]
+        if missing:
+            raise ValueError(f"missing required key(s) {missing}")
+    name = spec.get("name", name)
+    with _context(f"experiment {name!r}"):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        testbed = testbeds.named(_values("testbed", spec.get("testbed", "control"), str)[0])
+        tasks = _values("tasks", spec["tasks"], str, testbed.tasks)
+        algos = _values("algos", spec["algos"], str, testbed.algorithms)
+        seeds = _seeds(spec["seeds"])
+        focus_algo = spec.get("focus_algo", "vaco" if "vaco" in algos else algos[0])
+        _values("focus_algo", focus_algo, str, algos)
+        lag_specs = _lag_specs(spec["lag"])
+        reference_key, references = _reference_table(spec)
+        with _context(f"[{reference_key}]"):
+            _check_names("task", list(references), tasks)
+            reference_scores = {t: float(_values(t, v)[0]) for t, v in references.items()}
+        with _context("[config]"):
+            config = _config_values(_table(spec, "config"), testbed)
+        with _context("[hparams]"):
+            hparams = _hparam_values(_table(spec, "hparams"), testbed)
+        with _context("[forward]"):
+            forward = _forward_values(_table(spec, "forward"))
+        shared = _Settings(testbed=testbed, config=config, hparams=hparams, forward=forward)
+        overrides = _table(spec, "overrides")
+        with _context("[overrides]"):
+            _check_names("task or algorithm", list(overrides), tasks + algos)
+        settings = {}
+        for task in tasks:
+            with _context(f"[overrides.{task}]"):
+                per_task = shared.overridden(_table(overrides, task))
+            for algo in algos:
+                with _context(f"[overrides.{algo}]"):
+                    settings[task, algo] = per_task.overridden(_table(overrides, algo))
+        groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, seeds,
+                              settings[task, algo])
+                       for task in tasks for algo in algos for lag in lag_specs
+                       for epochs, minibatches in settings[task, algo].forward_variants())
+    return Experiment(name=name, description=str(spec.get("description", "")), source=text,
+                      testbed=testbed, focus_algo=focus_algo,
+                      reference_scores=reference_scores, groups=groups)
+
+
+def load_experiment(path: str | os.PathLike) -> Experiment:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"experiment file {str(path)!r} does not exist")
+    return parse_experiment(path.read_text(encoding="utf-8"), name=path.stem)
+
+
+def _read_as_now(source: str) -> dict[str, Any]:
+    """The parsed TOML of an experiment file, an older key under its name now."""
+    return {REFERENCE_KEY if key == OLD_REFERENCE_KEY else key: value
+            for key, value in tomllib.loads(source).items()}
+
+
+def same_experiment(a: Experiment, b: Experiment) -> bool:
+    """Whether two experiment files say the same thing (parsed TOML; comments, layout and the
+    older name of a key aside), so a sweep started before a key's rename resumes and merges."""
+    return _read_as_now(a.source) == _read_as_now(b.source)

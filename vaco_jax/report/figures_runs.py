@@ -1,0 +1,236 @@
+"""The report's figures of single runs: over training, against the forward setting, and
+against the off-policyness each run measured.
+
+Summaries against the lag level hide what happens within a run (a collapse, an ESS that falls
+first) and across lag models whose levels mean different things; these figures show each run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from vaco_jax.report.cells import CONFIDENCE
+from vaco_jax.report.figures import Skipped, error_bars, new_figure, shared_legend, variant_colours
+from vaco_jax.report.metrics import FRACTION_METRICS, OFF_POLICY_METRICS, summary_column
+from vaco_jax.report.runs_table import Score, variant_names
+
+STALENESS_METRICS = {"ess_ratio": "ESS ratio", "grad_norm": "gradient norm (log)"}
+"""Per-update metrics drawn over training beside the score, per run, if present."""
+LOG_SCALE_METRICS = ("grad_norm",)
+EVENT_MARKERS = {
+    "collapse": ("evaluated_score", "collapse_env_steps", "score", "x"),
+    "ESS warning (drop rule)": ("ess_ratio", "drop_warning_env_steps", "ess_ratio", "v"),
+}
+"""Marker key -> (column of the panel row's run lines, event column of
+``collapse.run_events``, column of the marked value, marker) of each run's marked events."""
+OFF_POLICY_AXES = ("tv_backward", "behaviour_kl", "version_gap_mean")
+"""Metrics on the x axes of the score-against-off-policyness figure."""
+
+
+# ---------------------------------------------------------------- over training
+
+
+def _runs_as_one_line(rows: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """x (env steps) and y of every run of ``rows`` in turn, NaN-separated: one plot call."""
+    xs, ys = [], []
+    for _, run in rows.groupby("run_id", sort=False):
+        xs += [run["env_steps"].to_numpy(dtype=float), [np.nan]]
+        ys += [run[column].to_numpy(dtype=float), [np.nan]]
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def _event_points(
+    table: pd.DataFrame, events: pd.DataFrame, steps_column: str, value_column: str
+) -> pd.DataFrame:
+    """Per run of ``table`` with an event at ``events[steps_column]``: its ``variant``,
+    ``env_steps`` and ``value``, its ``value_column`` there."""
+    at = events[steps_column].dropna().rename("env_steps").rename_axis("run_id").reset_index()
+    values = table[["run_id", "variant", "env_steps", value_column]].astype({"env_steps": float})
+    return at.merge(values, on=["run_id", "env_steps"]).rename(columns={value_column: "value"})
+
+
+def _staleness_rows(table: pd.DataFrame, score: Score) -> dict[str, tuple[str, str]]:
+    """Panel row -> (column of the per-run lines, column of the median line): the score
+    (runs left NaN after diverging, the median over runs carried forward), then each finite
+    ``STALENESS_METRICS`` column."""
+    present = [m for m in STALENESS_METRICS if m in table.columns and table[m].notna().any()]
+    return {f"normalised {score.name}": ("evaluated_score", "score")} | {
+        STALENESS_METRICS[m]: (m, m) for m in present
+    }
+
+
+def _mark_events(
+    ax: Axes, rows: pd.DataFrame, events: pd.DataFrame | None, run_column: str,
+    colours: Mapping[str, Any],
+) -> None:
+    for label, (row_column, steps_column, value_column, marker) in EVENT_MARKERS.items():
+        if events is None or row_column != run_column:
+            continue
+        points = _event_points(rows, events, steps_column, value_column)
+        ax.scatter(
+            points["env_steps"], points["value"], marker=marker, s=28, zorder=3,
+            color=[colours[v] for v in points["variant"]],
+        )
+        ax.scatter([], [], marker=marker, color="grey", label=label)
+
+
+def _staleness_panel(
+    ax: Axes, at_lag: pd.DataFrame, events: pd.DataFrame | None, columns: tuple[str, str],
+    colours: Mapping[str, Any],
+) -> None:
+    """Each run's line (thin) and the median over runs (thick) of each variant at one lag."""
+    run_column, median_column = columns
+    for variant, runs in at_lag.groupby("variant", sort=True):
+        ax.plot(*_runs_as_one_line(runs, run_column), color=colours[variant], lw=0.6, alpha=0.3)
+        median = runs.groupby("env_steps")[median_column].median()
+        ax.plot(median.index, median.to_numpy(), color=colours[variant], lw=2, label=variant)
+    _mark_events(ax, at_lag, events, run_column, colours)
+    if run_column in LOG_SCALE_METRICS:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+
+
+def figure_staleness(
+    table: pd.DataFrame,
+    events: pd.DataFrame | None,
+    colours: Mapping[str, Any],
+    lags: Sequence[float],
+    score: Score,
+) -> Figure | Skipped:
+    rows = _staleness_rows(table, score)
+    if len(rows) == 1:
+        return Skipped(f"the runs table has no finite {' or '.join(STALENESS_METRICS)}")
+    figure, axes = new_figure(
+        len(rows) * len(lags), panel_size=(4.2, 2.8), max_cols=len(lags), sharex=True,
+        sharey="row",
+    )
+    grid = np.array(axes, dtype=object).reshape(len(rows), len(lags))
+    for row_axes, (label, columns) in zip(grid, rows.items()):
+        for ax, lag in zip(row_axes, lags):
+            _staleness_panel(ax, table[table["lag"] == lag], events, columns, colours)
+        row_axes[0].set_ylabel(label)
+    for ax, lag in zip(grid[0], lags):
+        ax.set_title(f"lag {lag:g}")
+    for ax in grid[-1]:
+        ax.set_xlabel(score.steps)
+    figure.suptitle("Over training: each run (thin) and the median over runs (thick)")
+    shared_legend(figure, axes, [*colours, *EVENT_MARKERS])
+    return figure
+
+
+# ---------------------------------------------------------------- forward lag
+
+
+def _forward_settings(run_table: pd.DataFrame) -> pd.DataFrame:
+    """Per variant (index): ``line``, its name without epochs and minibatches (the variants
+    that differ only in those are one line), and its ``epochs`` and ``minibatches``."""
+    first = run_table.drop_duplicates("variant").reset_index(drop=True)
+    lines = variant_names(first.assign(epochs=0, minibatches=0))
+    return pd.DataFrame(
+        {"line": lines.to_numpy(), "epochs": first["epochs"].to_numpy(),
+         "minibatches": first["minibatches"].to_numpy()},
+        index=first["variant"].to_numpy(),
+    )
+
+
+def figure_forward_lag(
+    cell_summaries: Sequence[Mapping[str, Any]],
+    fraction_means: pd.DataFrame,
+    run_table: pd.DataFrame,
+    lags: Sequence[float],
+) -> Figure | Skipped:
+    settings = _forward_settings(run_table)
+    combos = sorted(
+        set(zip(settings["epochs"], settings["minibatches"])), key=lambda c: (c[0] * c[1], c[0])
+    )
+    if len(combos) < 2:
+        return Skipped("every run takes the same epochs x minibatches")
+    position = {combo: i for i, combo in enumerate(combos)}
+
+    def exact(value: float) -> dict[str, float]:
+        return {"point": value, "low": value, "high": value}
+
+    # Each panel: (variant, lag) -> interval; the score's is its IQM's, the means have none.
+    panels: dict[str, dict[tuple[str, float], Mapping[str, float]]] = {
+        "IQM of normalised final score": {(s["variant"], s["lag"]): s["iqm"] for s in cell_summaries}
+    }
+    for metric in ("clip_fraction", "filter_fraction"):
+        if metric in fraction_means.columns and fraction_means[metric].notna().any():
+            panels[f"{FRACTION_METRICS[metric]} (mean over runs and training)"] = {
+                key: exact(value) for key, value in fraction_means[metric].dropna().items()
+            }
+    tv_forward = summary_column("tv_forward", "mean")
+    if tv_forward in run_table.columns and run_table[tv_forward].notna().any():
+        means = run_table.groupby(["variant", "lag"])[tv_forward].mean().dropna()
+        panels["Forward TV (mean over runs and updates)"] = {
+            key: exact(value) for key, value in means.items()
+        }
+
+    def label(line: str, lag: float) -> str:
+        return line if len(lags) == 1 else f"{line}, lag {lag:g}"
+
+    labels = sorted({label(settings.at[v, "line"], lag) for v, lag in panels[next(iter(panels))]})
+    line_colours = variant_colours(labels)
+    figure, axes = new_figure(len(panels), max_cols=2)
+    for ax, (title, values) in zip(axes, panels.items()):
+        lines: dict[str, list[tuple[int, Mapping[str, float]]]] = {}
+        for (variant, lag), interval in values.items():
+            row = settings.loc[variant]
+            lines.setdefault(label(row["line"], lag), []).append(
+                (position[(row["epochs"], row["minibatches"])], interval)
+            )
+        for i, name in enumerate(labels):
+            if name not in lines:
+                continue
+            at, intervals = zip(*sorted(lines[name], key=lambda p: p[0]))
+            point, error = error_bars(intervals)
+            # Shifted sideways a little per line so that error bars at one setting do not overlap.
+            x = np.array(at) + 0.04 * (i - (len(labels) - 1) / 2)
+            ax.errorbar(x, point, yerr=error, marker="o", capsize=3, color=line_colours[name],
+                        label=name)
+        ax.set_title(title)
+        ax.set_xticks(range(len(combos)), [f"{e}x{m} ({e * m})" for e, m in combos])
+        ax.set_xlabel("epochs x minibatches (gradient steps per batch)")
+        ax.grid(alpha=0.3)
+    figure.suptitle(
+        f"Against forward lag: final score ({CONFIDENCE:.0%} stratified bootstrap CIs), "
+        "clip and filter fractions, forward TV"
+    )
+    shared_legend(figure, axes, labels)
+    return figure
+
+
+# ---------------------------------------------------------------- measured off-policyness
+
+
+def figure_off_policy(
+    run_table: pd.DataFrame, colours: Mapping[str, Any], lags: Sequence[float]
+) -> Figure | Skipped:
+    means = {m: summary_column(m, "mean") for m in OFF_POLICY_AXES}
+    drawn = [m for m, c in means.items() if c in run_table.columns and run_table[c].notna().any()]
+    if not drawn:
+        return Skipped(f"the runs table has no finite {' or '.join(OFF_POLICY_AXES)}")
+    markers = dict(zip(lags, itertools.cycle("os^Dv<>p*")))
+    figure, axes = new_figure(len(drawn), max_cols=2, sharey=True)
+    for ax, metric in zip(axes, drawn):
+        for (variant, lag), runs in run_table.groupby(["variant", "lag"], sort=True):
+            ax.scatter(
+                runs[means[metric]], runs["final_score"], color=colours[variant],
+                marker=markers[lag], alpha=0.8, label=variant,
+            )
+        ax.set_xlabel(f"{OFF_POLICY_METRICS[metric]} (run mean over updates)")
+        ax.set_title(f"Final score against measured {OFF_POLICY_METRICS[metric]}")
+    axes[0].set_ylabel("final normalised score")
+    lag_labels = [f"lag {lag:g}" for lag in lags]
+    for lag, label in zip(lags, lag_labels):  # marker key: empty grey series
+        axes[0].scatter([], [], color="grey", marker=markers[lag], label=label)
+    figure.suptitle("Final score per run against measured off-policyness")
+    shared_legend(figure, axes, [*colours, *lag_labels])
+    return figure
