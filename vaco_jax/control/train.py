@@ -2,8 +2,9 @@
 
 `make_train(config)` returns `train(key, hparams) -> (state, metrics)`, one pure function whose
 loops are all `lax.scan`s, safe under `jax.jit(jax.vmap(train))` over seeds and any leaf of
-`ControlHParams`. `ControlTrainer` exposes the same program in pieces (`init`, `run`, `evaluate`) for the
-chunked driver, which checkpoints between chunks.
+`ControlHParams`. `ControlTrainer` exposes the same program in pieces (the contract of
+`vaco_jax.core.trainer.Trainer`: `init`, `collect`, `update`, `evaluate`, `run`) for the chunked
+driver, which checkpoints between chunks.
 
 One update = one rollout of `rollout_length` steps in each of `num_envs` environments, each
 acting with its own behaviour policy from the policy buffer, followed by one optimisation phase
@@ -121,7 +122,7 @@ class ControlTrainer(Trainer):
     def gradient_clip(self, hp: ControlHParams) -> optax.GradientTransformation:
         if self.config.grad_clip == "per_network":
             return losses.clip_by_global_norm_per_subtree(hp.max_grad_norm)
-        return optax.clip_by_global_norm(hp.max_grad_norm)
+        return super().gradient_clip(hp)
 
     def init(self, key: jax.Array, hp: ControlHParams) -> ControlState:
         cfg = self.config
