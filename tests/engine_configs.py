@@ -6,3 +6,35 @@ TOY = ControlConfig(env="toy_reach", algo="ppo", num_envs=8, rollout_length=16,
                   total_steps=8 * 16 * 4, epochs=2, minibatches=2, buffer_capacity=4,
                   lag_model="uniform", episode_length=40, eval_every=2, num_eval_envs=4,
                   actor_hidden=(16,), critic_hidden=(16,))
+
+TOY_EXPERIMENT = """\
+name = "toy"
+description = "tiny toy sweep"
+tasks = ["toy_reach"]
+algos = ["vaco"]
+seeds = 2
+
+[lag]
+model = "uniform"
+levels = [0, 2]
+
+[forward]
+epochs = 2
+minibatches = 2
+
+[config]
+num_envs = 8
+rollout_length = 16
+total_steps = 512
+buffer_capacity = 4
+episode_length = 40
+eval_every = 2
+num_eval_envs = 4
+actor_hidden = [16]
+critic_hidden = [16]
+
+[hparams]
+learning_rate = 1e-3
+tv_delta = [0.1, 0.3]
+"""
+"""The text of a tiny sweep on `toy_reach`: one group of 8 runs."""

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import jax
@@ -17,45 +18,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from engine_configs import TOY_EXPERIMENT as TOY
 from vaco_jax import cli
 from vaco_jax import report
 from vaco_jax import experiment as sweep
 from vaco_jax.experiment import execute
-from vaco_jax.run import testbeds
+from vaco_jax.run import memory, testbeds
 from vaco_jax.control.config import ControlHParams
 from vaco_jax.tokens.algorithms import ALGORITHMS as TOKEN_ALGORITHMS
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-TOY = """\
-name = "toy"
-description = "tiny toy sweep"
-tasks = ["toy_reach"]
-algos = ["vaco"]
-seeds = 2
-
-[lag]
-model = "uniform"
-levels = [0, 2]
-
-[forward]
-epochs = 2
-minibatches = 2
-
-[config]
-num_envs = 8
-rollout_length = 16
-total_steps = 512
-buffer_capacity = 4
-episode_length = 40
-eval_every = 2
-num_eval_envs = 4
-actor_hidden = [16]
-critic_hidden = [16]
-
-[hparams]
-learning_rate = 1e-3
-tv_delta = [0.1, 0.3]
-"""
 BATCH = 4  # 8 runs (2 lags x 2 thresholds x 2 seeds) in two batches
 
 
@@ -178,6 +150,11 @@ def test_named_experiments_cover_what_they_promise(named):
     ("seeds = 2", 'seeds = 2\ntestbed = "tokens"',
      r"tasks: unknown value\(s\) \['toy_reach'\]; allowed: add, sort, chain"),
     ("[config]", '[config]\ntestbed = "tokens"', "testbed is set by the top-level testbed key"),
+    ("seeds = 2", "seeds = 100_000_000", r"seeds = 100,000,000 is more than an experiment's "
+                                         r"limit of 100,000 runs \(MAX_RUNS\); give fewer seeds"),
+    ("seeds = 2", "seeds = 30_000",  # x 2 lag levels x 2 grid points
+     r"expands into 120,000 runs \(tasks x algos x lag levels x grid points x seeds x forward "
+     r"variants\), more than the limit of 100,000 \(MAX_RUNS\)"),
 ])
 def test_bad_experiments_are_rejected_naming_the_key(monkeypatch, old, new, message):
     def no_compilation(*args, **kwargs):
@@ -264,8 +241,21 @@ def test_batch_capacity_from_a_memory_budget():
     assert sweep.batch_capacity(100, 350, 1, max_runs_per_batch=2) == 2
     assert sweep.batch_capacity(100, 350, 2) == 6  # the budget is per device
     assert sweep.batch_capacity(100, 350, 2, max_runs_per_batch=5) == 4  # a multiple of 2
-    with pytest.warns(UserWarning, match="more than the budget"):
-        assert sweep.batch_capacity(100, 50, 2) == 2
+    # All of a batch's runs share the host budget: a batch shrinks to fit it.
+    assert sweep.batch_capacity(100, 1000, 2, host_run_bytes=10, host_budget_bytes=45) == 4
+
+
+@pytest.mark.parametrize("host, message", [
+    ({}, r"^one run needs about 100 B of device memory, more than the budget of 50 B per "
+         r"device; lower the run's size, or raise --memory-budget$"),
+    ({"host_run_bytes": 10, "host_budget_bytes": 15},
+     r"^2 runs need about 20 B of host memory \(10 B each\) for their metrics and checkpoints, "
+     r"more than the host budget of 15 B \(50% of the available host memory\); lower the "
+     r"run's size$"),
+])
+def test_batch_capacity_refuses_runs_of_which_one_per_device_does_not_fit(host, message):
+    with pytest.raises(ValueError, match=message):
+        sweep.batch_capacity(100, 50 if not host else 1000, 2, **host)
 
 
 @pytest.mark.parametrize("num_runs, capacity, devices, size, batches", [
@@ -284,8 +274,8 @@ def test_split_runs_into_equal_batches(num_runs, capacity, devices, size, batche
 
 def test_plan_splits_groups_by_the_memory_budget():
     experiment = sweep.parse_experiment(TOY)
-    run_bytes = sweep.run_memory_bytes(experiment.groups[0].config,
-                                       experiment.groups[0].run_hparams(0))
+    run_bytes = memory.run_memory(experiment.groups[0].config,
+                                  experiment.groups[0].run_hparams(0)).device
     assert run_bytes > 0
     plan = sweep.make_plan(experiment, memory_budget=int(3.5 * run_bytes),
                            devices=jax.devices()[:1])
@@ -293,6 +283,40 @@ def test_plan_splits_groups_by_the_memory_budget():
     assert {b.size for b in plan.batches} == {3}
     assert plan.batches[-1].padded == (6, 7, 6)
     assert plan.run_bytes == {experiment.groups[0].name: run_bytes}
+
+
+def test_plan_shrinks_batches_to_the_host_budget(monkeypatch):
+    experiment = sweep.parse_experiment(TOY)
+    host = memory.run_memory(experiment.groups[0].config,
+                             experiment.groups[0].run_hparams(0)).host
+    monkeypatch.setattr(memory, "_available_host_bytes", lambda: int(5 * host))  # 2 runs fit
+    plan = sweep.make_plan(experiment, memory_budget=2**40, devices=jax.devices()[:1])
+    assert [b.runs for b in plan.batches] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+
+
+HUGE = TOY.replace("num_envs = 8", "num_envs = 100_000_000").replace(
+    "total_steps = 512", "total_steps = 6_400_000_000")
+
+
+def test_plan_refuses_a_group_of_which_one_run_does_not_fit_a_device():
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"^group toy_reach-vaco-e2m2: one run needs about "
+                                         r"[\d,.]+ GiB of device memory, more than the budget of "
+                                         r"1.0 GiB per device; lower the run's size \(num_envs, "
+                                         r"rollout_length, .*\), or raise --memory-budget$"):
+        sweep.make_plan(sweep.parse_experiment(HUGE), memory_budget=2**30)
+    assert time.perf_counter() - start < 10  # shapes are traced, nothing is allocated
+
+
+@pytest.mark.parametrize("plan", [True, False], ids=["plan", "run"])
+def test_cli_sweep_refuses_runs_too_large_writing_nothing(tmp_path, capsys, plan):
+    (tmp_path / "huge.toml").write_text(HUGE)
+    out = tmp_path / "sweep"
+    args = ["sweep", str(tmp_path / "huge.toml"), "--memory-budget", "1", "--no-progress",
+            *(["--plan"] if plan else ["--out", str(out)])]
+    assert cli.main(args) == 2
+    assert "more than the budget of 1.0 GiB per device" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.toml"]
 
 
 # ---------------------------------------------------------------- running

@@ -8,7 +8,8 @@ import jax
 import pandas as pd
 import pytest
 
-from test_sweep import EXPERIMENTS, TOY
+from engine_configs import TOY_EXPERIMENT as TOY
+from test_sweep import EXPERIMENTS
 from test_sweep_parts import whole_and_parts
 from vaco_jax import cli
 from vaco_jax import experiment as sweep

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from test_sweep import BATCH, TOY
+from engine_configs import TOY_EXPERIMENT as TOY
+from test_sweep import BATCH
 from vaco_jax import cli
 from vaco_jax import experiment as sweep
 from vaco_jax.cli import sweep as sweep_cli

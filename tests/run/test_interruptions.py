@@ -8,18 +8,17 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from engine_configs import TOY_EXPERIMENT as TOY
+from processes import vaco_command, vaco_env
 from vaco_jax import cli
-from vaco_jax.run.signals import FAULT_ENV
 
 pytestmark = pytest.mark.slow  # fault injection and resume on whole runs, subprocesses included
 
-ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--env", "toy_reach", "--algo", "vaco", "--lag", "uniform:3", "--seeds", "2",
         "--total-steps", "1024", "--num-envs", "8", "--rollout-length", "16", "--epochs", "2",
         "--minibatches", "2", "--buffer-capacity", "4", "--episode-length", "40",
@@ -34,14 +33,8 @@ def compilation_cache(tmp_path_factory) -> Path:
 
 
 def vaco(cache: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
-    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
-    env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    if fault is not None:
-        env[FAULT_ENV] = fault
-    return subprocess.run([sys.executable, "-m", "vaco_jax.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(vaco_command(*args), env=vaco_env(cache, fault), capture_output=True,
+                          text=True, timeout=600)
 
 
 def metrics(out: Path) -> pd.DataFrame:
@@ -96,8 +89,6 @@ def test_resume_with_a_chunk_length_that_does_not_divide_the_rest(reference, tmp
 
 def test_sweep_killed_mid_batch_and_in_a_checkpoint_write_resumes_bit_identical(
         compilation_cache, tmp_path):
-    from test_sweep import TOY
-
     experiment = tmp_path / "toy.toml"
     experiment.write_text(TOY)
     reference, out = tmp_path / "reference", tmp_path / "sweep"
@@ -121,7 +112,10 @@ def test_overwrite_then_resume_never_restores_the_old_run(reference, tmp_path, c
     shutil.copytree(reference, out)
     (out / "notes.txt").write_text("mine")
     shorter = [*ARGS, "--total-steps", "512", "--seed-offset", "5"]  # two periods
-    assert cli.main(["train", *shorter, "--out", str(out), "--overwrite"]) == 0
+    assert cli.main(["train", *shorter, "--out", str(out), "--overwrite"]) == 2
+    assert "holds 'notes.txt', which vaco_jax did not write" in capsys.readouterr().err
+    assert cli.main(["train", *shorter, "--out", str(out), "--overwrite", "--keep",
+                     "notes.txt"]) == 0
     fresh = metrics(out)
     assert checkpoint_steps(out) == ["1", "2"] and (out / "notes.txt").read_text() == "mine"
     assert cli.main(["train", "--resume", str(out), "--no-progress"]) == 0
@@ -181,8 +175,6 @@ def test_unreadable_run_files_are_named_in_one_line(reference, tmp_path, capsys,
 
 
 def test_unreadable_sweep_files_are_named_in_one_line(tmp_path, capsys):
-    from test_sweep import TOY
-
     experiment = tmp_path / "toy.toml"
     experiment.write_text(TOY)
     out = tmp_path / "sweep"
@@ -199,7 +191,13 @@ def test_unreadable_sweep_files_are_named_in_one_line(tmp_path, capsys):
     (out / "sweep.json").write_text("{")
     assert cli.main(["sweep", "--out", str(out), "--resume", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert f"cannot read {str(out / 'sweep.json')!r}" in err and "--overwrite" in err
+    assert f"cannot read {str(out / 'sweep.json')!r}" in err
+    assert f"its finished batches are kept if the sweep is planned again: vaco-jax sweep --resume " \
+           f"--replan --out {out}" in err
+    batches = sorted(p.name for p in (out / "runs").iterdir())
+    assert cli.main(["sweep", "--out", str(out), "--resume", "--replan", "--no-progress"]) == 0
+    assert sorted(p.name for p in (out / "runs").iterdir()) == batches  # the same batches, kept
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "runs.parquet"), expected)
 
 
 def test_hparam_lag_is_refused_naming_lag(capsys):

@@ -7,14 +7,20 @@ hyper-parameters, the driver, the experiment runner, the report writer).
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import signal
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from vaco_jax.cli import common
 from vaco_jax.cli import sweep as sweep_cli
 from vaco_jax.cli import tokens as tokens_cli
 from vaco_jax.cli import train as train_cli
-from vaco_jax.run.driver import Interrupted
+from vaco_jax.experiment.execute import background_work
+from vaco_jax.experiment.plan import PLAN_FILE
+from vaco_jax.run import signals
 
 TRAINING_COMMANDS = {
     "train": (train_cli, "train one algorithm on one task over vmapped seeds"),
@@ -31,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         module.add_arguments(p)
         common.add_run_arguments(p, out=module.OUT)
+        p.set_defaults(parser=p)  # its defaults tell which flags a resume would ignore
     sweep_cli.add_parsers(subparsers)
     return parser
 
@@ -41,18 +48,59 @@ def _run(args) -> int:
     return {"sweep": sweep_cli.run_sweep, "report": sweep_cli.run_report}[args.command](args)
 
 
+def _continue_command(args) -> str | None:
+    """The command that continues this command's work, if its folder holds any to continue."""
+    if args.command == "sweep":
+        out = args.out
+        command = f"vaco-jax sweep --resume --out {shlex.quote(str(out))}" if out else None
+        return command if out and (Path(out) / PLAN_FILE).is_file() else None
+    if args.command == "report":
+        return None
+    out = args.resume or args.out
+    return (f"vaco-jax {args.command} --resume {shlex.quote(str(out))}"
+            if (Path(out) / "config.json").is_file() else None)
+
+
+def _stopped(args, signum: int) -> str:
+    """What a command that a signal stops at once (outside a run's chunks) says."""
+    follow = _continue_command(args)
+    return (f"vaco-jax {args.command}: stopped by {signal.Signals(signum).name}; every file "
+            f"written so far is complete (each is written atomically)"
+            + (f"; continue with: {follow}" if follow else ""))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs a command; its exit status: 0 done, 2 refused input, 1 another error (a full disk),
+    128 + the signal's number when SIGINT (130) or SIGTERM (143) stopped it."""
     args = _parser().parse_args(argv)
-    try:
-        return _run(args)
-    except (ValueError, FileExistsError, FileNotFoundError) as error:
-        print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
-        return 2
-    except Interrupted as stop:
-        resume = (f"vaco-jax sweep --resume --out {args.out}" if args.command == "sweep"
-                  else f"vaco-jax {args.command} --resume {args.resume or args.out}")
-        print(f"vaco-jax {args.command}: {stop}; continue with: {resume}", file=sys.stderr)
-        return 128 + stop.signum
-    except OSError as error:  # a full disk, among others
-        print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
-        return 1
+    with signals.exit_on_signals(lambda signum: _stopped(args, signum)):
+        try:
+            code = _run(args)
+        except (ValueError, FileExistsError, FileNotFoundError) as error:
+            print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
+            return 2
+        except signals.Interrupted as stop:
+            follow = _continue_command(args)
+            print(f"vaco-jax {args.command}: {stop}"
+                  + (f"; continue with: {follow}" if follow else ""), file=sys.stderr)
+            return 128 + stop.signum
+        except OSError as error:  # a full disk, among others
+            print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
+            return 1
+        signum = signals.requested()
+        if signum is not None:  # it arrived when nothing was left to stop
+            print(f"vaco-jax {args.command}: {signal.Signals(signum).name} arrived after the "
+                  f"last chunk; the work is complete", file=sys.stderr)
+            return 128 + signum
+        return code
+
+
+def entry() -> None:
+    """The `vaco-jax` program: `main`, then an exit that a background compilation cannot
+    turn into an abort."""
+    code = main()
+    if background_work():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -1,5 +1,3 @@
-import sys
+from vaco_jax.cli import entry
 
-from vaco_jax.cli import main
-
-sys.exit(main())
+entry()

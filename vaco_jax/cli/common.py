@@ -4,13 +4,14 @@ parsers, the run flags the driver serves, and running or resuming a run with its
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 import numpy as np
 
 from vaco_jax.core.config import Config
 from vaco_jax.core.policy_buffer import LAG_MODELS
-from vaco_jax.run import driver, io, testbeds
+from vaco_jax.run import driver, io, memory, testbeds
 
 
 def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
@@ -55,9 +56,27 @@ def hparam_type(hparams: type) -> Any:
     return parse
 
 
+def memory_budget_gib(text: str) -> float:
+    """`--memory-budget GIB`: a positive, finite number of GiB (a budget of 0 fits nothing)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of GiB, got {text!r}")
+    return value
+
+
+def add_memory_budget(p: argparse.ArgumentParser) -> None:
+    """`--memory-budget GIB`, shared by the training commands and `sweep`."""
+    p.add_argument("--memory-budget", type=memory_budget_gib, default=None, metavar="GIB",
+                   help="device memory per device for runs, GiB; default: 90%% of an "
+                        "accelerator's free memory, or half the available host memory on CPU")
+
+
 def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
     """The flags of a training command that the driver serves, whatever the testbed: seeds,
-    output folder, checkpoints, resume and progress."""
+    output folder, checkpoints, resume, progress and the memory budget a new run must fit."""
     p.add_argument("--seeds", type=int, default=2,
                    help="number of vmapped seeds (from --seed-offset on)")
     p.add_argument("--seed-offset", type=int, default=0, help="first seed")
@@ -67,20 +86,52 @@ def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
                    help="newest checkpoints kept (default 2; a resumed run keeps its own)")
     p.add_argument("--out", default=out, help="output folder")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace the run in an existing output folder (other files are kept)")
+                   help="replace the run in an existing output folder: removes exactly what "
+                        "vaco-jax wrote there, refusing a folder that holds other files")
+    p.add_argument("--keep", metavar="PATH", action="append", default=[],
+                   help="with --overwrite: a file or folder of the output folder that vaco-jax "
+                        "did not write, left in place (repeatable)")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the interrupted run in DIR from its newest intact checkpoint, "
-                        "with the settings saved there (any testbed's run)")
+                        "with the settings saved there (any testbed's run; only "
+                        "--chunk-periods, --keep-checkpoints and --no-progress may be given "
+                        "with it); a finished run's results are rewritten from its checkpoint")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_memory_budget(p)
+
+
+RESUME_FLAGS = ("chunk_periods", "keep_checkpoints", "no_progress")
+"""The run flags a resumed run applies; it takes every other setting from its folder."""
+
+
+def _check_run_flags(args) -> None:
+    """Refuses, before anything is built or written, run flags out of range and flags that a
+    resume would ignore."""
+    for flag, value in (("--seeds", args.seeds), ("--chunk-periods", args.chunk_periods),
+                        ("--keep-checkpoints", args.keep_checkpoints)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be a positive integer, got {value}")
+    if not 0 <= args.seed_offset <= driver.MAX_SEED - args.seeds + 1:
+        raise ValueError(f"--seed-offset must lie in 0..{driver.MAX_SEED - args.seeds + 1} (seeds "
+                         f"are unsigned 32-bit integers), got {args.seed_offset}")
+    if args.keep and not args.overwrite:
+        raise ValueError("--keep applies only with --overwrite")
+    if args.resume:
+        ignored = [action.option_strings[-1] for action in args.parser._actions
+                   if action.option_strings and action.dest not in (*RESUME_FLAGS, "resume", "help")
+                   and getattr(args, action.dest) != action.default]
+        if ignored:
+            raise ValueError(f"--resume continues the run with the settings saved in "
+                             f"{args.resume!r}; {', '.join(ignored)} cannot change them (leave "
+                             f"{'it' if len(ignored) == 1 else 'them'} out; only "
+                             f"--chunk-periods, --keep-checkpoints and --no-progress apply)")
 
 
 def run_driver(args, config: Config, hparams: Any) -> int:
     """Trains `config` with `hparams` over the seeds of `args` (the flags of
     `add_run_arguments`) with the driver, or resumes the run of `--resume DIR` with the settings
     saved there (`config` and `hparams` unused), then prints a summary."""
-    if args.keep_checkpoints is not None and args.keep_checkpoints < 1:
-        raise ValueError(f"--keep-checkpoints must be a positive integer, got "
-                         f"{args.keep_checkpoints}")
+    _check_run_flags(args)
     options = {"chunk_periods": args.chunk_periods, "keep_checkpoints": args.keep_checkpoints,
                "progress": not args.no_progress}
     if args.resume:
@@ -89,9 +140,11 @@ def run_driver(args, config: Config, hparams: Any) -> int:
     else:
         out = args.out
         io.check_output_dir(out)  # before the driver builds its trainer (a warm start, say)
+        budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
+        memory.check_memory(config, hparams, args.seeds, budget_bytes=budget)  # before allocating
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         runs = driver.Driver(config, hparams, seeds)
-        result = runs.run(out, overwrite=args.overwrite, **options)
+        result = runs.run(out, overwrite=args.overwrite, keep=args.keep, **options)
     print_summary(result, out)
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vaco_jax.cli.common import add_memory_budget
 from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
                                  write_sweep_report)
@@ -15,6 +16,10 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--out", default=None, help="sweep folder (required unless --plan)")
     p.add_argument("--resume", action="store_true",
                    help="continue the interrupted sweep in --out, skipping finished batches")
+    p.add_argument("--replan", action="store_true",
+                   help="with --resume: plan the sweep again from its experiment.toml (its "
+                        "sweep.json lost or damaged), each group's batch size read from its batch "
+                        "folders, so finished batches are kept")
     p.add_argument("--part", metavar="K/N", default=None,
                    help="run only part K of N (1-based): the experiment's groups split into N "
                         "parts of about equal environment steps, one per machine; merge the "
@@ -31,13 +36,16 @@ def add_parsers(subparsers) -> None:
                    help="with --plan: environment steps per second of one batch's runs "
                         "together (measured with `python benchmarks/run.py --only seeds`); "
                         "the estimate is executed steps / R")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing sweep folder")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing sweep folder: removes exactly what vaco-jax wrote "
+                        "there (its batches too), refusing a folder that holds other files")
+    p.add_argument("--keep", metavar="PATH", action="append", default=[],
+                   help="with --overwrite: a file or folder that vaco-jax did not write, left in "
+                        "place (repeatable)")
     p.add_argument("--max-runs-per-batch", type=int, default=None,
                    help="most runs per compiled batch (rounded down to a multiple of the device "
                         "count); default: as many as fit the memory budget")
-    p.add_argument("--memory-budget", type=float, default=None, metavar="GIB",
-                   help="device memory per device for runs, GiB; default: 90%% of an "
-                        "accelerator's free memory, or half the available host memory on CPU")
+    add_memory_budget(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     r = subparsers.add_parser("report", help="rebuild a sweep's runs table and rewrite its report, "
                                              "or merge the folders of a sweep's parts into one")
@@ -49,7 +57,11 @@ def add_parsers(subparsers) -> None:
                    help="with --parts: report even if groups are missing or unfinished (the "
                         "report's title says so)")
     r.add_argument("--overwrite", action="store_true",
-                   help="with --parts: replace the merged report in an existing DIR")
+                   help="with --parts: replace the merged report in an existing DIR (what "
+                        "vaco-jax wrote there)")
+    r.add_argument("--keep", metavar="PATH", action="append", default=[],
+                   help="with --parts --overwrite: a file or folder that vaco-jax did not write, "
+                        "left in place (repeatable)")
 
 
 def run_sweep(args) -> int:
@@ -60,6 +72,10 @@ def run_sweep(args) -> int:
     if args.steps_per_second is not None and (not args.plan or args.steps_per_second <= 0):
         raise ValueError(f"--steps-per-second must be a positive rate given with --plan, got "
                          f"{args.steps_per_second}")
+    if args.keep and not args.overwrite:
+        raise ValueError("--keep applies only with --overwrite")
+    if args.replan and (args.plan or not args.resume):
+        raise ValueError("--replan applies only with --resume, and not with --plan")
     if args.part is not None and args.groups is not None:
         raise ValueError("give --part or --groups, not both")
     part = (Part.parse(args.part) if args.part is not None else
@@ -67,8 +83,6 @@ def run_sweep(args) -> int:
     if args.max_runs_per_batch is not None and args.max_runs_per_batch <= 0:
         raise ValueError(f"--max-runs-per-batch must be a positive integer, got "
                          f"{args.max_runs_per_batch}")
-    if args.memory_budget is not None and args.memory_budget <= 0:
-        raise ValueError(f"--memory-budget must be positive, got {args.memory_budget}")
     experiment = load_experiment(args.experiment) if args.experiment else None
     if part is not None and experiment is not None:
         part.groups(experiment)  # refuses a part or group the experiment does not have
@@ -80,19 +94,21 @@ def run_sweep(args) -> int:
         print(plan_text(plan, args.steps_per_second))
         return 0
     summary = sweep(
-        args.out, experiment, resume=args.resume, overwrite=args.overwrite, part=part,
-        max_runs_per_batch=args.max_runs_per_batch, memory_budget=memory_budget,
-        progress=not args.no_progress)
+        args.out, experiment, resume=args.resume, replan=args.replan, overwrite=args.overwrite,
+        keep=args.keep, part=part, max_runs_per_batch=args.max_runs_per_batch,
+        memory_budget=memory_budget, progress=not args.no_progress)
     _print_scores(summary, args.out)
     return 0
 
 
 def run_report(args) -> int:
     if args.parts is not None:
+        if args.keep and not args.overwrite:
+            raise ValueError("--keep applies only with --overwrite")
         summary = merge_parts(args.parts, args.out, allow_incomplete=args.allow_incomplete,
-                              overwrite=args.overwrite)
-    elif args.allow_incomplete or args.overwrite:
-        raise ValueError("--allow-incomplete and --overwrite apply only with --parts")
+                              overwrite=args.overwrite, keep=args.keep)
+    elif args.allow_incomplete or args.overwrite or args.keep:
+        raise ValueError("--allow-incomplete, --overwrite and --keep apply only with --parts")
     else:
         summary = write_sweep_report(load_sweep(args.out), args.out)
     _print_scores(summary, args.out)

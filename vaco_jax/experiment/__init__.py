@@ -11,7 +11,8 @@ its runs table; the part folders of several machines merge into the report of th
 Modules, in the order a sweep uses them:
 - `spec`: parsing and validating an experiment file, before anything compiles;
 - `parts`: the groups a sweep runs, the whole experiment or a `Part` or `NamedGroups`;
-- `plan`: memory estimates and the split of each group's runs into equal batches;
+- `plan`: the split of each group's runs into equal batches that fit memory
+  (`vaco_jax.run.memory` estimates it);
 - `folder`: the sweep folder's layout, its saved plan, starting and resuming;
 - `execute`: running the batches, each group's program compiled once (`sweep`);
 - `results`: the runs table of the finished batches and the report;
@@ -23,9 +24,8 @@ from vaco_jax.experiment.folder import (EXPERIMENT_FILE, RUNS_DIR, batch_dir, ba
                                         load_sweep, load_sweep_to_resume, start_sweep)
 from vaco_jax.experiment.merge import merge_parts
 from vaco_jax.experiment.parts import NamedGroups, Part, Selection, parse_part, selected_groups
-from vaco_jax.experiment.plan import (PLAN_FILE, Batch, Plan, batch_capacity,
-                                      device_memory_budget, make_plan, plan_text,
-                                      run_memory_bytes, split_runs)
+from vaco_jax.experiment.plan import (PLAN_FILE, Batch, Plan, batch_capacity, make_plan,
+                                      plan_text, split_runs)
 from vaco_jax.experiment.results import (batch_table, finished_batches_table, runs_table,
                                          unfinished_groups, write_experiment_report,
                                          write_sweep_report)
@@ -36,9 +36,9 @@ __all__ = [
     "EXPERIMENT_FILE", "PLAN_FILE", "RUNS_DIR",
     "Batch", "Experiment", "Group", "NamedGroups", "Part", "Plan", "RunSpec", "Selection",
     "balanced_parts", "batch_capacity", "batch_dir", "batch_finished", "batch_table",
-    "device_memory_budget", "finished_batches_table", "group_steps", "load_experiment",
+    "finished_batches_table", "group_steps", "load_experiment",
     "load_sweep", "load_sweep_to_resume", "make_plan", "merge_parts", "parse_experiment",
-    "parse_part", "plan_text", "run_memory_bytes", "run_sweep", "runs_table", "same_experiment",
+    "parse_part", "plan_text", "run_sweep", "runs_table", "same_experiment",
     "selected_groups", "split_runs", "start_sweep", "sweep", "unfinished_groups",
     "write_experiment_report", "write_sweep_report",
 ]

@@ -18,13 +18,19 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vaco_jax.core.config import Config
-from vaco_jax.experiment.folder import (batch_dir, load_sweep_to_resume, start_sweep,
-                                        status_finished)
+from vaco_jax.experiment.folder import (RUNS_DIR, batch_dir, load_sweep_to_resume,
+                                        replan_sweep, start_sweep, status_finished)
 from vaco_jax.experiment.parts import Selection
 from vaco_jax.experiment.plan import Batch, Plan
-from vaco_jax.experiment.results import write_sweep_report
+from vaco_jax.experiment.results import metrics_readable, write_sweep_report
 from vaco_jax.experiment.spec import Experiment
+from vaco_jax.run import manifest
 from vaco_jax.run.driver import Driver, TrainingResult, read_status
+from vaco_jax.run.lock import folder_lock
+from vaco_jax.core.faults import fault_point
+from vaco_jax.run.signals import Interrupted, exit_on_signals, requested
+
+BACKGROUND_THREAD = "vaco_jax-compile"
 
 
 def _in_background(function: Callable[..., Any], *args: Any) -> futures.Future:
@@ -36,11 +42,18 @@ def _in_background(function: Callable[..., Any], *args: Any) -> futures.Future:
             future.set_result(function(*args))
         except BaseException as error:  # handed to whoever waits for the result
             future.set_exception(error)
-    threading.Thread(target=work, daemon=True).start()
+    threading.Thread(target=work, daemon=True, name=BACKGROUND_THREAD).start()
     return future
 
 
+def background_work() -> bool:
+    """Whether a background compilation still runs (the process must then leave through
+    `os._exit`: an interpreter shutting down under a running XLA compilation aborts)."""
+    return any(t.name == BACKGROUND_THREAD and t.is_alive() for t in threading.enumerate())
+
+
 def _compiled_driver(config: Config, hparams: Any, seeds: Sequence[int]) -> Driver:
+    fault_point("background_compile", 0)
     driver = Driver(config, hparams, seeds)
     driver.compile()
     return driver
@@ -90,7 +103,10 @@ def _batch_steps(plan: Plan, batch: Batch, updates: int) -> int:
 def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
               on_chunk: Callable[[Batch, TrainingResult], None] | None = None) -> None:
     """Runs every unfinished batch of `plan` in `out_dir`, continuing a partial batch from its
-    checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed)."""
+    checkpoint and rebuilding the results of a finished one that cannot be read from its
+    checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed).
+    A SIGTERM/SIGINT stops the sweep after the current chunk (`Interrupted`), or at once
+    between chunks (`vaco_jax.run.signals`)."""
     steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
              for b in plan.batches}
     # A missing or unreadable status counts as unfinished: the batch resumes from its checkpoint.
@@ -98,11 +114,14 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
     done = {b.name: steps[b.name] if status_finished(statuses[b.name]) else
             _batch_steps(plan, b, (statuses[b.name] or {}).get("updates_done", 0))
             for b in plan.batches}
-    pending = [b for b in plan.batches if not status_finished(statuses[b.name])]
+    pending = [b for b in plan.batches if not status_finished(statuses[b.name])
+               or not metrics_readable(batch_dir(out_dir, b))]
     with tqdm(total=sum(steps.values()), initial=sum(done.values()), unit="step",
               unit_scale=True, dynamic_ncols=True, disable=not progress,
-              desc=f"sweep {plan.experiment.name}") as bar:
+              desc=f"sweep {plan.experiment.name}") as bar, exit_on_signals():
         for index, batch in enumerate(pending):
+            if requested() is not None:  # it arrived during the previous batch's last chunk
+                raise Interrupted(requested(), _sweep_saved(plan, out_dir, batch))
             upcoming = next((b for b in pending[index + 1:] if b.group != batch.group), None)
             if upcoming is not None:
                 _PROGRAMS.prefetch(*_driver_arguments(plan, upcoming))
@@ -116,12 +135,28 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
                     on_chunk(batch, result)
 
             folder = batch_dir(out_dir, batch)
+            manifest.record(out_dir, {f"{RUNS_DIR}/{batch.name}": manifest.RUN})
             resume = (folder / "config.json").is_file()
             start = time.perf_counter()
-            result = driver.run(folder, resume=resume, overwrite=not resume, progress=progress,
-                                on_chunk=chunk_done)
+            try:
+                result = driver.run(folder, resume=resume, overwrite=not resume,
+                                    progress=progress, on_chunk=chunk_done)
+            except Interrupted as stopped:
+                raise Interrupted(stopped.signum, f"{_finished_count(plan, out_dir)} of "
+                                  f"{len(plan.batches)} batches finished; batch {batch.name} "
+                                  f"{stopped.saved}") from None
             bar.write(f"[{plan.batches.index(batch) + 1}/{len(plan.batches)}] "
                       f"{_batch_line(plan, batch, result, time.perf_counter() - start)}")
+            fault_point("batch_end", index)
+
+
+def _finished_count(plan: Plan, out_dir: str | os.PathLike) -> int:
+    return sum(status_finished(read_status(batch_dir(out_dir, b))) for b in plan.batches)
+
+
+def _sweep_saved(plan: Plan, out_dir: str | os.PathLike, following: Batch) -> str:
+    return (f"{_finished_count(plan, out_dir)} of {len(plan.batches)} batches finished and "
+            f"saved; the sweep stopped before batch {following.name}")
 
 
 def _driver_arguments(plan: Plan, batch: Batch) -> tuple[Config, Any, list[int]]:
@@ -140,23 +175,35 @@ def _batch_line(plan: Plan, batch: Batch, result: TrainingResult, seconds: float
 
 
 def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
-          resume: bool = False, overwrite: bool = False, part: Selection = None,
+          resume: bool = False, replan: bool = False, overwrite: bool = False,
+          keep: Sequence[str] = (), part: Selection = None,
           max_runs_per_batch: int | None = None, memory_budget: int | None = None,
           progress: bool = True,
           on_chunk: Callable[[Batch, TrainingResult], None] | None = None) -> dict[str, Any]:
     """Runs `experiment`, or only its `part`, into `out_dir` (or with `resume`, continues the
-    sweep saved there; an `experiment` or `part` given then must be the saved one) and writes
-    its report; returns its summary.
+    sweep saved there; an `experiment` or `part` given then must be the saved one; with
+    `replan` too, plans it again first, `replan_sweep`) and writes its report; returns its
+    summary. The process holds the folder's lock throughout; `overwrite` and `keep` are
+    `start_sweep`'s.
     """
-    if resume:
+    if replan and not resume:
+        raise ValueError("replan (--replan) applies only with resume (--resume)")
+    if resume and not replan:
         if max_runs_per_batch is not None or memory_budget is not None:
             raise ValueError("a resumed sweep keeps its batches; max_runs_per_batch and "
-                             "memory_budget apply only to a new sweep")
-        plan = load_sweep_to_resume(out_dir, experiment, part)
-    elif experiment is None:
+                             "memory_budget apply only to a new or replanned sweep")
+        load_sweep_to_resume(out_dir, experiment, part)  # refused before the folder is locked
+    elif not resume and experiment is None:
         raise ValueError("a new sweep needs an experiment")
-    else:
-        plan = start_sweep(experiment, out_dir, overwrite=overwrite, part=part,
-                           max_runs_per_batch=max_runs_per_batch, memory_budget=memory_budget)
-    run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk)
-    return write_sweep_report(plan, out_dir)
+    plan_options = {"max_runs_per_batch": max_runs_per_batch, "memory_budget": memory_budget}
+    with folder_lock(out_dir):
+        if replan:
+            plan = replan_sweep(out_dir, experiment, part, **plan_options)
+        elif resume:
+            plan = load_sweep_to_resume(out_dir, experiment, part)
+        else:
+            plan = start_sweep(experiment, out_dir, overwrite=overwrite, keep=keep, part=part,
+                               **plan_options)
+        run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk)
+        fault_point("report", 0)
+        return write_sweep_report(plan, out_dir)

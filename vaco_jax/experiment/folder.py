@@ -11,15 +11,16 @@
 from __future__ import annotations
 
 import os
-import shutil
+import shlex
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from vaco_jax.experiment.parts import Selection, selected_groups
 from vaco_jax.experiment.plan import PLAN_FILE, Batch, Plan, make_plan
 from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
-from vaco_jax.run import io
+from vaco_jax.run import io, manifest
 from vaco_jax.run.driver import read_status
+from vaco_jax.run.lock import folder_lock
 
 EXPERIMENT_FILE = "experiment.toml"
 RUNS_DIR = "runs"
@@ -40,18 +41,19 @@ def status_finished(status: Mapping[str, Any] | None) -> bool:
 
 
 def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite: bool = False,
-                part: Selection = None, **plan_options: Any) -> Plan:
-    """Creates the sweep folder (refusing a non-empty one unless `overwrite`, which discards
-    its batches), plans the batches of the experiment or its `part` (`make_plan` options) and
-    saves the plan."""
-    # A part the experiment lacks is refused before any folder is made.
+                keep: Sequence[str] = (), part: Selection = None, **plan_options: Any) -> Plan:
+    """Plans the batches of the experiment or its `part` (`make_plan` options), then creates the
+    sweep folder and saves the plan there. A folder holding results is refused unless
+    `overwrite`, which removes what vaco_jax wrote there (its batches too) and refuses anything
+    else but the `keep` paths."""
+    # Refused before any folder is made: a part the experiment lacks, runs that do not fit.
     selected_groups(experiment, part)
-    out = io.prepare_output_dir(out_dir, overwrite=overwrite)
-    if overwrite:
-        shutil.rmtree(out / RUNS_DIR, ignore_errors=True)
     plan = make_plan(experiment, part=part, **plan_options)
-    io.write_text(out / EXPERIMENT_FILE, experiment.source)
-    io.write_json(out / PLAN_FILE, plan.to_json())
+    with folder_lock(out_dir):
+        out = io.prepare_output_dir(out_dir, overwrite=overwrite, keep=keep)
+        manifest.record(out, {EXPERIMENT_FILE: manifest.FILE, PLAN_FILE: manifest.FILE})
+        io.write_text(out / EXPERIMENT_FILE, experiment.source)
+        io.write_json(out / PLAN_FILE, plan.to_json())
     return plan
 
 
@@ -61,11 +63,37 @@ def load_sweep(out_dir: str | os.PathLike) -> Plan:
     for name in (EXPERIMENT_FILE, PLAN_FILE):
         if not (out / name).is_file():
             raise FileNotFoundError(f"{str(out)!r} is not a sweep folder: {name} is missing")
-    saved = io.read_json(out / PLAN_FILE, "the sweep cannot be resumed; start it again with "
-                         "--overwrite")
+    saved = io.read_json(out / PLAN_FILE, f"its finished batches are kept if the sweep is planned "
+                         f"again: vaco-jax sweep --resume --replan --out "
+                         f"{shlex.quote(str(out))} (with the --part or --groups it was started "
+                         f"with)")
     experiment = parse_experiment((out / EXPERIMENT_FILE).read_text(encoding="utf-8"),
                                   name=saved["experiment"])
     return Plan.from_json(experiment, saved)
+
+
+def replan_sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None,
+                 part: Selection = None, **plan_options: Any) -> Plan:
+    """Plans again the sweep saved in `out_dir` (its `experiment.toml`; an `experiment` given
+    must be the same) whose plan file is lost or damaged, and saves the plan: each group's batch
+    size is read from its first batch folder, so the batches already run are the plan's again
+    (a batch folder of other runs is refused when the sweep resumes it)."""
+    out = Path(out_dir)
+    if not (out / EXPERIMENT_FILE).is_file():
+        raise FileNotFoundError(f"{str(out)!r} is not a sweep folder: {EXPERIMENT_FILE} is missing")
+    saved = parse_experiment((out / EXPERIMENT_FILE).read_text(encoding="utf-8"))
+    if experiment is not None and not same_experiment(experiment, saved):
+        raise ValueError(f"cannot plan {str(out)!r} again: it holds a different experiment "
+                         f"({saved.name!r}); leave the experiment out")
+    sizes = {}
+    for group in selected_groups(saved, part):
+        first = out / RUNS_DIR / f"{group.name}-0" / "config.json"
+        if first.is_file():
+            sizes[group.name] = len(io.read_json(first, "move the batch folder away")["seeds"])
+    plan = make_plan(saved, part=part, batch_sizes=sizes, **plan_options)
+    with folder_lock(out):
+        io.write_json(out / PLAN_FILE, plan.to_json())
+    return plan
 
 
 def load_sweep_to_resume(out_dir: str | os.PathLike, experiment: Experiment | None = None,

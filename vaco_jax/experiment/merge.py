@@ -13,6 +13,7 @@ merged.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -25,7 +26,8 @@ from vaco_jax.experiment.plan import PLAN_FILE
 from vaco_jax.experiment.results import (finished_batches_table, unfinished_groups,
                                          write_experiment_report)
 from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
-from vaco_jax.run import io
+from vaco_jax.run import io, manifest
+from vaco_jax.run.lock import folder_lock
 
 PARTS_FILE = "parts.json"
 
@@ -106,7 +108,7 @@ def _check_out(out: Path, folders: Sequence[Path], overwrite: bool) -> None:
     if (out / PLAN_FILE).is_file():
         raise ValueError(f"{str(out)!r} is a sweep folder; choose another folder for the merged "
                          f"report")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    if manifest.has_results(out) and not overwrite:
         raise FileExistsError(f"output folder {str(out)!r} already exists and is not empty; "
                               f"pass --overwrite to replace the merged report")
 
@@ -133,7 +135,8 @@ def _merged_table(experiment: Experiment,
 
 
 def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
-                allow_incomplete: bool = False, overwrite: bool = False) -> dict[str, Any]:
+                allow_incomplete: bool = False, overwrite: bool = False,
+                keep: Sequence[str] = ()) -> dict[str, Any]:
     """Writes the report of the experiment whose parts were run into `part_dirs` (sweep folders
     or merged reports) into `out_dir` (refused if it exists, unless `overwrite`), with
     `experiment.toml` and `parts.json`; returns the report's summary.
@@ -141,13 +144,23 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     Refuses, naming the folder: a folder that is neither a sweep folder nor a merged report, one
     of another experiment (parsed `experiment.toml` differs), parts that overlap, and, unless
     `allow_incomplete` (which marks the report's title), groups that no part holds or that are
-    not finished. The runs of unfinished batches never enter the report.
+    not finished. The runs of unfinished batches never enter the report. It holds the locks of
+    `out_dir` and of every part folder (no sweep may write them meanwhile); `overwrite` and
+    `keep` are `io.prepare_output_dir`'s.
     """
     folders = [Path(d) for d in part_dirs]
     if not folders:
         raise ValueError("--parts needs at least one part folder")
     out = Path(out_dir)
     _check_out(out, folders, overwrite)
+    with contextlib.ExitStack() as locks:
+        for folder in [out, *folders]:
+            locks.enter_context(folder_lock(folder))
+        return _merge(folders, out, allow_incomplete=allow_incomplete, keep=keep)
+
+
+def _merge(folders: Sequence[Path], out: Path, *, allow_incomplete: bool,
+           keep: Sequence[str]) -> dict[str, Any]:
     sources = [_source(folder) for folder in folders]
     experiment = sources[0].experiment
     for source in sources[1:]:
@@ -167,7 +180,8 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     table = _merged_table(experiment, owners)
     if table is None:
         raise FileNotFoundError(f"no part in {[str(f) for f in folders]} has a finished batch yet")
-    io.prepare_output_dir(out, overwrite=True)  # refused above unless overwrite
+    io.prepare_output_dir(out, overwrite=True, keep=keep)  # refused above unless overwrite
+    manifest.record(out, {EXPERIMENT_FILE: manifest.FILE, PARTS_FILE: manifest.FILE})
     absent = len(missing) + sum(len(names) for names in unfinished.values())
     note = (f"incomplete merge: {absent} of {len(experiment.groups)} groups missing or "
             f"unfinished, see {PARTS_FILE}") if absent else None

@@ -1,9 +1,10 @@
 """Plans: an experiment's groups (or a part's) split into batches of runs that fit memory.
 
 A group's runs execute in *batches* of equal size, so every batch reuses the group's single
-compilation. The size is the most runs whose estimated memory fits the device-memory budget
-(and `max_runs_per_batch`), a multiple of the device count (the `Driver` shards runs over
-devices); the last batch is padded with duplicates of its own runs, whose results are dropped.
+compilation. The size is the most runs whose estimated memory (`vaco_jax.run.memory`) fits the
+device-memory budget, the host budget and `max_runs_per_batch`, a multiple of the device count
+(the `Driver` shards runs over devices); the last batch is padded with duplicates of its own
+runs, whose results are dropped. A group of which not even one run per device fits is refused.
 Planning traces shapes only: nothing compiles, nothing is written.
 """
 
@@ -11,75 +12,37 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import warnings
 from typing import Any, Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
-from vaco_jax.core.config import Config
 from vaco_jax.experiment.parts import Selection, parse_part, selected_groups
 from vaco_jax.experiment.spec import Experiment, Group, group_steps
-from vaco_jax.run import testbeds
+from vaco_jax.run.memory import (device_memory_budget, device_refusal, host_memory_budget,
+                                 host_refusal, run_memory, size_advice)
 
-SAFETY_FACTOR = 4.0
-"""Estimated run memory = (train state + one update's rollout) x this: it covers the input and
-output state of a chunk, the phase batch with its shuffled minibatch copies, activations and
-gradients."""
-DEVICE_MEMORY_FRACTION = 0.9
-HOST_MEMORY_FRACTION = 0.5
 PLAN_FILE = "sweep.json"
 """The file of a sweep folder that saves its plan."""
 
 
-def _nbytes(tree: Any) -> int:
-    return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
-
-
-def run_memory_bytes(config: Config, hparams: Any) -> int:
-    """Estimated device memory of one run (`hparams` unbatched): the train state and one
-    update's collected data, from their abstract shapes (traced, not compiled), times
-    `SAFETY_FACTOR`."""
-    trainer = testbeds.of_config(config).trainer(config)
-    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-    state = trainer.state_shapes(key, hparams)
-    _, data = jax.eval_shape(trainer.collect, state, key, hparams)
-    return int(SAFETY_FACTOR * (_nbytes(state) + _nbytes(data)))
-
-
-def _available_host_bytes() -> int:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def device_memory_budget(device: jax.Device) -> int:
-    """Bytes one device may give to runs: `DEVICE_MEMORY_FRACTION` of an accelerator's free
-    memory pool; on CPU, `HOST_MEMORY_FRACTION` of the available host memory, shared by the
-    local CPU devices."""
-    stats = device.memory_stats() or {}
-    if "bytes_limit" in stats:
-        return int(DEVICE_MEMORY_FRACTION * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
-    return int(HOST_MEMORY_FRACTION * _available_host_bytes() / jax.local_device_count())
-
-
 def batch_capacity(run_bytes: int, budget_bytes: int, num_devices: int,
-                   max_runs_per_batch: int | None = None) -> int:
-    """Most runs per batch: those fitting each device's budget, capped by `max_runs_per_batch`
-    (rounded down to a multiple of `num_devices`); at least one run per device."""
+                   max_runs_per_batch: int | None = None, *, host_run_bytes: int = 0,
+                   host_budget_bytes: int | None = None,
+                   advice: str = "lower the run's size") -> int:
+    """Most runs per batch: those fitting each device's budget and, all of the batch's
+    together, the host budget (`host_run_bytes` each, when `host_budget_bytes` is given),
+    capped by `max_runs_per_batch` (rounded down to a multiple of `num_devices`). Refuses with
+    `advice` runs of which not even one per device fits: they would fail, or swap the machine,
+    only once the sweep allocates them, its folder written and earlier groups trained."""
     per_device = budget_bytes // max(run_bytes, 1)
     if per_device < 1:
-        warnings.warn(f"one run needs about {run_bytes / 2**30:.2f} GiB, more than the budget of "
-                      f"{budget_bytes / 2**30:.2f} GiB per device; running one run per device",
-                      stacklevel=2)
-    capacity = max(1, per_device) * num_devices
+        raise ValueError(device_refusal(1, run_bytes, budget_bytes, advice))
+    if host_budget_bytes is not None:
+        host_per_device = host_budget_bytes // max(host_run_bytes * num_devices, 1)
+        if host_per_device < 1:
+            raise ValueError(host_refusal(num_devices, host_run_bytes, host_budget_bytes, advice))
+        per_device = min(per_device, host_per_device)
+    capacity = per_device * num_devices
     if max_runs_per_batch is not None:
         capacity = min(capacity, max(1, max_runs_per_batch // num_devices) * num_devices)
     return capacity
@@ -162,21 +125,33 @@ class Plan:
 
 def make_plan(experiment: Experiment, *, part: Selection = None,
               max_runs_per_batch: int | None = None, memory_budget: int | None = None,
-              devices: Sequence[jax.Device] | None = None) -> Plan:
+              devices: Sequence[jax.Device] | None = None,
+              batch_sizes: Mapping[str, int] | None = None) -> Plan:
     """Estimates the run memory of each group (of `part`, if given) and splits its runs into
     equal batches that fit `memory_budget` bytes per device (default: `device_memory_budget`)
-    on `devices` (default: `jax.devices()`). The estimate traces shapes; nothing compiles."""
+    on `devices` (default: `jax.devices()`) and, each batch, this machine's host budget
+    (`host_memory_budget`). The estimate traces shapes; nothing compiles. Raises `ValueError`
+    naming the group whose runs do not fit even one per device. `batch_sizes` fixes the batch
+    size of the groups it names (those of a sweep planned before, `replan_sweep`)."""
     groups = selected_groups(experiment, part)
     devices = list(jax.devices() if devices is None else devices)
     budget = memory_budget if memory_budget is not None else device_memory_budget(devices[0])
+    host_budget = host_memory_budget()
     batches, run_bytes, estimates = [], {}, {}
     for group in groups:
-        # Epochs and minibatches shape neither the train state nor the rollout.
+        # Epochs and minibatches shape neither the train state, the rollout nor the metrics.
         shape = group.config.replace(epochs=1, minibatches=1)
         if shape not in estimates:
-            estimates[shape] = run_memory_bytes(shape, group.run_hparams(0))
-        run_bytes[group.name] = estimates[shape]
-        capacity = batch_capacity(run_bytes[group.name], budget, len(devices), max_runs_per_batch)
+            estimates[shape] = run_memory(shape, group.run_hparams(0))
+        estimate = estimates[shape]
+        run_bytes[group.name] = estimate.device
+        try:
+            capacity = batch_capacity(estimate.device, budget, len(devices), max_runs_per_batch,
+                                      host_run_bytes=estimate.host, host_budget_bytes=host_budget,
+                                      advice=size_advice(group.config))
+        except ValueError as error:
+            raise ValueError(f"group {group.name}: {error}") from None
+        capacity = (batch_sizes or {}).get(group.name, capacity)
         size, split = split_runs(len(group.runs), capacity, len(devices))
         batches += [Batch(name=f"{group.name}-{i}", group=group.name, runs=tuple(runs), size=size)
                     for i, runs in enumerate(split)]

@@ -9,6 +9,7 @@ over the updates since the previous evaluation point, scored by the testbed's sc
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -19,7 +20,8 @@ from vaco_jax import report
 from vaco_jax.experiment.folder import batch_dir, batch_finished
 from vaco_jax.experiment.plan import Batch, Plan
 from vaco_jax.experiment.spec import Experiment, Group
-from vaco_jax.run.driver import read_status
+from vaco_jax.run.driver import METRICS_FILE, read_status
+from vaco_jax.run.lock import folder_lock
 
 
 def _coordinates(experiment: Experiment, group: Group, batch: Batch,
@@ -53,7 +55,7 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
     cfg = group.config
     score, training_metrics = experiment.testbed.score, list(experiment.testbed.training_metrics)
     per_period = cfg.updates_per_period
-    metrics = pd.read_parquet(folder / "metrics.parquet")
+    metrics = _read_metrics(folder)
     metrics = metrics[metrics["run"] < len(batch.runs)].assign(
         period=lambda m: -(-m["update"] // per_period))
     training = (metrics[metrics["update"] > 0].groupby(["run", "period"])[training_metrics]
@@ -72,6 +74,26 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
                *(f"{report.HP_PREFIX}{n}" for n in experiment.swept_hparams),
                "update", "env_steps", score, *training_metrics, *report.PER_RUN_COLUMNS]
     return table[columns]
+
+
+def _read_metrics(folder: Path) -> pd.DataFrame:
+    path = folder / METRICS_FILE
+    try:
+        return pd.read_parquet(path)
+    except Exception as error:  # pyarrow raises many types for a damaged file
+        raise ValueError(f"cannot read {str(path)!r} ({type(error).__name__}); its batch's "
+                         f"checkpoint holds its metrics: `vaco-jax sweep --resume --out "
+                         f"{shlex.quote(str(folder.parent.parent))}` rewrites them") from None
+
+
+def metrics_readable(folder: Path) -> bool:
+    """Whether a batch folder's metrics table can be read (a finished batch's that cannot is
+    rewritten from its checkpoint when the sweep resumes)."""
+    try:
+        _read_metrics(folder)
+    except ValueError:
+        return False
+    return True
 
 
 def finished_batches_table(experiment: Experiment,
@@ -105,14 +127,15 @@ def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
 def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Builds the runs table from the finished batches and writes the report into `out_dir` (a
     part's report covers its groups only, and an unfinished sweep's its finished batches; the
-    title says so)."""
-    notes = [plan.part.label] if plan.part else []
-    unfinished = unfinished_groups(plan, out_dir)
-    if unfinished:
-        notes.append(f"unfinished: {len(unfinished)} of {len(plan.groups)} groups not finished, "
-                     f"their unfinished batches left out")
-    return write_experiment_report(plan.experiment, runs_table(plan, out_dir), out_dir,
-                                   note="; ".join(notes) or None)
+    title says so), holding the folder's lock."""
+    with folder_lock(out_dir):
+        notes = [plan.part.label] if plan.part else []
+        unfinished = unfinished_groups(plan, out_dir)
+        if unfinished:
+            notes.append(f"unfinished: {len(unfinished)} of {len(plan.groups)} groups not "
+                         f"finished, their unfinished batches left out")
+        return write_experiment_report(plan.experiment, runs_table(plan, out_dir), out_dir,
+                                       note="; ".join(notes) or None)
 
 
 def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -39,6 +40,12 @@ SET_ELSEWHERE = {"testbed": "the top-level testbed key", "algo": "algos",
                  "minibatches": "[forward] minibatches"}
 """Keys a `[config]` table may not set (nor the testbed's task field, which `tasks` sets), and
 where the experiment sets them."""
+MAX_RUNS = 100_000
+"""The most runs an experiment may expand into, checked on the counts before any run is built:
+every run is a Python object in the plan, a row of each batch's table and a vmapped row of its
+batch, so a typo such as `seeds = 100_000_000` would exhaust memory while merely planning. The
+paper's sweep is 1,600 runs and the largest committed experiment 3,400, so the limit leaves
+room for sweeps some thirty times larger."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +186,9 @@ def _seeds(value: Any) -> tuple[int, ...]:
     if isinstance(value, int) and not isinstance(value, bool):
         if value <= 0:
             raise ValueError(f"seeds must be a positive count or a list of integers, got {value}")
+        if value > MAX_RUNS:
+            raise ValueError(f"seeds = {value:,} is more than an experiment's limit of "
+                             f"{MAX_RUNS:,} runs (MAX_RUNS); give fewer seeds")
         return tuple(range(value))
     if not isinstance(value, list):
         raise ValueError(f"seeds must be a positive count or a list of integers, got {value!r}")
@@ -287,6 +297,21 @@ class _Settings:
                          forward={**self.forward, **_forward_values(_table(override, "forward"))})
 
 
+def _num_runs(settings: _Settings, lag: _LagSpec, num_seeds: int) -> int:
+    """The runs of every group of one (task, algorithm, lag model), counted as `_group` builds
+    them but without building them: forward variants x lag levels x grid points x seeds."""
+    grid = math.prod(len(v) for v in settings.hparams.values() if isinstance(v, tuple))
+    return len(settings.forward_variants()) * len(lag.levels) * grid * num_seeds
+
+
+def _check_num_runs(num_runs: int) -> None:
+    if num_runs > MAX_RUNS:
+        raise ValueError(f"the experiment expands into {num_runs:,} runs (tasks x algos x lag "
+                         f"levels x grid points x seeds x forward variants), more than the "
+                         f"limit of {MAX_RUNS:,} (MAX_RUNS); split it into several experiments "
+                         f"or sweep fewer values")
+
+
 def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
            lag_specs: tuple[_LagSpec, ...], seeds: tuple[int, ...], settings: _Settings) -> Group:
     """One group with its runs in the order lag level, grid point, seed (seed varies fastest).
@@ -361,6 +386,8 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
             for algo in algos:
                 with _context(f"[overrides.{algo}]"):
                     settings[task, algo] = per_task.overridden(_table(overrides, algo))
+        _check_num_runs(sum(_num_runs(settings[task, algo], lag, len(seeds))
+                            for task in tasks for algo in algos for lag in lag_specs))
         groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, seeds,
                               settings[task, algo])
                        for task in tasks for algo in algos for lag in lag_specs
@@ -374,7 +401,10 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"experiment file {str(path)!r} does not exist")
-    return parse_experiment(path.read_text(encoding="utf-8"), name=path.stem)
+    try:
+        return parse_experiment(path.read_text(encoding="utf-8"), name=path.stem)
+    except (ValueError, UnicodeDecodeError) as error:  # TOML syntax and content alike
+        raise ValueError(f"experiment file {str(path)!r}: {error}") from None
 
 
 def _read_as_now(source: str) -> dict[str, Any]:

@@ -17,13 +17,16 @@ Files written to the output folder:
 Config, status and every checkpoint carry the run's identity, a hash of its testbed, config,
 seeds and hyper-parameters; `config.json` also holds the run options a resume needs (the chunk
 length and the number of checkpoints kept), so `resume=True` needs nothing but the folder.
-Overwriting removes exactly these files. Resuming restores the newest intact checkpoint of this
+The folder's manifest (`vaco_jax.run.manifest`) records these files, and overwriting removes
+exactly them, refusing a folder that holds anything else; the process holds the folder's lock
+(`vaco_jax.run.lock`) while it runs, so no other process writes there. Resuming restores the newest intact checkpoint of this
 run (skipping damaged ones with a warning), cuts the metrics back to it and shortens the last
 chunk to the run's end.
 
 The first SIGTERM or SIGINT during `run` stops it after the current chunk and its checkpoint
-(`Interrupted` is raised); a second one exits at once, which every write survives since each is
-atomic. Test hook: `VACO_JAX_TEST_FAULT=SIGNAL@POINT:STEP` (e.g. `SIGKILL@checkpoint:2`) makes
+(`Interrupted` is raised, saying what is saved); a second one exits at once, which every write
+survives since each is atomic (`vaco_jax.run.signals`). A run whose every seed diverged is
+finished: it stops, and a resume trains it no further. Test hook: `VACO_JAX_TEST_FAULT=SIGNAL@POINT:STEP` (e.g. `SIGKILL@checkpoint:2`) makes
 the process send itself SIGNAL at POINT, one of `compile` (before the first chunk is compiled;
 STEP 0), `chunk` (after chunk STEP ran, before anything of it is written) and `checkpoint`
 (inside the write of the checkpoint of period STEP, before its commit). Fault-injection tests use
@@ -58,15 +61,22 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from vaco_jax.run import io, testbeds
-from vaco_jax.run.checkpoint import Checkpoints
-from vaco_jax.run.signals import Interrupted, StopRequests, fault_point
 from vaco_jax.core.config import Config
+from vaco_jax.core.faults import fault_point
+from vaco_jax.run import io, manifest, testbeds
+from vaco_jax.run.checkpoint import Checkpoints
+from vaco_jax.run.lock import folder_lock
+from vaco_jax.run.signals import Interrupted, StopRequests
 
 
-RUN_FILES = ("config.json", "metrics.csv", "metrics.parquet", "status.json", "checkpoint")
-"""What a run writes into its folder; `overwrite` removes these and nothing else."""
+METRICS_FILE = "metrics.parquet"
+RUN_FILES = {"config.json": manifest.FILE, "metrics.csv": manifest.FILE,
+             METRICS_FILE: manifest.FILE, "status.json": manifest.FILE,
+             "checkpoint": manifest.CHECKPOINTS}
+"""What a run writes into its folder, as recorded in its manifest: `overwrite` removes these
+and nothing else."""
 DEFAULT_KEEP_CHECKPOINTS = 2
+MAX_SEED = 2**32 - 1
 ZERO_AT_START = ("env_steps", "diverged")
 """Metrics the update-0 row holds as 0 (where the testbed has them): counters and flags."""
 
@@ -85,6 +95,11 @@ class TrainingResult:
     @property
     def complete(self) -> bool:
         return self.updates_done == self.config.num_updates
+
+    @property
+    def finished(self) -> bool:
+        """Complete, or stopped early because every run diverged: nothing is left to train."""
+        return self.complete or bool(self.diverged.all())
 
     def table(self) -> pd.DataFrame:
         """One row per run per update (update 0 = initial evaluation)."""
@@ -142,7 +157,7 @@ class Driver:
                             **placement)
 
     def _set_runs(self, hparams: Any, seeds: Sequence[int]) -> None:
-        seeds = [int(s) for s in seeds]
+        seeds = check_seeds(seeds)
         hparams = _broadcast_hparams(hparams, len(seeds))
         self.testbed.validate(self.config, hparams)
         self.hparams, self.seeds = hparams, seeds
@@ -209,14 +224,30 @@ class Driver:
 
     def run(self, out_dir: str | os.PathLike | None = None, *, chunk_periods: int | None = None,
             max_chunks: int | None = None, resume: bool = False, overwrite: bool = False,
-            keep_checkpoints: int | None = None, progress: bool = True,
+            keep: Sequence[str] = (), keep_checkpoints: int | None = None, progress: bool = True,
             on_chunk: Callable[[TrainingResult], None] | None = None) -> TrainingResult:
         """Trains every run to `config.num_updates` (or `max_chunks` chunks), writing results
-        and checkpoints (the newest `keep_checkpoints`, default 2) into `out_dir` when given;
+        and checkpoints (the newest `keep_checkpoints`, default 2) into `out_dir` when given,
+        which this process locks (`vaco_jax.run.lock`); `overwrite` replaces a run there,
+        refusing a folder that holds files vaco_jax did not write but the `keep` ones.
         `on_chunk` sees the result after each chunk (written and checkpointed). A resumed run
         takes the chunk length and checkpoint count it was started with unless given."""
+        if out_dir is None or not _is_writer():
+            return self._run_in(None if out_dir is None else Path(out_dir), resume=resume,
+                                chunk_periods=chunk_periods, max_chunks=max_chunks,
+                                keep_checkpoints=keep_checkpoints, progress=progress,
+                                on_chunk=on_chunk)
+        with folder_lock(out_dir):
+            if not resume:
+                io.prepare_output_dir(out_dir, overwrite=overwrite, keep=keep)
+            return self._run_in(Path(out_dir), resume=resume, chunk_periods=chunk_periods,
+                                max_chunks=max_chunks, keep_checkpoints=keep_checkpoints,
+                                progress=progress, on_chunk=on_chunk)
+
+    def _run_in(self, out: Path | None, *, resume: bool, chunk_periods: int | None,
+                max_chunks: int | None, keep_checkpoints: int | None, progress: bool,
+                on_chunk: Callable[[TrainingResult], None] | None) -> TrainingResult:
         cfg = self.config
-        out = Path(out_dir) if out_dir is not None else None
         options = {"chunk_periods": chunk_periods, "keep_checkpoints": keep_checkpoints}
         if out is not None and resume:
             saved = self._check_resumable(out)
@@ -227,36 +258,52 @@ class Driver:
         checkpoints = None
         if out is not None:
             if not resume and _is_writer():
-                io.prepare_output_dir(out, overwrite=overwrite)
-                io.remove_written(out, RUN_FILES)
+                manifest.record(out, RUN_FILES)
                 io.write_json(out / "config.json", {
                     **self.describe(), "run_identity": self.identity,
                     "run_options": {"chunk_periods": per_chunk, "keep_checkpoints": keep}})
             checkpoints = Checkpoints(out / "checkpoint", self.identity, keep=keep,
                                       writer=_is_writer())
+        # Restored and compiled before stops are deferred: nothing is trained yet that a stop
+        # at once (`vaco_jax.run.signals`) loses.
+        fault_point("compile", 0)
+        state, metrics = self.initial()
+        periods_done = 0
+        restored = (checkpoints.restore_latest({"state": state, "metrics": metrics}, _warn)
+                    if resume and checkpoints is not None else None)
+        if restored is not None:
+            periods_done, tree = restored
+            # Placed like a fresh state (Orbax commits arrays to a device), so the compiled
+            # chunk program of a fresh run serves a resumed one too.
+            state = self._place(jax.tree.map(_to_host, tree["state"]))
+            # In the testbed's order of metrics (the restored tree's keys are sorted).
+            metrics = _cut_back({k: np.asarray(tree["metrics"][k]) for k in metrics},
+                                periods_done * cfg.updates_per_period)
+        if resume and out is not None:
+            _read_status(out)  # warns about a damaged one, rewritten below
+            self._write(out, self._result(metrics, state, periods_done))
+        if periods_done < cfg.num_periods:
+            self._run.lower(state, self._place(self.hparams),
+                            min(per_chunk, cfg.num_periods - periods_done)).compile()
         with StopRequests() as stop:
-            fault_point("compile", 0)
-            state, metrics = self.initial()
-            periods_done = 0
-            restored = (checkpoints.restore_latest({"state": state, "metrics": metrics}, _warn)
-                        if resume and checkpoints is not None else None)
-            if restored is not None:
-                periods_done, tree = restored
-                # Placed like a fresh state (Orbax commits arrays to a device), so the compiled
-                # chunk program of a fresh run serves a resumed one too.
-                state = self._place(jax.tree.map(_to_host, tree["state"]))
-                # In the testbed's order of metrics (the restored tree's keys are sorted).
-                metrics = _cut_back({k: np.asarray(tree["metrics"][k]) for k in metrics},
-                                    periods_done * cfg.updates_per_period)
-            if resume and out is not None:
-                _read_status(out)  # warns about a damaged one, rewritten below
-                self._write(out, self._result(metrics, state, periods_done))
             result = self._train(state, metrics, periods_done, _Session(
                 out=out, checkpoints=checkpoints, stop=stop, per_chunk=per_chunk,
                 max_chunks=max_chunks, progress=progress, on_chunk=on_chunk))
-        if stop.signum is not None and not result.complete:
-            raise Interrupted(stop.signum, result.updates_done)
+            if stop.signum is not None and not result.finished:
+                raise Interrupted(stop.signum, self._saved(result, checkpoints))
         return result
+
+    def _saved(self, result: TrainingResult, checkpoints: Checkpoints | None) -> str:
+        """What an interrupted run has saved, for its message."""
+        done = f"stopped after update {result.updates_done} of {self.config.num_updates}"
+        if checkpoints is None:
+            return f"{done}; nothing is saved (no output folder)"
+        steps = checkpoints.steps()
+        if not steps:
+            return (f"{done}, before its first checkpoint: only its config.json is saved, and "
+                    f"resuming starts the run from the beginning")
+        return (f"{done}; its results and its checkpoint at update "
+                f"{steps[0] * self.config.updates_per_period} are saved")
 
     def _train(self, state: Any, metrics: dict[str, np.ndarray], periods_done: int,
                session: _Session) -> TrainingResult:
@@ -271,8 +318,11 @@ class Driver:
         chunks = 0
         hparams = self._place(self.hparams)
         score = self.testbed.score
+        finished = self._result(metrics, state, periods_done).finished
+        if finished and periods_done < cfg.num_periods:
+            bar.write("every run diverged before this resume: the run is finished")
         try:
-            while (periods_done < cfg.num_periods and (max_chunks is None or chunks < max_chunks)
+            while (not finished and (max_chunks is None or chunks < max_chunks)
                    and session.stop.signum is None):
                 start = time.perf_counter()
                 # The last chunk stops at the run's end (a resumed run's chunk length need not
@@ -299,9 +349,9 @@ class Driver:
                                      before_commit=lambda: fault_point("checkpoint", step))
                 if session.on_chunk is not None:
                     session.on_chunk(result)
-                if result.diverged.all():
-                    bar.write("every run diverged; stopping")
-                    break
+                finished = result.finished
+                if finished and not result.complete:
+                    bar.write("every run diverged: the run is finished")
         finally:
             bar.close()
             if checkpoints is not None:
@@ -356,15 +406,29 @@ class Driver:
             return
         table = result.table()
         io.write_table(out / "metrics.csv", table)
-        io.write_table(out / "metrics.parquet", table)
+        io.write_table(out / METRICS_FILE, table)
         score = self.testbed.score
         io.write_json(out / "status.json", {
             "run_identity": self.identity, "updates_done": result.updates_done,
             "num_updates": self.config.num_updates, "complete": result.complete,
+            "finished": result.finished,
             "runs": [{"run": i, "seed": s, "diverged": bool(result.diverged[i]),
                       "diverged_at": int(result.diverged_at[i]),
                       f"final_{score}": float(_latest(result.metrics[score])[i])}
                      for i, s in enumerate(self.seeds)]})
+
+
+def check_seeds(seeds: Sequence[int]) -> list[int]:
+    """The seeds as integers, refusing none at all and any outside 0..2**32-1 (a PRNG key's
+    seed is a uint32), before anything is compiled or written."""
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed (--seeds is a positive count)")
+    outside = [s for s in seeds if not 0 <= s <= MAX_SEED]
+    if outside:
+        raise ValueError(f"seeds must lie in 0..{MAX_SEED} (a PRNG seed is an unsigned 32-bit "
+                         f"integer), got {outside[0]} (--seed-offset is the first seed)")
+    return seeds
 
 
 def _saved_config(out: Path) -> dict[str, Any]:

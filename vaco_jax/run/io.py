@@ -1,30 +1,38 @@
-"""Atomic file output: results are written to a temporary file and renamed into place."""
+"""Atomic file output: results are written to a temporary file and renamed into place, and
+recorded in the folder's manifest (`vaco_jax.run.manifest`) where it keeps one."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pandas as pd
+
+from vaco_jax.run import manifest
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     """Calls `write(tmp_path)` on a temporary file beside `path`, then renames it over `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        manifest.record_written(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
         write(tmp)
         os.chmod(tmp, 0o644)  # mkstemp makes files private; results are for sharing
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as error:
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(error, OSError) and str(path) not in str(error):
+            # A full disk says "[Errno 28] Error writing bytes to file": name the file.
+            message = f"cannot write {str(path)!r}: {error.strerror or error}"
+            raise (OSError(error.errno, message) if error.errno else OSError(message)) from error
         raise
     return path
 
@@ -84,30 +92,21 @@ def check_output_dir(path: str | os.PathLike) -> Path:
     return path
 
 
-def prepare_output_dir(path: str | os.PathLike, *, overwrite: bool) -> Path:
-    """Creates `path`, refusing a non-empty existing folder unless `overwrite` is set."""
+def prepare_output_dir(path: str | os.PathLike, *, overwrite: bool,
+                       keep: Sequence[str] = ()) -> Path:
+    """Creates `path`, refusing a folder that holds results unless `overwrite` is set, which
+    removes what vaco_jax wrote there and refuses a folder holding anything else (but `keep`
+    paths): `vaco_jax.run.manifest`."""
     path = check_output_dir(path)
-    if path.exists() and any(path.iterdir()) and not overwrite:
-        raise FileExistsError(
-            f"output folder {str(path)!r} already exists and is not empty; pass overwrite "
-            f"(--overwrite) to replace its results or resume (--resume) to continue the run")
+    if manifest.has_results(path):
+        if not overwrite:
+            raise FileExistsError(
+                f"output folder {str(path)!r} already exists and is not empty; pass overwrite "
+                f"(--overwrite) to replace its results or resume (--resume) to continue the run")
+        manifest.remove_recorded(path, keep)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ValueError(f"cannot create output folder {str(path)!r} ({error.strerror}); choose "
                          f"another folder") from None
     return path
-
-
-def remove_written(path: str | os.PathLike, names: tuple[str, ...]) -> None:
-    """Removes the files and folders `names` in `path` and the temporary files of interrupted
-    atomic writes of them, leaving every other file alone."""
-    path = Path(path)
-    for name in names:
-        target = path / name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif target.exists() or target.is_symlink():
-            target.unlink()
-        for tmp in path.glob(f".{name}.*.tmp"):
-            tmp.unlink()

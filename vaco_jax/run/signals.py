@@ -1,6 +1,12 @@
-"""Stopping a run cleanly: the first SIGTERM or SIGINT asks the driver to stop after the
-current chunk and its checkpoint (`Interrupted`), a second one exits at once; and the test hook
-that sends a signal at an exact point of a run (`VACO_JAX_TEST_FAULT=SIGNAL@POINT:STEP`)."""
+"""Stopping cleanly on SIGTERM and SIGINT.
+
+Inside a `StopRequests` block (the driver's chunk loop) the first signal is recorded (`requested()`) for the run to stop after its current chunk and checkpoint; a second
+one exits at once. Outside such a block, while a command runs under `exit_on_signals`, a signal
+exits at once with the command's message: every file is written atomically, so nothing written
+is lost. Either way the process exits with 128 + the signal's number (130 for SIGINT, 143 for
+SIGTERM), having released its folder locks. A watcher thread reads the signals from the wakeup
+file descriptor, so they act even while a compiled call or a compilation runs.
+"""
 
 from __future__ import annotations
 
@@ -8,68 +14,129 @@ import os
 import signal
 import sys
 import threading
+from typing import Callable
 
-FAULT_ENV = "VACO_JAX_TEST_FAULT"
+from vaco_jax.run import lock
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Interrupted(Exception):
-    """A run stopped on SIGTERM/SIGINT after checkpointing its last completed chunk."""
+    """A run or sweep stopped on SIGTERM/SIGINT; `saved` says what of it is saved."""
 
-    def __init__(self, signum: int, updates_done: int):
-        super().__init__(f"interrupted by {signal.Signals(signum).name} after update "
-                         f"{updates_done}; its checkpoint is saved")
-        self.signum, self.updates_done = signum, updates_done
+    def __init__(self, signum: int, saved: str):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}: {saved}")
+        self.signum, self.saved = signum, saved
 
 
-def fault_point(point: str, step: int) -> None:
-    """Test hook: sends this process the signal `VACO_JAX_TEST_FAULT` names for this point."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
-    name, _, where = spec.partition("@")
-    if where == f"{point}:{step}":
-        os.kill(os.getpid(), signal.Signals[name])
+class _Watcher:
+    """The process's signal handling while any block needs it (counted), in the main thread."""
+
+    users = 0
+    requested: int | None = None
+    stopping_blocks = 0
+    exit_message: Callable[[int], str] | None = None
+
+    @classmethod
+    def acquire(cls) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return False  # signal handlers can only be set from the main thread
+        if cls.users == 0:
+            cls._read, cls._write = os.pipe()
+            os.set_blocking(cls._write, False)
+            cls._previous_fd = signal.set_wakeup_fd(cls._write)
+            cls._previous = {s: signal.signal(s, lambda *_: None) for s in SIGNALS}
+            cls._thread = threading.Thread(target=cls._watch, args=(cls._read,), daemon=True,
+                                           name="vaco_jax-signals")
+            cls._thread.start()
+        cls.users += 1
+        return True
+
+    @classmethod
+    def release(cls) -> None:
+        cls.users -= 1
+        if cls.users:
+            return
+        signal.set_wakeup_fd(cls._previous_fd)
+        for s, handler in cls._previous.items():
+            signal.signal(s, handler)
+        os.close(cls._write)
+        cls._thread.join()
+        os.close(cls._read)
+        cls.requested = None
+
+    @classmethod
+    def _watch(cls, read: int) -> None:
+        while data := os.read(read, 1):
+            signum = data[0]
+            if signum in SIGNALS:
+                cls._on_signal(signum)
+
+    @classmethod
+    def _on_signal(cls, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if cls.stopping_blocks and cls.requested is None:
+            cls.requested = signum
+            _say(f"\n{name}: stopping after the current chunk and its checkpoint (send it again "
+                 f"to stop at once)")
+            return
+        again = cls.requested is not None
+        cls.requested = cls.requested or signum
+        if cls.exit_message is not None:
+            _say(f"\n{cls.exit_message(signum)}")
+        else:
+            _say(f"\n{name}{' again' if again else ''}: stopping at once")
+        lock.release_all()
+        os._exit(128 + signum)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def requested() -> int | None:
+    """The signal that asked this process to stop, if one did (None once no block is open)."""
+    return _Watcher.requested
 
 
 class StopRequests:
-    """Within the block, the first SIGTERM/SIGINT is recorded (`signum`) for the driver to stop
-    after the current chunk; a second one exits at once. A watcher thread reads the signals
-    from the wakeup file descriptor, so the second one acts even while a compiled call runs."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    """Within the block the first SIGTERM/SIGINT is recorded (`signum`) for the caller to stop
+    at its next safe point; a second one exits at once. Blocks nest, and a request recorded in
+    an inner one stays visible to the outer ones."""
 
     def __enter__(self) -> "StopRequests":
-        self.signum = None
-        self._active = threading.current_thread() is threading.main_thread()
-        if not self._active:
-            return self
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-        self._previous_fd = signal.set_wakeup_fd(self._write)
-        self._previous = {s: signal.signal(s, lambda *_: None) for s in self.SIGNALS}
-        self._watcher = threading.Thread(target=self._watch, daemon=True)
-        self._watcher.start()
+        self._active = _Watcher.acquire()
+        if self._active:
+            _Watcher.stopping_blocks += 1
         return self
 
-    def _watch(self) -> None:
-        while data := os.read(self._read, 1):
-            signum = data[0]
-            if signum not in self.SIGNALS:
-                continue
-            if self.signum is not None:
-                print(f"\n{signal.Signals(signum).name} again: stopping at once", file=sys.stderr,
-                      flush=True)
-                os._exit(128 + signum)
-            self.signum = signum
-            print(f"\n{signal.Signals(signum).name}: stopping after the current chunk and its "
-                  f"checkpoint (send it again to stop at once)", file=sys.stderr, flush=True)
+    @property
+    def signum(self) -> int | None:
+        return _Watcher.requested if self._active else None
 
     def __exit__(self, *exc) -> None:
-        if not self._active:
-            return
-        signal.set_wakeup_fd(self._previous_fd)
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-        os.close(self._write)
-        self._watcher.join()
-        os.close(self._read)
+        if self._active:
+            _Watcher.stopping_blocks -= 1
+            _Watcher.release()
+
+
+class exit_on_signals:
+    """Within the block (a command's whole life, a sweep's batches), a signal outside any
+    `StopRequests` block exits at once after printing `message(signum)` (if given; else the
+    enclosing block's message), and `requested()` keeps a stop recorded by an inner block until
+    the block ends."""
+
+    def __init__(self, message: Callable[[int], str] | None = None):
+        self._message = message
+
+    def __enter__(self) -> "exit_on_signals":
+        self._active = _Watcher.acquire()
+        if self._active:
+            self._outer = _Watcher.exit_message
+            _Watcher.exit_message = self._message or self._outer
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._active:
+            _Watcher.exit_message = self._outer
+            _Watcher.release()

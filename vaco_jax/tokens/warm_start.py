@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import optax
 import orbax.checkpoint as ocp
 
+from vaco_jax.core.faults import fault_point
 from vaco_jax.tokens import tasks
 from vaco_jax.tokens.model import ModelSpec, TokenPolicy
 
@@ -87,6 +88,7 @@ def warm_start(task: tasks.Task, spec: ModelSpec, settings: WarmStart,
     like = TokenPolicy(spec).init(jax.random.PRNGKey(0))
     if folder.exists():
         return _restore(folder, like)
+    fault_point("warm_start", 0)
     params = supervised_train(task, spec, settings)[0]
     _save_atomically(folder, params)
     return params

@@ -1,0 +1,60 @@
+"""The run flags of `train` and `tokens`: out-of-range values and flags a resume would ignore are
+refused in one line before a driver is built or anything is written."""
+
+import pytest
+
+from vaco_jax import cli
+from vaco_jax.experiment import spec
+from vaco_jax.run import driver
+
+TRAIN = ["train", "--env", "toy_reach", "--no-progress"]
+
+
+@pytest.fixture
+def no_driver(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("built a driver before refusing")
+    monkeypatch.setattr(driver, "Driver", refuse)
+
+
+@pytest.mark.parametrize("command", ["train", "tokens"])
+@pytest.mark.parametrize("flags, message", [
+    (["--seeds", "0"], "--seeds must be a positive integer, got 0"),
+    (["--chunk-periods", "0"], "--chunk-periods must be a positive integer, got 0"),
+    (["--keep-checkpoints", "0"], "--keep-checkpoints must be a positive integer, got 0"),
+    (["--seed-offset", "-5"], "--seed-offset must lie in 0..4294967294 (seeds are unsigned "
+                              "32-bit integers), got -5"),
+    (["--seeds", "3", "--seed-offset", "4294967294"], "--seed-offset must lie in 0..4294967293"),
+    (["--keep", "notes.txt"], "--keep applies only with --overwrite"),
+])
+def test_out_of_range_run_flags_are_refused_before_anything_is_written(
+        tmp_path, capsys, no_driver, command, flags, message):
+    out = tmp_path / "run"
+    assert cli.main([command, *flags, "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--total-steps", "4096"], "--total-steps"),
+    (["--hparam", "learning_rate=0.1", "--env", "reacher"], "--env, --hparam"),
+    (["--seeds", "5", "--out", "elsewhere"], "--seeds, --out"),
+    (["--overwrite"], "--overwrite"),
+])
+def test_resume_refuses_the_flags_it_would_ignore(tmp_path, capsys, no_driver, flags, named):
+    assert cli.main([*TRAIN, "--resume", str(tmp_path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert f"{named} cannot change them" in err, err
+    assert "only --chunk-periods, --keep-checkpoints and --no-progress apply" in err
+
+
+def test_an_unparsable_experiment_names_its_file(tmp_path, capsys):
+    path = tmp_path / "broken.toml"
+    path.write_text("name = [\n")
+    assert cli.main(["sweep", str(path), "--plan"]) == 2
+    err = capsys.readouterr().err
+    assert f"experiment file {str(path)!r}: experiment 'broken': not valid TOML" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    with pytest.raises(ValueError, match=str(path)):
+        spec.load_experiment(path)

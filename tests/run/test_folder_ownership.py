@@ -1,0 +1,136 @@
+"""A folder is owned by one process at a time (`run.lock`), and an overwrite removes exactly what
+vaco_jax wrote there (`run.manifest`): foreign files at every place a run or sweep writes are
+refused, or kept when named, never deleted."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vaco_jax.run import io, manifest
+from vaco_jax.run.lock import LOCK_FILE, FolderInUse, folder_lock
+
+ROOT = Path(__file__).resolve().parents[2]
+HOLD = ("import sys, time\n"
+        "from vaco_jax.run.lock import folder_lock\n"
+        "with folder_lock(sys.argv[1]):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(120)\n")
+
+
+def hold(folder: Path) -> subprocess.Popen:
+    """A process that holds `folder`'s lock until killed."""
+    child = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE,
+                             text=True, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_a_live_holder_is_named_and_a_dead_ones_lock_taken_over(tmp_path, capsys):
+    folder = tmp_path / "run"
+    child = hold(folder)
+    try:
+        with pytest.raises(FolderInUse, match=f"in use by process {child.pid} on host .*only one "
+                                              f"vaco-jax process may write a folder"):
+            with folder_lock(folder):
+                pass
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert (folder / LOCK_FILE).is_file()  # a process killed outright leaves its lock file
+    with folder_lock(folder):
+        assert f"left by process {child.pid}" in capsys.readouterr().err
+    assert not (folder / LOCK_FILE).exists()
+
+
+def test_locks_are_reentrant_and_leave_no_trace(tmp_path):
+    folder = tmp_path / "new"
+    with folder_lock(folder):
+        with folder_lock(folder):  # a sweep rewriting its report in the folder it holds
+            assert (folder / LOCK_FILE).is_file()
+        assert (folder / LOCK_FILE).is_file()
+    assert not folder.exists()  # made by the lock and left empty: removed again
+    (tmp_path / "kept").mkdir()
+    with folder_lock(tmp_path / "kept"):
+        pass
+    assert (tmp_path / "kept").is_dir() and not any((tmp_path / "kept").iterdir())
+
+
+def sweep_folder(root: Path) -> None:
+    """What a sweep writes: its files, a batch folder with its own manifest, files, checkpoints
+    (one committed, one half-written) and the temporary of an interrupted write."""
+    manifest.record(root, {"experiment.toml": manifest.FILE, "runs/g-0": manifest.RUN})
+    io.write_text(root / "experiment.toml", "name = 'x'\n")
+    io.write_text(root / "report.md", "# report\n")  # recorded because the folder keeps a manifest
+    batch = root / "runs" / "g-0"
+    manifest.record(batch, {"status.json": manifest.FILE, "checkpoint": manifest.CHECKPOINTS})
+    io.write_text(batch / "status.json", "{}")
+    (batch / ".status.json.abc123.tmp").write_text("{")
+    for step in ("2", "3.partial"):
+        (batch / "checkpoint" / step / "tree").mkdir(parents=True)
+        (batch / "checkpoint" / step / "tree" / "data").write_text("x")
+
+
+FOREIGN = ["notes.txt", "runs/important_results/results.csv", "runs/g-0/mine.txt",
+           "runs/g-0/checkpoint/model.pt", "runs/g-0/checkpoint/2x/data"]
+
+
+@pytest.mark.parametrize("stranger", FOREIGN)
+def test_an_overwrite_refuses_a_foreign_file_anywhere_and_deletes_nothing(tmp_path, stranger):
+    sweep_folder(tmp_path)
+    (tmp_path / stranger).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / stranger).write_text("mine")
+    before = sorted(p for p in tmp_path.rglob("*"))
+    with pytest.raises(FileExistsError, match=f"holds {stranger!r}, which vaco_jax did not write; "
+                                              f"move it away, or keep it with --keep {stranger}"):
+        io.prepare_output_dir(tmp_path, overwrite=True)
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+
+
+def test_an_overwrite_removes_what_vaco_jax_wrote_and_keeps_what_is_named(tmp_path):
+    sweep_folder(tmp_path)
+    for stranger in FOREIGN:
+        (tmp_path / stranger).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / stranger).write_text(f"mine: {stranger}")
+    keep = ["notes.txt", "runs/important_results", "runs/g-0/mine.txt",
+            "runs/g-0/checkpoint/model.pt", "runs/g-0/checkpoint/2x"]
+    io.prepare_output_dir(tmp_path, overwrite=True, keep=keep)
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert left == sorted(FOREIGN)
+    assert all((tmp_path / s).read_text() == f"mine: {s}" for s in FOREIGN)
+    assert manifest.foreign(tmp_path) == sorted(FOREIGN)  # all of it is the user's now
+
+
+def test_an_overwrite_removes_every_emptied_folder(tmp_path):
+    sweep_folder(tmp_path)
+    io.prepare_output_dir(tmp_path, overwrite=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_without_a_manifest_is_never_emptied(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileExistsError, match="keeps no record of what vaco_jax wrote there"):
+        io.prepare_output_dir(tmp_path, overwrite=True)
+    assert (tmp_path / "config.json").read_text() == "{}"
+    with pytest.raises(FileExistsError, match="already exists and is not empty"):
+        io.prepare_output_dir(tmp_path, overwrite=False)
+
+
+def test_bookkeeping_alone_is_an_empty_folder(tmp_path):
+    manifest.record(tmp_path, {})
+    (tmp_path / LOCK_FILE).write_text("")
+    assert not manifest.has_results(tmp_path)
+    io.prepare_output_dir(tmp_path, overwrite=False)
+
+
+def test_a_full_disk_names_the_file(tmp_path, monkeypatch):
+    def full(*_):
+        raise OSError(28, "Error writing bytes to file")
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError, match=f"cannot write '{tmp_path / 'status.json'}'"):
+        io.write_text(tmp_path / "status.json", "{}")
+    assert list(tmp_path.iterdir()) == []  # no temporary left behind

@@ -1,0 +1,161 @@
+"""One process at a time per folder: an exclusive lock on every run, sweep and report folder.
+
+The lock is an advisory `flock` on `.vaco_jax.lock` in the folder, taken before anything is
+written there and held for the process's life: the kernel releases it however the process ends
+(kill -9 included), so a lock file left behind by a dead process is recognised as stale and
+taken over. The file holds who took the lock (process, host, command, time), for the message of
+a refusal. Locks are reentrant within a process, so a sweep that holds its folder may rewrite
+its report there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import shlex
+import socket
+import sys
+from pathlib import Path
+from typing import Iterator
+
+LOCK_FILE = ".vaco_jax.lock"
+
+
+class FolderInUse(FileExistsError):
+    """Another live process holds the folder's lock."""
+
+
+_held: dict[str, list] = {}  # real path -> [file descriptor, lock path, depth, created folder]
+
+
+def _holder_text(record: dict | None) -> str:
+    if not record:
+        return "another process"
+    return (f"process {record.get('pid')} on host {record.get('host')!r} "
+            f"(`{record.get('command')}`, since {record.get('since')})")
+
+
+def _read_record(fd: int) -> dict | None:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        record = json.loads(os.read(fd, 1 << 16).decode("utf-8") or "null")
+        return record if isinstance(record, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _own_record() -> dict:
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    program = "vaco-jax" if program == "__main__.py" else program  # python -m vaco_jax.cli
+    return {"pid": os.getpid(), "host": socket.gethostname(),
+            "command": shlex.join([program, *sys.argv[1:]])[:300],
+            "since": datetime.datetime.now().isoformat(timespec="seconds")}
+
+
+def _pid_alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return True  # cannot tell: assume it runs
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _acquire(folder: Path) -> int:
+    """An open descriptor of the folder's lock file, locked by this process."""
+    path = folder / LOCK_FILE
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder_text(_read_record(fd))
+            os.close(fd)
+            raise FolderInUse(f"{str(folder)!r} is in use by {holder}; only one vaco-jax process "
+                              f"may write a folder: wait for it to end or stop it") from None
+        except OSError as error:  # a file system without flock: tell liveness by the record
+            if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                os.close(fd)
+                raise
+            _refuse_live_record(folder, fd)
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # its holder removed the file on release after we opened it: again
+            os.close(fd)
+            continue
+        stale = _read_record(fd)
+        if stale:
+            print(f"warning: taking over the lock of {str(folder)!r} left by "
+                  f"{_holder_text(stale)}, which has ended without releasing it",
+                  file=sys.stderr, flush=True)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(_own_record()) + "\n").encode("utf-8"), 0)
+        return fd
+
+
+def _refuse_live_record(folder: Path, fd: int) -> None:
+    record = _read_record(fd)
+    if not record:
+        return
+    same_host = record.get("host") == socket.gethostname()
+    if same_host and not _pid_alive(record.get("pid")):
+        return
+    os.close(fd)
+    where = "" if same_host else (f"; if that process has ended, remove "
+                                  f"{str(folder / LOCK_FILE)!r}")
+    raise FolderInUse(f"{str(folder)!r} is in use by {_holder_text(record)}; only one vaco-jax "
+                      f"process may write a folder: wait for it to end or stop it{where}")
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike) -> Iterator[Path]:
+    """Holds the exclusive lock of `folder` (created if missing, and removed again on release
+    if this lock created it and it stayed empty); `FolderInUse` if a live process holds it."""
+    folder = Path(folder)
+    key = os.path.realpath(folder)
+    if key in _held:
+        _held[key][2] += 1
+        try:
+            yield folder
+        finally:
+            _held[key][2] -= 1
+        return
+    created = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"cannot create output folder {str(folder)!r} ({error.strerror}); "
+                         f"choose another folder") from None
+    fd = _acquire(folder)
+    _held[key] = [fd, folder / LOCK_FILE, 1, folder if created else None]
+    try:
+        yield folder
+    finally:
+        _release(key)
+
+
+def _release(key: str) -> None:
+    if key not in _held:  # released already by `release_all`
+        return
+    fd, path, _, created = _held.pop(key)
+    with contextlib.suppress(OSError):
+        os.unlink(path)  # before unlocking, so a waiting process re-checks the file it opened
+    os.close(fd)
+    if created is not None:
+        with contextlib.suppress(OSError):
+            created.rmdir()  # only if nothing was written
+
+
+def release_all() -> None:
+    """Releases every lock of this process (before it exits at once, on a signal)."""
+    for key in list(_held):
+        _release(key)
