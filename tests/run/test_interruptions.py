@@ -4,7 +4,6 @@ uninterrupted run; overwritten, damaged and unwritable folders give one-line mes
 
 import errno
 import json
-import os
 import shutil
 import signal
 import subprocess

@@ -74,6 +74,17 @@ def add_memory_budget(p: argparse.ArgumentParser) -> None:
                         "accelerator's free memory, or half the available host memory on CPU")
 
 
+def add_overwrite_flags(p: argparse.ArgumentParser, what: str, needs: str = "") -> None:
+    """`--overwrite` (of `what`) and `--keep PATH`, the files it must leave (`io.prepare_output_dir`);
+    `needs` names a flag both further need."""
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"{f'with {needs}: ' if needs else ''}replace {what}: removes exactly "
+                        f"what vaco-jax wrote there, refusing a folder that holds other files")
+    p.add_argument("--keep", metavar="PATH", action="append", default=[],
+                   help=f"with {f'{needs} and ' if needs else ''}--overwrite: a file or folder "
+                        f"that vaco-jax did not write there, left in place (repeatable)")
+
+
 def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
     """The flags of a training command that the driver serves, whatever the testbed: seeds,
     output folder, checkpoints, resume, progress and the memory budget a new run must fit."""
@@ -85,12 +96,7 @@ def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--keep-checkpoints", type=int, default=None,
                    help="newest checkpoints kept (default 2; a resumed run keeps its own)")
     p.add_argument("--out", default=out, help="output folder")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the run in an existing output folder: removes exactly what "
-                        "vaco-jax wrote there, refusing a folder that holds other files")
-    p.add_argument("--keep", metavar="PATH", action="append", default=[],
-                   help="with --overwrite: a file or folder of the output folder that vaco-jax "
-                        "did not write, left in place (repeatable)")
+    add_overwrite_flags(p, "the run in an existing output folder")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the interrupted run in DIR from its newest intact checkpoint, "
                         "with the settings saved there (any testbed's run; only "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vaco_jax.cli.common import add_memory_budget
+from vaco_jax.cli.common import add_memory_budget, add_overwrite_flags
 from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
                                  write_sweep_report)
@@ -36,12 +36,7 @@ def add_parsers(subparsers) -> None:
                    help="with --plan: environment steps per second of one batch's runs "
                         "together (measured with `python benchmarks/run.py --only seeds`); "
                         "the estimate is executed steps / R")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing sweep folder: removes exactly what vaco-jax wrote "
-                        "there (its batches too), refusing a folder that holds other files")
-    p.add_argument("--keep", metavar="PATH", action="append", default=[],
-                   help="with --overwrite: a file or folder that vaco-jax did not write, left in "
-                        "place (repeatable)")
+    add_overwrite_flags(p, "an existing sweep folder, its batches too")
     p.add_argument("--max-runs-per-batch", type=int, default=None,
                    help="most runs per compiled batch (rounded down to a multiple of the device "
                         "count); default: as many as fit the memory budget")
@@ -56,12 +51,7 @@ def add_parsers(subparsers) -> None:
     r.add_argument("--allow-incomplete", action="store_true",
                    help="with --parts: report even if groups are missing or unfinished (the "
                         "report's title says so)")
-    r.add_argument("--overwrite", action="store_true",
-                   help="with --parts: replace the merged report in an existing DIR (what "
-                        "vaco-jax wrote there)")
-    r.add_argument("--keep", metavar="PATH", action="append", default=[],
-                   help="with --parts --overwrite: a file or folder that vaco-jax did not write, "
-                        "left in place (repeatable)")
+    add_overwrite_flags(r, "the merged report in an existing DIR", needs="--parts")
 
 
 def run_sweep(args) -> int:

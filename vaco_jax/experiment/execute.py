@@ -25,7 +25,8 @@ from vaco_jax.experiment.plan import Batch, Plan
 from vaco_jax.experiment.results import metrics_readable, write_sweep_report
 from vaco_jax.experiment.spec import Experiment
 from vaco_jax.run import manifest
-from vaco_jax.run.driver import Driver, TrainingResult, read_status
+from vaco_jax.run.driver import Driver, TrainingResult
+from vaco_jax.run.run_folder import CONFIG_FILE, read_status
 from vaco_jax.run.lock import folder_lock
 from vaco_jax.core.faults import fault_point
 from vaco_jax.run.signals import Interrupted, exit_on_signals, requested
@@ -136,7 +137,7 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
 
             folder = batch_dir(out_dir, batch)
             manifest.record(out_dir, {f"{RUNS_DIR}/{batch.name}": manifest.RUN})
-            resume = (folder / "config.json").is_file()
+            resume = (folder / CONFIG_FILE).is_file()
             start = time.perf_counter()
             try:
                 result = driver.run(folder, resume=resume, overwrite=not resume,

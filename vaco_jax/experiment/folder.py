@@ -19,7 +19,7 @@ from vaco_jax.experiment.parts import Selection, selected_groups
 from vaco_jax.experiment.plan import PLAN_FILE, Batch, Plan, make_plan
 from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
 from vaco_jax.run import io, manifest
-from vaco_jax.run.driver import read_status
+from vaco_jax.run.run_folder import read_status
 from vaco_jax.run.lock import folder_lock
 
 EXPERIMENT_FILE = "experiment.toml"

@@ -48,7 +48,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -63,18 +62,13 @@ from tqdm.auto import tqdm
 
 from vaco_jax.core.config import Config
 from vaco_jax.core.faults import fault_point
-from vaco_jax.run import io, manifest, testbeds
+from vaco_jax.run import io, manifest, run_folder, testbeds
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.run.lock import folder_lock
+from vaco_jax.run.run_folder import latest_finite, warn
 from vaco_jax.run.signals import Interrupted, StopRequests
 
 
-METRICS_FILE = "metrics.parquet"
-RUN_FILES = {"config.json": manifest.FILE, "metrics.csv": manifest.FILE,
-             METRICS_FILE: manifest.FILE, "status.json": manifest.FILE,
-             "checkpoint": manifest.CHECKPOINTS}
-"""What a run writes into its folder, as recorded in its manifest: `overwrite` removes these
-and nothing else."""
 DEFAULT_KEEP_CHECKPOINTS = 2
 MAX_SEED = 2**32 - 1
 ZERO_AT_START = ("env_steps", "diverged")
@@ -175,14 +169,14 @@ class Driver:
     @classmethod
     def from_run_dir(cls, out_dir: str | os.PathLike) -> "Driver":
         """Rebuilds the driver of the run saved in `out_dir` (from its `config.json`)."""
-        saved = _saved_config(Path(out_dir))
+        saved = run_folder.saved_config(Path(out_dir))
         try:
             testbed = testbeds.named(saved["testbed"])
             hparams = testbed.hparams(**{k: jnp.asarray(v, jnp.float32)
                                          for k, v in saved["hparams"].items()})
             return cls(testbed.config.from_dict(saved["config"]), hparams, saved["seeds"])
         except (KeyError, TypeError, AttributeError) as error:
-            raise ValueError(f"cannot resume: {str(Path(out_dir) / 'config.json')!r} does not "
+            raise ValueError(f"cannot resume: {str(Path(out_dir) / run_folder.CONFIG_FILE)!r} does not "
                              f"describe a run ({type(error).__name__}: {error}); start the run "
                              f"again with --overwrite") from None
 
@@ -258,8 +252,8 @@ class Driver:
         checkpoints = None
         if out is not None:
             if not resume and _is_writer():
-                manifest.record(out, RUN_FILES)
-                io.write_json(out / "config.json", {
+                manifest.record(out, run_folder.RUN_FILES)
+                io.write_json(out / run_folder.CONFIG_FILE, {
                     **self.describe(), "run_identity": self.identity,
                     "run_options": {"chunk_periods": per_chunk, "keep_checkpoints": keep}})
             checkpoints = Checkpoints(out / "checkpoint", self.identity, keep=keep,
@@ -269,7 +263,7 @@ class Driver:
         fault_point("compile", 0)
         state, metrics = self.initial()
         periods_done = 0
-        restored = (checkpoints.restore_latest({"state": state, "metrics": metrics}, _warn)
+        restored = (checkpoints.restore_latest({"state": state, "metrics": metrics}, warn)
                     if resume and checkpoints is not None else None)
         if restored is not None:
             periods_done, tree = restored
@@ -280,7 +274,7 @@ class Driver:
             metrics = _cut_back({k: np.asarray(tree["metrics"][k]) for k in metrics},
                                 periods_done * cfg.updates_per_period)
         if resume and out is not None:
-            _read_status(out)  # warns about a damaged one, rewritten below
+            run_folder.read_status(out)  # warns about a damaged one, rewritten below
             self._write(out, self._result(metrics, state, periods_done))
         if periods_done < cfg.num_periods:
             self._run.lower(state, self._place(self.hparams),
@@ -341,7 +335,7 @@ class Driver:
                 bar.update(periods * steps_per_period)
                 speed = periods * steps_per_period / (time.perf_counter() - start)
                 bar.set_postfix({"steps_per_s": f"{speed:,.0f}",
-                                 score: f"{np.nanmean(_latest(metrics[score])):.2f}"})
+                                 score: f"{np.nanmean(latest_finite(metrics[score])):.2f}"})
                 if out is not None:
                     self._write(out, result)
                     step = periods_done
@@ -380,7 +374,7 @@ class Driver:
 
     def _check_resumable(self, out: Path) -> dict[str, Any]:
         """The saved `config.json`, if it describes this run."""
-        saved = _saved_config(out)
+        saved = run_folder.saved_config(out)
         current = json.loads(json.dumps(self.describe(), default=io.jsonable))
         if {k: saved.get(k) for k in current} != current:
             raise ValueError(f"cannot resume {str(out)!r}: its config.json describes a different run")
@@ -404,17 +398,14 @@ class Driver:
     def _write(self, out: Path, result: TrainingResult) -> None:
         if not _is_writer():
             return
-        table = result.table()
-        io.write_table(out / "metrics.csv", table)
-        io.write_table(out / METRICS_FILE, table)
         score = self.testbed.score
-        io.write_json(out / "status.json", {
+        run_folder.write_results(out, result.table(), {
             "run_identity": self.identity, "updates_done": result.updates_done,
             "num_updates": self.config.num_updates, "complete": result.complete,
             "finished": result.finished,
             "runs": [{"run": i, "seed": s, "diverged": bool(result.diverged[i]),
                       "diverged_at": int(result.diverged_at[i]),
-                      f"final_{score}": float(_latest(result.metrics[score])[i])}
+                      f"final_{score}": float(latest_finite(result.metrics[score])[i])}
                      for i, s in enumerate(self.seeds)]})
 
 
@@ -429,38 +420,6 @@ def check_seeds(seeds: Sequence[int]) -> list[int]:
         raise ValueError(f"seeds must lie in 0..{MAX_SEED} (a PRNG seed is an unsigned 32-bit "
                          f"integer), got {outside[0]} (--seed-offset is the first seed)")
     return seeds
-
-
-def _saved_config(out: Path) -> dict[str, Any]:
-    path = out / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"cannot resume: {str(path)!r} does not exist")
-    saved = io.read_json(path, "the run cannot be resumed; start it again with --overwrite")
-    if not isinstance(saved, dict):
-        raise ValueError(f"cannot resume: {str(path)!r} does not describe a run; start the run "
-                         f"again with --overwrite")
-    return saved
-
-
-def _read_status(folder: Path) -> dict[str, Any] | None:
-    """A run folder's `status.json`, or None if it is missing or unreadable (with a warning:
-    it is rebuilt from the run's checkpoint when the run is resumed)."""
-    path = folder / "status.json"
-    if not path.is_file():
-        return None
-    try:
-        status = io.read_json(path, "it is rewritten from the checkpoint when the run resumes")
-        if isinstance(status, dict) and "updates_done" in status:
-            return status
-        raise ValueError(f"{str(path)!r} is not a run status; it is rewritten from the "
-                         f"checkpoint when the run resumes")
-    except ValueError as error:
-        _warn(str(error))
-        return None
-
-
-def read_status(folder: str | os.PathLike) -> dict[str, Any] | None:
-    return _read_status(Path(folder))
 
 
 def _divergence(metrics: dict[str, np.ndarray],
@@ -480,10 +439,6 @@ def _cut_back(metrics: dict[str, np.ndarray], updates_done: int) -> dict[str, np
     for values in metrics.values():
         values[:, updates_done + 1:] = np.nan
     return metrics
-
-
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 def _run_devices(num_runs: int, devices: Sequence[jax.Device] | None) -> list[jax.Device]:
@@ -509,14 +464,6 @@ def _to_host(x: jax.Array) -> np.ndarray:
 def _is_writer() -> bool:
     """Whether this process writes files (process 0 of a multi-host run)."""
     return jax.process_index() == 0
-
-
-def _latest(values: np.ndarray) -> np.ndarray:
-    """Per run, the last finite entry (NaN where there is none)."""
-    finite = np.isfinite(values)
-    index = np.where(finite.any(axis=1), values.shape[1] - 1 - np.argmax(finite[:, ::-1], axis=1), 0)
-    latest = values[np.arange(values.shape[0]), index]
-    return np.where(finite.any(axis=1), latest, np.nan)
 
 
 def _broadcast_hparams(hparams: Any, num_runs: int) -> Any:
