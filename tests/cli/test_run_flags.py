@@ -40,13 +40,16 @@ def test_out_of_range_run_flags_are_refused_before_anything_is_written(
     (["--total-steps", "4096"], "--total-steps"),
     (["--hparam", "learning_rate=0.1", "--env", "reacher"], "--env, --hparam"),
     (["--seeds", "5", "--out", "elsewhere"], "--seeds, --out"),
+    (["--seeds", "2"], "--seeds"),  # the default value, but written out: it would be ignored
+    (["--env=toy_reach"], "--env"),
     (["--overwrite"], "--overwrite"),
 ])
 def test_resume_refuses_the_flags_it_would_ignore(tmp_path, capsys, no_driver, flags, named):
-    assert cli.main([*TRAIN, "--resume", str(tmp_path), *flags]) == 2
+    assert cli.main(["train", "--resume", str(tmp_path), "--no-progress", *flags]) == 2
     err = capsys.readouterr().err
     assert f"{named} cannot change them" in err, err
-    assert "only --chunk-periods, --keep-checkpoints and --no-progress apply" in err
+    assert ("only --chunk-periods, --keep-checkpoints, --no-progress and --memory-budget apply"
+            in err)
 
 
 def test_an_unparsable_experiment_names_its_file(tmp_path, capsys):

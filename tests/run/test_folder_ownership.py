@@ -8,10 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
 
 from vaco_jax.run import io, manifest
-from vaco_jax.run.lock import LOCK_FILE, FolderInUse, folder_lock
+from vaco_jax.run.checkpoint import Checkpoints
+from vaco_jax.run.lock import LOCK_FILE, FolderInUse, folder_lock, refuse_if_in_use
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = ("import sys, time\n"
@@ -63,20 +65,24 @@ def test_locks_are_reentrant_and_leave_no_trace(tmp_path):
 def sweep_folder(root: Path) -> None:
     """What a sweep writes: its files, a batch folder with its own manifest, files, checkpoints
     (one committed, one half-written) and the temporary of an interrupted write."""
-    manifest.record(root, {"experiment.toml": manifest.FILE, "runs/g-0": manifest.RUN})
+    manifest.record(root, {"experiment.toml": manifest.FILE, "runs": manifest.FOLDER,
+                           "runs/g-0": manifest.RUN})
     io.write_text(root / "experiment.toml", "name = 'x'\n")
     io.write_text(root / "report.md", "# report\n")  # recorded because the folder keeps a manifest
     batch = root / "runs" / "g-0"
-    manifest.record(batch, {"status.json": manifest.FILE, "checkpoint": manifest.CHECKPOINTS})
+    manifest.record(batch, {"status.json": manifest.FILE, "checkpoint": manifest.FOLDER})
     io.write_text(batch / "status.json", "{}")
     (batch / ".status.json.abc123.tmp").write_text("{")
-    for step in ("2", "3.partial"):
-        (batch / "checkpoint" / step / "tree").mkdir(parents=True)
-        (batch / "checkpoint" / step / "tree" / "data").write_text("x")
+    checkpoints = Checkpoints(batch / "checkpoint", "run-1", keep=2)
+    for step in (1, 2, 3):
+        checkpoints.save(step, {"x": jnp.full((2,), step)})
+    checkpoints.close()
+    (batch / "checkpoint" / "4.partial").mkdir()  # a write under way when its process was killed
+    manifest.record(batch, {"checkpoint/4.partial": manifest.TREE})
 
 
 FOREIGN = ["notes.txt", "runs/important_results/results.csv", "runs/g-0/mine.txt",
-           "runs/g-0/checkpoint/model.pt", "runs/g-0/checkpoint/2x/data"]
+           "runs/g-0/checkpoint/model.pt", "runs/g-0/checkpoint/2024/notes.txt"]
 
 
 @pytest.mark.parametrize("stranger", FOREIGN)
@@ -97,12 +103,51 @@ def test_an_overwrite_removes_what_vaco_jax_wrote_and_keeps_what_is_named(tmp_pa
         (tmp_path / stranger).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / stranger).write_text(f"mine: {stranger}")
     keep = ["notes.txt", "runs/important_results", "runs/g-0/mine.txt",
-            "runs/g-0/checkpoint/model.pt", "runs/g-0/checkpoint/2x"]
+            "runs/g-0/checkpoint/model.pt", "runs/g-0/checkpoint/2024"]
     io.prepare_output_dir(tmp_path, overwrite=True, keep=keep)
     left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert left == sorted(FOREIGN)
     assert all((tmp_path / s).read_text() == f"mine: {s}" for s in FOREIGN)
     assert manifest.foreign(tmp_path) == sorted(FOREIGN)  # all of it is the user's now
+
+
+def test_checkpoints_are_recorded_while_they_exist(tmp_path):
+    sweep_folder(tmp_path)
+    batch = tmp_path / "runs" / "g-0"
+    assert sorted(p.name for p in (batch / "checkpoint").iterdir()) == ["2", "3", "4.partial"]
+    assert {k: v for k, v in manifest.recorded(batch).items() if k.startswith("checkpoint/")} == {
+        "checkpoint/2": manifest.TREE, "checkpoint/3": manifest.TREE,
+        "checkpoint/4.partial": manifest.TREE}  # step 1 rotated away and forgotten
+
+
+@pytest.mark.parametrize("kept, writes", [
+    ("report.md", ()), ("runs/g-0/status.json", ()), ("runs/g-0/checkpoint/2", ()),
+    ("runs/g-0/checkpoint/2/tree/data", ()), ("runs/g-0", ()),
+    ("summary.json", ("summary.json",)), ("checkpoint/7", ("checkpoint/[0-9]*",)),
+])
+def test_a_path_vaco_jax_writes_cannot_be_kept(tmp_path, kept, writes):
+    sweep_folder(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(ValueError, match=f"--keep {kept}: vaco_jax writes {kept!r} there, so it "
+                                         f"cannot be kept"):
+        io.prepare_output_dir(tmp_path, overwrite=True, keep=[kept], writes=writes)
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_an_overwrite_deletes_nothing_while_a_batch_folder_is_in_use(tmp_path):
+    sweep_folder(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    child = hold(tmp_path / "runs" / "g-0")
+    try:
+        with pytest.raises(FolderInUse, match=f"in use by process {child.pid}"):
+            io.prepare_output_dir(tmp_path, overwrite=True)
+        with pytest.raises(FolderInUse, match=f"in use by process {child.pid}"):
+            refuse_if_in_use(tmp_path / "runs" / "g-0")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert sorted(p for p in tmp_path.rglob("*") if p.name != LOCK_FILE) == before
+    refuse_if_in_use(tmp_path / "runs" / "g-0")  # its holder has ended
 
 
 def test_an_overwrite_removes_every_emptied_folder(tmp_path):

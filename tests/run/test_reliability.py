@@ -5,6 +5,7 @@ traceback, and without losing a stop request at a batch boundary."""
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -144,7 +145,8 @@ def test_signals_in_a_sweep_stop_it_at_every_phase(cache, tmp_path, experiment):
     out = tmp_path / "sweep"
     first_batch = out / "runs" / "toy_reach-ppo-e4m4-0"
     second_batch = out / "runs" / "toy_reach-vaco-e4m4-0"
-    # While the second group compiles in the background: no abort (134), but 143.
+    # While the second group compiles in the background: no abort (134), but 143, whether the
+    # signal finds the first batch compiling (a stop at once) or training (after its chunk).
     background = vaco(cache, "sweep", str(experiment), "--out", str(out), "--no-progress",
                       fault="SIGTERM@background_compile:0")
     assert background.returncode == 143, background.stderr
@@ -157,6 +159,14 @@ def test_signals_in_a_sweep_stop_it_at_every_phase(cache, tmp_path, experiment):
     assert not second_batch.exists() or not (second_batch / "status.json").exists()
     assert ("1 of 2 batches finished and saved; the sweep stopped before batch "
             "toy_reach-vaco-e4m4-0" in boundary.stderr), boundary.stderr
+    # Between batches: at once, the finished batch saved.
+    between = vaco(cache, "sweep", "--resume", "--out", str(out), "--no-progress",
+                   fault="SIGINT@batch_end:0")
+    assert between.returncode == 130, between.stderr
+    assert ("vaco-jax sweep: stopped by SIGINT; every file written so far is complete (each is "
+            f"written atomically); continue with: vaco-jax sweep --resume --out {out}"
+            in between.stderr), between.stderr
+    assert json.loads((second_batch / "status.json").read_text())["complete"]
     # While the report is written: every batch is saved, the report is written on resume.
     report = vaco(cache, "sweep", "--resume", "--out", str(out), "--no-progress",
                   fault="SIGINT@report:0")
@@ -206,3 +216,26 @@ def test_a_finished_batchs_damaged_metrics_are_rebuilt_from_its_checkpoint(cache
     assert repaired.returncode == 0, repaired.stderr
     pd.testing.assert_frame_equal(pd.read_parquet(metrics), expected)
     pd.testing.assert_frame_equal(pd.read_parquet(out / "runs.parquet"), runs)
+
+
+LIBRARY = """
+import sys
+from vaco_jax.experiment import parse_experiment, sweep
+try:
+    sweep(sys.argv[1], parse_experiment(sys.argv[2]), progress=False)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt raised", flush=True)
+print("after the sweep", flush=True)
+"""
+
+
+def test_ctrl_c_from_python_is_a_keyboard_interrupt(cache, tmp_path):
+    """Used from Python (a script, a notebook), a sweep, which handles signals itself, turns
+    Ctrl-C outside a run's chunks into the KeyboardInterrupt Python users expect, which
+    releases the folders' locks."""
+    out = tmp_path / "sweep"
+    script = subprocess.run([sys.executable, "-c", LIBRARY, str(out), SWEEP], capture_output=True,
+                            text=True, env=vaco_env(cache, "SIGINT@compile:0"), timeout=600)
+    assert script.returncode == 0, script.stderr
+    assert script.stdout.splitlines() == ["KeyboardInterrupt raised", "after the sweep"]
+    assert not list(out.rglob(LOCK_FILE))

@@ -11,6 +11,8 @@ import os
 import shlex
 import signal
 import sys
+import time
+import traceback
 from pathlib import Path
 from typing import Sequence
 
@@ -21,6 +23,11 @@ from vaco_jax.cli import train as train_cli
 from vaco_jax.experiment.execute import background_work
 from vaco_jax.experiment.plan import PLAN_FILE
 from vaco_jax.run import signals
+
+def _given_flags(argv: Sequence[str]) -> set[str]:
+    """The long flags written on the command line (`--flag` or `--flag=value`)."""
+    return {token.split("=", 1)[0] for token in argv if token.startswith("--")}
+
 
 TRAINING_COMMANDS = {
     "train": (train_cli, "train one algorithm on one task over vmapped seeds"),
@@ -49,16 +56,20 @@ def _run(args) -> int:
 
 
 def _continue_command(args) -> str | None:
-    """The command that continues this command's work, if its folder holds any to continue."""
+    """The command that continues this command's work, if it has written any to continue."""
     if args.command == "sweep":
         out = args.out
-        command = f"vaco-jax sweep --resume --out {shlex.quote(str(out))}" if out else None
-        return command if out and (Path(out) / PLAN_FILE).is_file() else None
-    if args.command == "report":
+        marker = None if out is None else Path(out) / PLAN_FILE
+        command = f"vaco-jax sweep --resume --out {shlex.quote(str(out))}"
+    elif args.command in TRAINING_COMMANDS:
+        out = args.resume or args.out
+        marker = Path(out) / "config.json"
+        command = f"vaco-jax {args.command} --resume {shlex.quote(str(out))}"
+    else:
         return None
-    out = args.resume or args.out
-    return (f"vaco-jax {args.command} --resume {shlex.quote(str(out))}"
-            if (Path(out) / "config.json").is_file() else None)
+    written = marker is not None and marker.is_file() and (
+        args.resume or marker.stat().st_mtime >= args.started)  # not an earlier run's folder
+    return command if written else None
 
 
 def _stopped(args, signum: int) -> str:
@@ -72,7 +83,9 @@ def _stopped(args, signum: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs a command; its exit status: 0 done, 2 refused input, 1 another error (a full disk),
     128 + the signal's number when SIGINT (130) or SIGTERM (143) stopped it."""
+    started = time.time()
     args = _parser().parse_args(argv)
+    args.started, args.given = started, _given_flags(sys.argv[1:] if argv is None else argv)
     with signals.exit_on_signals(lambda signum: _stopped(args, signum)):
         try:
             code = _run(args)
@@ -96,10 +109,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `vaco-jax` program: `main`, then an exit that a background compilation cannot
-    turn into an abort."""
-    code = main()
-    if background_work():
+    """The `vaco-jax` program: `main`, then an exit that a background compilation cannot turn
+    into an abort (an interpreter shutting down under a running XLA compilation aborts), nor
+    threads left running by a failure into tracebacks."""
+    try:
+        code = main()
+    except BaseException:
+        if not background_work():
+            raise
+        traceback.print_exc()
+        code = 1
+    if code != 0 or background_work():
+        # A failed command has said why in one line; threads a failure left running (Orbax's
+        # writers under a full disk) would print tracebacks as the interpreter shuts down.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -7,6 +7,7 @@ import argparse
 import math
 from typing import Any
 
+import jax
 import numpy as np
 
 from vaco_jax.core.config import Config
@@ -106,7 +107,7 @@ def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
     add_memory_budget(p)
 
 
-RESUME_FLAGS = ("chunk_periods", "keep_checkpoints", "no_progress")
+RESUME_FLAGS = ("chunk_periods", "keep_checkpoints", "no_progress", "memory_budget")
 """The run flags a resumed run applies; it takes every other setting from its folder."""
 
 
@@ -125,12 +126,14 @@ def _check_run_flags(args) -> None:
     if args.resume:
         ignored = [action.option_strings[-1] for action in args.parser._actions
                    if action.option_strings and action.dest not in (*RESUME_FLAGS, "resume", "help")
-                   and getattr(args, action.dest) != action.default]
+                   and (getattr(args, action.dest) != action.default
+                        or args.given.intersection(action.option_strings))]
         if ignored:
             raise ValueError(f"--resume continues the run with the settings saved in "
                              f"{args.resume!r}; {', '.join(ignored)} cannot change them (leave "
                              f"{'it' if len(ignored) == 1 else 'them'} out; only "
-                             f"--chunk-periods, --keep-checkpoints and --no-progress apply)")
+                             f"--chunk-periods, --keep-checkpoints, --no-progress and "
+                             f"--memory-budget apply)")
 
 
 def run_driver(args, config: Config, hparams: Any) -> int:
@@ -140,13 +143,16 @@ def run_driver(args, config: Config, hparams: Any) -> int:
     _check_run_flags(args)
     options = {"chunk_periods": args.chunk_periods, "keep_checkpoints": args.keep_checkpoints,
                "progress": not args.no_progress}
+    budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
     if args.resume:
         out = args.resume
-        result = driver.Driver.from_run_dir(out).run(out, resume=True, **options)
+        runs = driver.Driver.from_run_dir(out)
+        memory.check_memory(runs.config, jax.tree.map(lambda x: x[0], runs.hparams),
+                            runs.num_runs, budget_bytes=budget)  # this machine may be smaller
+        result = runs.run(out, resume=True, **options)
     else:
         out = args.out
         io.check_output_dir(out)  # before the driver builds its trainer (a warm start, say)
-        budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
         memory.check_memory(config, hparams, args.seeds, budget_bytes=budget)  # before allocating
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         runs = driver.Driver(config, hparams, seeds)

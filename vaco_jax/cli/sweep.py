@@ -64,6 +64,9 @@ def run_sweep(args) -> int:
                          f"{args.steps_per_second}")
     if args.keep and not args.overwrite:
         raise ValueError("--keep applies only with --overwrite")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume continues the sweep in --out and --overwrite replaces it: give "
+                         "one of them")
     if args.replan and (args.plan or not args.resume):
         raise ValueError("--replan applies only with --resume, and not with --plan")
     if args.part is not None and args.groups is not None:

@@ -18,13 +18,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vaco_jax.core.config import Config
-from vaco_jax.experiment.folder import (RUNS_DIR, batch_dir, load_sweep_to_resume,
+from vaco_jax.experiment.folder import (batch_dir, load_sweep_to_resume, record_sweep,
                                         replan_sweep, start_sweep, status_finished)
 from vaco_jax.experiment.parts import Selection
 from vaco_jax.experiment.plan import Batch, Plan
 from vaco_jax.experiment.results import metrics_readable, write_sweep_report
 from vaco_jax.experiment.spec import Experiment
-from vaco_jax.run import manifest
 from vaco_jax.run.driver import Driver, TrainingResult
 from vaco_jax.run.run_folder import CONFIG_FILE, read_status
 from vaco_jax.run.lock import folder_lock
@@ -35,7 +34,9 @@ BACKGROUND_THREAD = "vaco_jax-compile"
 
 
 def _in_background(function: Callable[..., Any], *args: Any) -> futures.Future:
-    """Calls `function(*args)` in a daemon thread, which an interrupted sweep does not wait for."""
+    """Calls `function(*args)` in a thread of its own. Not a daemon: an interpreter that shuts
+    down under a running XLA compilation aborts, so a Python caller's exit waits for it (the
+    `vaco-jax` program leaves through `os._exit` instead, `background_work`)."""
     future: futures.Future = futures.Future()
 
     def work() -> None:
@@ -43,13 +44,13 @@ def _in_background(function: Callable[..., Any], *args: Any) -> futures.Future:
             future.set_result(function(*args))
         except BaseException as error:  # handed to whoever waits for the result
             future.set_exception(error)
-    threading.Thread(target=work, daemon=True, name=BACKGROUND_THREAD).start()
+    threading.Thread(target=work, daemon=False, name=BACKGROUND_THREAD).start()
     return future
 
 
 def background_work() -> bool:
-    """Whether a background compilation still runs (the process must then leave through
-    `os._exit`: an interpreter shutting down under a running XLA compilation aborts)."""
+    """Whether a background compilation still runs (a program that must stop now then leaves
+    through `os._exit`)."""
     return any(t.name == BACKGROUND_THREAD and t.is_alive() for t in threading.enumerate())
 
 
@@ -108,6 +109,13 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
     checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed).
     A SIGTERM/SIGINT stops the sweep after the current chunk (`Interrupted`), or at once
     between chunks (`vaco_jax.run.signals`)."""
+    with folder_lock(out_dir):
+        record_sweep(out_dir, plan)
+        _run_batches(plan, out_dir, progress=progress, on_chunk=on_chunk)
+
+
+def _run_batches(plan: Plan, out_dir: str | os.PathLike, *, progress: bool,
+                 on_chunk: Callable[[Batch, TrainingResult], None] | None) -> None:
     steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
              for b in plan.batches}
     # A missing or unreadable status counts as unfinished: the batch resumes from its checkpoint.
@@ -136,7 +144,6 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
                     on_chunk(batch, result)
 
             folder = batch_dir(out_dir, batch)
-            manifest.record(out_dir, {f"{RUNS_DIR}/{batch.name}": manifest.RUN})
             resume = (folder / CONFIG_FILE).is_file()
             start = time.perf_counter()
             try:

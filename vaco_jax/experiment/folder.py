@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 from vaco_jax.experiment.parts import Selection, selected_groups
 from vaco_jax.experiment.plan import PLAN_FILE, Batch, Plan, make_plan
 from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
+from vaco_jax.report.write import REPORT_WRITES
 from vaco_jax.run import io, manifest
 from vaco_jax.run.run_folder import read_status
 from vaco_jax.run.lock import folder_lock
@@ -50,11 +51,21 @@ def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite
     selected_groups(experiment, part)
     plan = make_plan(experiment, part=part, **plan_options)
     with folder_lock(out_dir):
-        out = io.prepare_output_dir(out_dir, overwrite=overwrite, keep=keep)
-        manifest.record(out, {EXPERIMENT_FILE: manifest.FILE, PLAN_FILE: manifest.FILE})
+        out = io.prepare_output_dir(out_dir, overwrite=overwrite, keep=keep, writes=(
+            EXPERIMENT_FILE, PLAN_FILE, *REPORT_WRITES,
+            *(f"{RUNS_DIR}/{batch.name}" for batch in plan.batches)))
+        record_sweep(out, plan)
         io.write_text(out / EXPERIMENT_FILE, experiment.source)
         io.write_json(out / PLAN_FILE, plan.to_json())
     return plan
+
+
+def record_sweep(out_dir: str | os.PathLike, plan: Plan) -> None:
+    """Records the sweep's files and batch folders in the folder's manifest (before they are
+    written; again when a sweep resumes, which adopts a folder written before manifests)."""
+    manifest.record(out_dir, {EXPERIMENT_FILE: manifest.FILE, PLAN_FILE: manifest.FILE,
+                              RUNS_DIR: manifest.FOLDER,
+                              **{f"{RUNS_DIR}/{b.name}": manifest.RUN for b in plan.batches}})
 
 
 def load_sweep(out_dir: str | os.PathLike) -> Plan:
@@ -81,7 +92,8 @@ def replan_sweep(out_dir: str | os.PathLike, experiment: Experiment | None = Non
     out = Path(out_dir)
     if not (out / EXPERIMENT_FILE).is_file():
         raise FileNotFoundError(f"{str(out)!r} is not a sweep folder: {EXPERIMENT_FILE} is missing")
-    saved = parse_experiment((out / EXPERIMENT_FILE).read_text(encoding="utf-8"))
+    saved = parse_experiment((out / EXPERIMENT_FILE).read_text(encoding="utf-8"),
+                             name=out.name)  # the file's own `name`, if it has one
     if experiment is not None and not same_experiment(experiment, saved):
         raise ValueError(f"cannot plan {str(out)!r} again: it holds a different experiment "
                          f"({saved.name!r}); leave the experiment out")

@@ -13,7 +13,6 @@ merged.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -27,7 +26,8 @@ from vaco_jax.experiment.results import (finished_batches_table, unfinished_grou
                                          write_experiment_report)
 from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
 from vaco_jax.run import io, manifest
-from vaco_jax.run.lock import folder_lock
+from vaco_jax.report.write import REPORT_WRITES
+from vaco_jax.run.lock import folder_lock, refuse_if_in_use
 
 PARTS_FILE = "parts.json"
 
@@ -144,18 +144,19 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     Refuses, naming the folder: a folder that is neither a sweep folder nor a merged report, one
     of another experiment (parsed `experiment.toml` differs), parts that overlap, and, unless
     `allow_incomplete` (which marks the report's title), groups that no part holds or that are
-    not finished. The runs of unfinished batches never enter the report. It holds the locks of
-    `out_dir` and of every part folder (no sweep may write them meanwhile); `overwrite` and
-    `keep` are `io.prepare_output_dir`'s.
+    not finished, and a part folder that a live process writes. The runs of unfinished batches
+    never enter the report. It holds the lock of `out_dir`; `overwrite` and `keep` are
+    `io.prepare_output_dir`'s.
     """
     folders = [Path(d) for d in part_dirs]
     if not folders:
         raise ValueError("--parts needs at least one part folder")
     out = Path(out_dir)
-    _check_out(out, folders, overwrite)
-    with contextlib.ExitStack() as locks:
-        for folder in [out, *folders]:
-            locks.enter_context(folder_lock(folder))
+    _check_out(out, folders, overwrite)  # before the lock makes the folder
+    with folder_lock(out):
+        _check_out(out, folders, overwrite)  # again: another process may have written it
+        for folder in folders:
+            refuse_if_in_use(folder)
         return _merge(folders, out, allow_incomplete=allow_incomplete, keep=keep)
 
 
@@ -180,7 +181,8 @@ def _merge(folders: Sequence[Path], out: Path, *, allow_incomplete: bool,
     table = _merged_table(experiment, owners)
     if table is None:
         raise FileNotFoundError(f"no part in {[str(f) for f in folders]} has a finished batch yet")
-    io.prepare_output_dir(out, overwrite=True, keep=keep)  # refused above unless overwrite
+    io.prepare_output_dir(out, overwrite=True, keep=keep,  # refused above unless overwrite
+                          writes=(EXPERIMENT_FILE, PARTS_FILE, *REPORT_WRITES))
     manifest.record(out, {EXPERIMENT_FILE: manifest.FILE, PARTS_FILE: manifest.FILE})
     absent = len(missing) + sum(len(names) for names in unfinished.values())
     note = (f"incomplete merge: {absent} of {len(experiment.groups)} groups missing or "

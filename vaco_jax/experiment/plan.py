@@ -151,7 +151,12 @@ def make_plan(experiment: Experiment, *, part: Selection = None,
                                       advice=size_advice(group.config))
         except ValueError as error:
             raise ValueError(f"group {group.name}: {error}") from None
-        capacity = (batch_sizes or {}).get(group.name, capacity)
+        saved = (batch_sizes or {}).get(group.name)
+        if saved is not None and saved > capacity:
+            raise ValueError(f"group {group.name}: its batches of {saved} runs were planned on "
+                             f"another machine; here at most {capacity} fit (raise "
+                             f"--memory-budget or --max-runs-per-batch, or resume it there)")
+        capacity = saved or capacity
         size, split = split_runs(len(group.runs), capacity, len(devices))
         batches += [Batch(name=f"{group.name}-{i}", group=group.name, runs=tuple(runs), size=size)
                     for i, runs in enumerate(split)]

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from vaco_jax.core.config import Config
 from vaco_jax.core.policy_buffer import LAG_MODELS
 from vaco_jax.run import testbeds
+from vaco_jax.run.driver import check_seeds
 from vaco_jax.run.testbeds import Testbed
 
 REFERENCE_KEY = "reference_scores"
@@ -192,7 +193,7 @@ def _seeds(value: Any) -> tuple[int, ...]:
         return tuple(range(value))
     if not isinstance(value, list):
         raise ValueError(f"seeds must be a positive count or a list of integers, got {value!r}")
-    return _values("seeds", value, int)
+    return tuple(check_seeds(_values("seeds", value, int)))
 
 
 def _hparam_values(table: Mapping[str, Any],

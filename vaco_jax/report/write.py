@@ -24,6 +24,8 @@ from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, check_runs
 from vaco_jax.run import io
 
 DEFAULT_TITLE = "Policy-lag benchmark report"
+REPORT_WRITES = (RUNS_FILE, "summary.json", "report.md", "fig_*.png", "fig_*.pdf")
+"""Glob patterns of the files a report writes into its folder."""
 
 
 @dataclasses.dataclass(frozen=True)

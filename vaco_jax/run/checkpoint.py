@@ -6,22 +6,28 @@ is handed to Orbax, so a truncated or altered checkpoint is recognised (and skip
 reading it. A checkpoint is written into `<step>.partial/` and renamed into place only
 once complete, so a process killed mid-write leaves a `.partial` folder (removed when the run
 folder is next opened) and never a half-written `<step>/`. Only the newest `keep` checkpoints
-are kept, the older ones deleted after a new one is committed.
+are kept, the older ones deleted after a new one is committed. The run folder's manifest
+records each step folder while it exists, so an overwrite removes those and nothing else.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
+import logging
 import os
 import shutil
+import sys
+import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import orbax.checkpoint as ocp
 
-from vaco_jax.run import io
+from vaco_jax.run import io, manifest
 
 IDENTITY_FILE = "identity.json"
 PARTIAL_SUFFIX = ".partial"
@@ -61,9 +67,11 @@ class Checkpoints:
         partial = self.directory / f"{step}{PARTIAL_SUFFIX}"
         try:
             shutil.rmtree(partial, ignore_errors=True)
+            self._record({final.name: manifest.TREE, partial.name: manifest.TREE})
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._checkpointer.save(partial / "tree", args=ocp.args.StandardSave(
-                _without_empty(tree)))
+            with _thread_tracebacks_silenced():
+                self._checkpointer.save(partial / "tree", args=ocp.args.StandardSave(
+                    _without_empty(tree)))
             io.write_json(partial / IDENTITY_FILE, {"run_identity": self.identity, "step": step,
                                                     "files": _manifest(partial / "tree")})
             if before_commit is not None:
@@ -71,15 +79,29 @@ class Checkpoints:
             if final.exists():  # the same step written again by a resumed run
                 shutil.rmtree(final)
             os.replace(partial, final)
+            self._forget([partial.name])
         except Exception as error:
+            with _thread_tracebacks_silenced():
+                self._checkpointer.close()  # waits for the writer threads the error left running
             shutil.rmtree(partial, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the disk may still be full
+                self._forget([partial.name])
             kept = self.steps()
             raise CheckpointWriteError(
-                f"could not write checkpoint {str(final)!r}: {_first_line(error)}; "
+                f"could not write checkpoint {str(final)!r}: {_reason(error)}; "
                 + (f"the previous checkpoint (step {kept[0]}) is intact, free some space and "
                    f"resume" if kept else "no checkpoint was kept")) from error
         for old in self.steps()[self.keep:]:
             shutil.rmtree(self.directory / str(old), ignore_errors=True)
+            self._forget([str(old)])
+
+    def _record(self, steps: dict[str, str]) -> None:
+        """Records step folders in the run folder's manifest (`vaco_jax.run.manifest`)."""
+        manifest.record(self.directory.parent,
+                        {f"{self.directory.name}/{name}": kind for name, kind in steps.items()})
+
+    def _forget(self, names: list[str]) -> None:
+        manifest.forget(self.directory.parent, [f"{self.directory.name}/{n}" for n in names])
 
     def restore_latest(self, like: Any, warn: Callable[[str], None]) -> tuple[int, Any] | None:
         """The newest readable checkpoint as `(step, tree)` in the structure, shapes and dtypes
@@ -117,6 +139,38 @@ class Checkpoints:
 
     def close(self) -> None:
         self._checkpointer.close()
+
+
+class _WriterThreadErrors(logging.Filter):
+    """Drops the records of Orbax's writer threads that fail: the error reaches the caller of
+    `save` too, which reports it in one line, and a thread that outlives the failed save would
+    print its traceback after that line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR
+                    and "_SignalingThread.run() raised an exception" in record.getMessage())
+
+
+logging.getLogger("absl").addFilter(_WriterThreadErrors())
+
+
+@contextlib.contextmanager
+def _thread_tracebacks_silenced() -> Iterator[None]:
+    """Within the block, the exceptions Orbax's and TensorStore's threads raise as a failed
+    save unwinds ("Event loop is closed") print nothing: the save's own error is reported."""
+    hooks = threading.excepthook, sys.unraisablehook
+    threading.excepthook = sys.unraisablehook = lambda *_: None
+    try:
+        yield
+    finally:
+        threading.excepthook, sys.unraisablehook = hooks
+
+
+def _reason(error: BaseException) -> str:
+    """Why a write failed, short: a full disk says so, whatever layer raised it."""
+    if "No space left on device" in str(error) or getattr(error, "errno", None) == errno.ENOSPC:
+        return "No space left on device"
+    return _first_line(error)
 
 
 def _first_line(error: BaseException, limit: int = 240) -> str:

@@ -233,7 +233,8 @@ class Driver:
                                 on_chunk=on_chunk)
         with folder_lock(out_dir):
             if not resume:
-                io.prepare_output_dir(out_dir, overwrite=overwrite, keep=keep)
+                io.prepare_output_dir(out_dir, overwrite=overwrite, keep=keep,
+                                      writes=run_folder.RUN_WRITES)
             return self._run_in(Path(out_dir), resume=resume, chunk_periods=chunk_periods,
                                 max_chunks=max_chunks, keep_checkpoints=keep_checkpoints,
                                 progress=progress, on_chunk=on_chunk)
@@ -256,7 +257,7 @@ class Driver:
                 io.write_json(out / run_folder.CONFIG_FILE, {
                     **self.describe(), "run_identity": self.identity,
                     "run_options": {"chunk_periods": per_chunk, "keep_checkpoints": keep}})
-            checkpoints = Checkpoints(out / "checkpoint", self.identity, keep=keep,
+            checkpoints = Checkpoints(out / run_folder.CHECKPOINT_DIR, self.identity, keep=keep,
                                       writer=_is_writer())
         # Restored and compiled before stops are deferred: nothing is trained yet that a stop
         # at once (`vaco_jax.run.signals`) loses.
@@ -294,8 +295,8 @@ class Driver:
             return f"{done}; nothing is saved (no output folder)"
         steps = checkpoints.steps()
         if not steps:
-            return (f"{done}, before its first checkpoint: only its config.json is saved, and "
-                    f"resuming starts the run from the beginning")
+            return (f"{done}, before its first checkpoint: its config and its initial evaluation "
+                    f"are saved, and resuming starts the run from the beginning")
         return (f"{done}; its results and its checkpoint at update "
                 f"{steps[0] * self.config.updates_per_period} are saved")
 
@@ -418,7 +419,7 @@ def check_seeds(seeds: Sequence[int]) -> list[int]:
     outside = [s for s in seeds if not 0 <= s <= MAX_SEED]
     if outside:
         raise ValueError(f"seeds must lie in 0..{MAX_SEED} (a PRNG seed is an unsigned 32-bit "
-                         f"integer), got {outside[0]} (--seed-offset is the first seed)")
+                         f"integer), got {outside[0]}")
     return seeds
 
 

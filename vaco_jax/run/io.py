@@ -32,7 +32,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
         if isinstance(error, OSError) and str(path) not in str(error):
             # A full disk says "[Errno 28] Error writing bytes to file": name the file.
             message = f"cannot write {str(path)!r}: {error.strerror or error}"
-            raise (OSError(error.errno, message) if error.errno else OSError(message)) from error
+            raise (type(error)(error.errno, message) if error.errno else
+                   OSError(message)) from error
         raise
     return path
 
@@ -92,18 +93,19 @@ def check_output_dir(path: str | os.PathLike) -> Path:
     return path
 
 
-def prepare_output_dir(path: str | os.PathLike, *, overwrite: bool,
-                       keep: Sequence[str] = ()) -> Path:
+def prepare_output_dir(path: str | os.PathLike, *, overwrite: bool, keep: Sequence[str] = (),
+                       writes: Sequence[str] = ()) -> Path:
     """Creates `path`, refusing a folder that holds results unless `overwrite` is set, which
-    removes what vaco_jax wrote there and refuses a folder holding anything else (but `keep`
-    paths): `vaco_jax.run.manifest`."""
+    removes what vaco_jax wrote there and refuses a folder holding anything else but the `keep`
+    paths, and a `keep` path that vaco_jax wrote or is about to write (`writes`, glob patterns):
+    `vaco_jax.run.manifest.remove_recorded`."""
     path = check_output_dir(path)
     if manifest.has_results(path):
         if not overwrite:
             raise FileExistsError(
                 f"output folder {str(path)!r} already exists and is not empty; pass overwrite "
                 f"(--overwrite) to replace its results or resume (--resume) to continue the run")
-        manifest.remove_recorded(path, keep)
+        manifest.remove_recorded(path, keep, writes)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -19,6 +19,7 @@ import os
 import shlex
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -29,7 +30,8 @@ class FolderInUse(FileExistsError):
     """Another live process holds the folder's lock."""
 
 
-_held: dict[str, list] = {}  # real path -> [file descriptor, lock path, depth, created folder]
+_held: dict[str, tuple] = {}  # real path -> (file descriptor, lock path, the folder if it made it)
+_guard = threading.Lock()  # `_held` is changed by the main thread and read by the signal watcher
 
 
 def _holder_text(record: dict | None) -> str:
@@ -116,18 +118,35 @@ def _refuse_live_record(folder: Path, fd: int) -> None:
                       f"process may write a folder: wait for it to end or stop it{where}")
 
 
+def refuse_if_in_use(folder: str | os.PathLike) -> None:
+    """Refuses (`FolderInUse`) a folder another live process holds, without creating, locking
+    or writing anything there (a folder that is only read, perhaps read-only)."""
+    path = Path(folder) / LOCK_FILE
+    if os.path.realpath(folder) in _held:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # no lock file: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise FolderInUse(f"{str(folder)!r} is in use by {_holder_text(_read_record(fd))}; "
+                          f"wait for it to end before reading it") from None
+    except OSError:
+        pass  # a file system without flock: nothing to tell
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def folder_lock(folder: str | os.PathLike) -> Iterator[Path]:
     """Holds the exclusive lock of `folder` (created if missing, and removed again on release
     if this lock created it and it stayed empty); `FolderInUse` if a live process holds it."""
     folder = Path(folder)
     key = os.path.realpath(folder)
-    if key in _held:
-        _held[key][2] += 1
-        try:
-            yield folder
-        finally:
-            _held[key][2] -= 1
+    if key in _held:  # held by this process already: an inner block of the same owner
+        yield folder
         return
     created = not folder.exists()
     try:
@@ -136,7 +155,8 @@ def folder_lock(folder: str | os.PathLike) -> Iterator[Path]:
         raise ValueError(f"cannot create output folder {str(folder)!r} ({error.strerror}); "
                          f"choose another folder") from None
     fd = _acquire(folder)
-    _held[key] = [fd, folder / LOCK_FILE, 1, folder if created else None]
+    with _guard:
+        _held[key] = (fd, folder / LOCK_FILE, folder if created else None)
     try:
         yield folder
     finally:
@@ -144,18 +164,21 @@ def folder_lock(folder: str | os.PathLike) -> Iterator[Path]:
 
 
 def _release(key: str) -> None:
-    if key not in _held:  # released already by `release_all`
-        return
-    fd, path, _, created = _held.pop(key)
-    with contextlib.suppress(OSError):
-        os.unlink(path)  # before unlocking, so a waiting process re-checks the file it opened
-    os.close(fd)
+    with _guard:
+        fd, path, created = _held.pop(key)
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # before unlocking, so a waiting process re-checks the file it opened
+        os.close(fd)
     if created is not None:
         with contextlib.suppress(OSError):
             created.rmdir()  # only if nothing was written
 
 
-def release_all() -> None:
-    """Releases every lock of this process (before it exits at once, on a signal)."""
-    for key in list(_held):
-        _release(key)
+def disown_all() -> None:
+    """Blanks the record of every lock this process holds, as it exits at once on a signal: the
+    kernel releases the locks with the process, and the next process takes them over silently
+    (a blank record tells of no process that ended without releasing its lock)."""
+    with _guard:
+        for fd, _, _ in _held.values():
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)

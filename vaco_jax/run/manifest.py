@@ -3,16 +3,22 @@
 A run, sweep or report folder keeps `.vaco_jax.manifest.json`: each path vaco_jax writes there,
 recorded before it is written, with its kind:
 - `file`: a file (and the temporaries of its interrupted atomic writes);
-- `checkpoints`: a checkpoint folder, whose step folders (`<step>/`, `<step>.partial/`) are
-  vaco_jax's; anything else in it is not;
+- `tree`: a folder vaco_jax writes whole (a checkpoint's step folder, recorded when saved and
+  forgotten when rotated away);
+- `folder`: a folder vaco_jax made to hold recorded paths (`checkpoint/`, a sweep's `runs/`),
+  whose other contents are not vaco_jax's;
 - `run`: a folder with a manifest of its own (a sweep's batch folder).
 A file written into a folder that keeps a manifest is recorded there by `vaco_jax.run.io`.
 Anything else in the folder (a user's notes, their own `checkpoint/model.pt`) is *foreign*:
-`remove_recorded` refuses to overwrite a folder holding a foreign path unless it is kept.
+`remove_recorded` refuses to overwrite a folder holding a foreign path unless it is kept, and
+refuses to keep a path vaco_jax wrote or is about to write.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
+import glob
 import json
 import os
 import re
@@ -24,11 +30,10 @@ from typing import Iterator, Mapping, Sequence
 from vaco_jax.run.lock import LOCK_FILE, folder_lock
 
 MANIFEST_FILE = ".vaco_jax.manifest.json"
-FILE, CHECKPOINTS, RUN = "file", "checkpoints", "run"
-KINDS = (FILE, CHECKPOINTS, RUN)
+FILE, TREE, FOLDER, RUN = "file", "tree", "folder", "run"
+KINDS = (FILE, TREE, FOLDER, RUN)
 BOOKKEEPING = (MANIFEST_FILE, LOCK_FILE)
 """The files of a folder that are about the folder, not results: never foreign, never counted."""
-_CHECKPOINT_STEP = re.compile(r"\d+(\.partial)?")
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.\w+\.tmp")
 
 
@@ -58,6 +63,13 @@ def record(folder: str | os.PathLike, entries: Mapping[str, str]) -> None:
     _write(folder, {**(current or {}), **entries})
 
 
+def forget(folder: str | os.PathLike, keys: Sequence[str]) -> None:
+    """Drops `keys` from the folder's manifest (paths vaco_jax has removed)."""
+    current = recorded(folder)
+    if current is not None and any(k in current for k in keys):
+        _write(Path(folder), {k: v for k, v in current.items() if k not in keys})
+
+
 def record_written(path: str | os.PathLike) -> None:
     """Records the file `path` in its folder's manifest, if the folder keeps one."""
     path = Path(path)
@@ -82,18 +94,57 @@ def foreign(folder: str | os.PathLike, keep: Sequence[str] = ()) -> list[str]:
             if not any(PurePosixPath(p) == k or k in PurePosixPath(p).parents for k in kept)]
 
 
-def remove_recorded(folder: str | os.PathLike, keep: Sequence[str] = ()) -> None:
+def remove_recorded(folder: str | os.PathLike, keep: Sequence[str] = (),
+                    writes: Sequence[str] = ()) -> None:
     """Removes what the manifest records, after refusing (FileExistsError, naming the first
-    one) a folder holding a foreign path that is not kept."""
+    one) a folder holding a foreign path that is not kept, and (ValueError) a `keep` path that
+    vaco_jax wrote or writes (`writes`: glob patterns of what the writer about to start writes).
+    Nothing is removed unless every batch folder inside can be locked."""
     folder = Path(folder)
-    strangers = foreign(folder, keep)
-    if strangers:
-        none = ("" if recorded(folder) is not None else
-                "; the folder keeps no record of what vaco_jax wrote there")
-        raise FileExistsError(
-            f"cannot overwrite {str(folder)!r}: it holds {strangers[0]!r}, which vaco_jax did not "
-            f"write{none}; move it away, or keep it with --keep {strangers[0]}")
-    _remove(folder)
+    for kept in keep:
+        key = PurePosixPath(kept.strip("/")).as_posix()
+        if _is_recorded(folder, PurePosixPath(key)) or any(
+                fnmatch.fnmatchcase(k, pattern) for k in [key, *_parents(key)]
+                for pattern in writes):
+            raise ValueError(f"--keep {kept}: vaco_jax writes {key!r} there, so it cannot be "
+                             f"kept; move it out of the folder to keep it")
+    with contextlib.ExitStack() as locks:
+        for nested in _runs(folder):
+            locks.enter_context(folder_lock(nested))
+        strangers = foreign(folder, keep)
+        if strangers:
+            none = ("" if recorded(folder) is not None else
+                    "; the folder keeps no record of what vaco_jax wrote there (it was written "
+                    "by an earlier version, or not by vaco_jax)")
+            raise FileExistsError(
+                f"cannot overwrite {str(folder)!r}: it holds {strangers[0]!r}, which vaco_jax did "
+                f"not write{none}; move it away, or keep it with --keep {strangers[0]}")
+        _remove(folder)
+
+
+def _parents(key: str) -> list[str]:
+    return [p.as_posix() for p in PurePosixPath(key).parents if p.parts]
+
+
+def _is_recorded(root: Path, key: PurePosixPath) -> bool:
+    """Whether `key` is, or lies in, a path the manifests of `root` record as vaco_jax's."""
+    entries = recorded(root) or {}
+    for depth in range(1, len(key.parts) + 1):
+        head = PurePosixPath(*key.parts[:depth]).as_posix()
+        kind = entries.get(head)
+        if kind in (FILE, TREE) or (kind is not None and depth == len(key.parts)):
+            return True
+        if kind == RUN and depth < len(key.parts):
+            return _is_recorded(root / head, PurePosixPath(*key.parts[depth:]))
+    return False
+
+
+def _runs(root: Path) -> Iterator[Path]:
+    """The nested run folders of `root`, at every depth."""
+    for key, kind in (recorded(root) or {}).items():
+        if kind == RUN and (root / key).is_dir():
+            yield root / key
+            yield from _runs(root / key)
 
 
 def _foreign(root: Path, relative: PurePosixPath) -> Iterator[str]:
@@ -103,17 +154,14 @@ def _foreign(root: Path, relative: PurePosixPath) -> Iterator[str]:
         name = relative / child.name
         key = name.as_posix()
         kind = entries.get(key)
-        if kind == FILE or (not relative.parts and _is_bookkeeping(child.name)):
+        if kind in (FILE, TREE) or (not relative.parts and _is_bookkeeping(child.name)):
             continue
         if kind is None and _is_temporary(entries, name):
             continue
         if kind == RUN and child.is_dir():
             yield from (f"{key}/{p}" for p in _foreign(child, PurePosixPath()))
-        elif kind == CHECKPOINTS and child.is_dir():
-            for step in sorted(child.iterdir()):
-                if not (step.is_dir() and _CHECKPOINT_STEP.fullmatch(step.name)):
-                    yield from _all_files(step, f"{key}/{step.name}")
-        elif kind is None and child.is_dir() and any(k.startswith(key + "/") for k in entries):
+        elif child.is_dir() and (kind == FOLDER or (
+                kind is None and any(k.startswith(key + "/") for k in entries))):
             yield from _foreign(root, name)
         else:
             yield from _all_files(child, key)
@@ -147,21 +195,16 @@ def _remove(root: Path) -> None:
     entries = recorded(root) or {}
     for key, kind in sorted(entries.items(), key=lambda item: -len(item[0])):
         target = root / key
-        if kind == FILE:
+        if kind in (FILE, TREE):
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             elif target.exists() or target.is_symlink():
                 target.unlink()
-            for temporary in target.parent.glob(f".{target.name}.*.tmp"):
+            for temporary in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
                 temporary.unlink()
-        elif kind == CHECKPOINTS and target.is_dir():
-            for step in target.iterdir():
-                if step.is_dir() and _CHECKPOINT_STEP.fullmatch(step.name):
-                    shutil.rmtree(step)
         elif kind == RUN and target.is_dir():
-            with folder_lock(target):
-                _remove(target)
-                (target / MANIFEST_FILE).unlink(missing_ok=True)
+            _remove(target)
+            (target / LOCK_FILE).unlink(missing_ok=True)  # held by this process, released next
         _remove_empty_parents(root, target)
     (root / MANIFEST_FILE).unlink(missing_ok=True)
 

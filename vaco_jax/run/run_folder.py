@@ -16,11 +16,15 @@ from vaco_jax.run import io, manifest
 CONFIG_FILE = "config.json"
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.parquet"
+CHECKPOINT_DIR = "checkpoint"
 RUN_FILES = {CONFIG_FILE: manifest.FILE, "metrics.csv": manifest.FILE,
              METRICS_FILE: manifest.FILE, STATUS_FILE: manifest.FILE,
-             "checkpoint": manifest.CHECKPOINTS}
-"""What a run writes into its folder, as recorded in its manifest: `overwrite` removes these
-and nothing else."""
+             CHECKPOINT_DIR: manifest.FOLDER}
+"""What a run writes into its folder, as recorded in its manifest (the checkpoint's step folders
+are recorded as they are saved): `overwrite` removes these and nothing else."""
+RUN_WRITES = (*RUN_FILES, f"{CHECKPOINT_DIR}/[0-9]*")
+"""Glob patterns of what a run writes: paths an overwrite refuses to keep (a kept
+`checkpoint/9/` would be read as a checkpoint)."""
 
 
 def write_results(out: Path, table: pd.DataFrame, status: dict[str, Any]) -> None:

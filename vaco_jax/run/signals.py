@@ -1,11 +1,13 @@
 """Stopping cleanly on SIGTERM and SIGINT.
 
-Inside a `StopRequests` block (the driver's chunk loop) the first signal is recorded (`requested()`) for the run to stop after its current chunk and checkpoint; a second
-one exits at once. Outside such a block, while a command runs under `exit_on_signals`, a signal
-exits at once with the command's message: every file is written atomically, so nothing written
-is lost. Either way the process exits with 128 + the signal's number (130 for SIGINT, 143 for
-SIGTERM), having released its folder locks. A watcher thread reads the signals from the wakeup
-file descriptor, so they act even while a compiled call or a compilation runs.
+Inside a `StopRequests` block (the driver's chunk loop) the first signal is recorded
+(`requested()`) for the run to stop after its current chunk and checkpoint; a second one exits at
+once. Outside such a block, while a command runs under `exit_on_signals`, a signal exits at once
+with the command's message: every file is written atomically, so nothing written is lost. Either
+way the process exits with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM). Used from
+Python without a command, a SIGINT outside a `StopRequests` block raises `KeyboardInterrupt` in
+the main thread instead. A watcher thread reads the signals from the wakeup file descriptor, so
+they act even while a compiled call or a compilation runs.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class _Watcher:
             cls._read, cls._write = os.pipe()
             os.set_blocking(cls._write, False)
             cls._previous_fd = signal.set_wakeup_fd(cls._write)
-            cls._previous = {s: signal.signal(s, lambda *_: None) for s in SIGNALS}
+            cls._previous = {s: signal.signal(s, cls._handler) for s in SIGNALS}
             cls._thread = threading.Thread(target=cls._watch, args=(cls._read,), daemon=True,
                                            name="vaco_jax-signals")
             cls._thread.start()
@@ -57,13 +59,26 @@ class _Watcher:
         cls.users -= 1
         if cls.users:
             return
-        signal.set_wakeup_fd(cls._previous_fd)
-        for s, handler in cls._previous.items():
+        for s, handler in cls._previous.items():  # first, so no signal meets a closed pipe
             signal.signal(s, handler)
+        signal.set_wakeup_fd(cls._previous_fd)
         os.close(cls._write)
         cls._thread.join()
         os.close(cls._read)
         cls.requested = None
+
+    @classmethod
+    def _interrupts_python(cls, signum: int) -> bool:
+        """Whether the signal is a Python caller's Ctrl-C (a script, a notebook, no command):
+        a KeyboardInterrupt, which unwinds through its `finally` blocks."""
+        return (signum == signal.SIGINT and cls.exit_message is None
+                and not cls.stopping_blocks and cls.requested is None)
+
+    @staticmethod
+    def _handler(signum: int, frame) -> None:
+        """The Python-level handler, in the main thread; the watcher thread does the rest."""
+        if _Watcher._interrupts_python(signum):
+            raise KeyboardInterrupt
 
     @classmethod
     def _watch(cls, read: int) -> None:
@@ -80,13 +95,15 @@ class _Watcher:
             _say(f"\n{name}: stopping after the current chunk and its checkpoint (send it again "
                  f"to stop at once)")
             return
+        if cls._interrupts_python(signum):
+            return  # raised in the main thread by `_handler`
         again = cls.requested is not None
         cls.requested = cls.requested or signum
         if cls.exit_message is not None:
             _say(f"\n{cls.exit_message(signum)}")
         else:
             _say(f"\n{name}{' again' if again else ''}: stopping at once")
-        lock.release_all()
+        lock.disown_all()
         os._exit(128 + signum)
 
 
