@@ -3,6 +3,7 @@ refused in one line before a driver is built or anything is written."""
 
 import pytest
 
+from engine_configs import TOY_EXPERIMENT
 from vaco_jax import cli
 from vaco_jax.experiment import spec
 from vaco_jax.run import driver
@@ -61,3 +62,26 @@ def test_an_unparsable_experiment_names_its_file(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1, err
     with pytest.raises(ValueError, match=str(path)):
         spec.load_experiment(path)
+
+
+def test_abbreviated_flags_are_not_accepted(capsys):
+    """A resume refuses every flag written out, which an abbreviation would slip past."""
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--resume", "runs/x", "--total", "100"])
+    assert "unrecognized arguments: --total" in capsys.readouterr().err
+
+
+def test_an_experiments_seeds_are_range_checked_when_parsed():
+    text = TOY_EXPERIMENT.replace("seeds = 2", "seeds = [-1, 0]")
+    with pytest.raises(ValueError, match="seeds must lie in 0..4294967295 .*got -1"):
+        spec.parse_experiment(text)
+
+
+def test_a_replan_refuses_batches_larger_than_fit_here():
+    from vaco_jax.experiment.plan import make_plan
+
+    experiment = spec.parse_experiment(TOY_EXPERIMENT)
+    group = experiment.groups[0].name
+    with pytest.raises(ValueError, match=f"group {group}: its batches of 8 runs were planned on "
+                                         f"another machine; here at most 2 fit"):
+        make_plan(experiment, max_runs_per_batch=2, batch_sizes={group: 8})

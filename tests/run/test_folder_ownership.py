@@ -11,7 +11,8 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
-from vaco_jax.run import io, manifest
+from vaco_jax.report.write import REPORT_WRITES
+from vaco_jax.run import io, manifest, run_folder
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.run.lock import LOCK_FILE, FolderInUse, folder_lock, refuse_if_in_use
 
@@ -134,6 +135,21 @@ def test_a_path_vaco_jax_writes_cannot_be_kept(tmp_path, kept, writes):
     assert sorted(tmp_path.rglob("*")) == before
 
 
+def test_a_users_file_beside_a_runs_checkpoints_can_be_kept(tmp_path):
+    manifest.record(tmp_path, run_folder.RUN_FILES)
+    io.write_text(tmp_path / "config.json", "{}")
+    checkpoints = Checkpoints(tmp_path / "checkpoint", "run-1")
+    checkpoints.save(1, {"x": jnp.zeros(2)})
+    checkpoints.close()
+    (tmp_path / "checkpoint" / "model.pt").write_text("mine")
+    (tmp_path / "fig_dir").mkdir()
+    (tmp_path / "fig_dir" / "x.png").write_text("mine too")  # no `fig_*.png` of a report
+    io.prepare_output_dir(tmp_path, overwrite=True, keep=["checkpoint/model.pt", "fig_dir"],
+                          writes=(*run_folder.RUN_WRITES, *REPORT_WRITES))
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")
+                  if p.is_file()) == ["checkpoint/model.pt", "fig_dir/x.png"]
+
+
 def test_an_overwrite_deletes_nothing_while_a_batch_folder_is_in_use(tmp_path):
     sweep_folder(tmp_path)
     before = sorted(tmp_path.rglob("*"))
@@ -163,6 +179,21 @@ def test_a_folder_without_a_manifest_is_never_emptied(tmp_path):
     assert (tmp_path / "config.json").read_text() == "{}"
     with pytest.raises(FileExistsError, match="already exists and is not empty"):
         io.prepare_output_dir(tmp_path, overwrite=False)
+
+
+def test_a_merge_refuses_a_part_a_process_writes(tmp_path):
+    from vaco_jax.experiment import merge_parts
+
+    part, out = tmp_path / "part", tmp_path / "merged"
+    sweep_folder(part)
+    child = hold(part / "runs" / "g-0")
+    try:
+        with pytest.raises(FolderInUse, match=f"in use by process {child.pid}"):
+            merge_parts([part], out)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert not out.exists()
 
 
 def test_bookkeeping_alone_is_an_empty_folder(tmp_path):

@@ -75,6 +75,11 @@ def test_train_interrupted_at_every_point_then_resumed_is_bit_identical(
     assert json.loads((out / "status.json").read_text())["complete"]
 
 
+def test_a_resume_checks_memory_on_this_machine(reference, capsys):
+    assert cli.main(["train", "--resume", str(reference), "--memory-budget", "1e-6"]) == 2
+    assert "more than the budget of" in capsys.readouterr().err
+
+
 def test_resume_with_a_chunk_length_that_does_not_divide_the_rest(reference, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(reference, out)

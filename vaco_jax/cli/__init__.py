@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vaco-jax", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     for command, (module, text) in TRAINING_COMMANDS.items():
-        p = subparsers.add_parser(command, help=text,
+        # No abbreviated flags: a resume refuses the flags written out (`common.RESUME_FLAGS`).
+        p = subparsers.add_parser(command, help=text, allow_abbrev=False,
                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         module.add_arguments(p)
         common.add_run_arguments(p, out=module.OUT)

@@ -86,8 +86,9 @@ class _Programs:
             if background:
                 self._drivers[key] = _in_background(_compiled_driver, config, hparams, seeds)
             else:
+                built = Driver(config, hparams, seeds)  # cached only once built
                 self._drivers[key] = futures.Future()
-                self._drivers[key].set_result(Driver(config, hparams, seeds))
+                self._drivers[key].set_result(built)
             if len(self._drivers) > self._capacity:
                 self._drivers.popitem(last=False)
         self._drivers.move_to_end(key)
@@ -110,7 +111,7 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
     A SIGTERM/SIGINT stops the sweep after the current chunk (`Interrupted`), or at once
     between chunks (`vaco_jax.run.signals`)."""
     with folder_lock(out_dir):
-        record_sweep(out_dir, plan)
+        record_sweep(out_dir, plan, new=False)
         _run_batches(plan, out_dir, progress=progress, on_chunk=on_chunk)
 
 

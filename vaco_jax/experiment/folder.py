@@ -54,18 +54,20 @@ def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite
         out = io.prepare_output_dir(out_dir, overwrite=overwrite, keep=keep, writes=(
             EXPERIMENT_FILE, PLAN_FILE, *REPORT_WRITES,
             *(f"{RUNS_DIR}/{batch.name}" for batch in plan.batches)))
-        record_sweep(out, plan)
+        record_sweep(out, plan, new=True)
         io.write_text(out / EXPERIMENT_FILE, experiment.source)
         io.write_json(out / PLAN_FILE, plan.to_json())
     return plan
 
 
-def record_sweep(out_dir: str | os.PathLike, plan: Plan) -> None:
-    """Records the sweep's files and batch folders in the folder's manifest (before they are
-    written; again when a sweep resumes, which adopts a folder written before manifests)."""
-    manifest.record(out_dir, {EXPERIMENT_FILE: manifest.FILE, PLAN_FILE: manifest.FILE,
-                              RUNS_DIR: manifest.FOLDER,
-                              **{f"{RUNS_DIR}/{b.name}": manifest.RUN for b in plan.batches}})
+def record_sweep(out_dir: str | os.PathLike, plan: Plan, *, new: bool) -> None:
+    """Records the sweep's files and batch folders in the folder's manifest before they are
+    written: a `new` sweep's in a new manifest, a resumed one's (a `--replan` may have added
+    batches) only where the folder keeps one already."""
+    entries = {EXPERIMENT_FILE: manifest.FILE, PLAN_FILE: manifest.FILE,
+               RUNS_DIR: manifest.FOLDER,
+               **{f"{RUNS_DIR}/{b.name}": manifest.RUN for b in plan.batches}}
+    (manifest.record if new else manifest.extend)(out_dir, entries)
 
 
 def load_sweep(out_dir: str | os.PathLike) -> Plan:

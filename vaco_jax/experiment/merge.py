@@ -156,7 +156,8 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     with folder_lock(out):
         _check_out(out, folders, overwrite)  # again: another process may have written it
         for folder in folders:
-            refuse_if_in_use(folder)
+            for held in (folder, *manifest.nested_runs(folder)):
+                refuse_if_in_use(held)
         return _merge(folders, out, allow_incomplete=allow_incomplete, keep=keep)
 
 

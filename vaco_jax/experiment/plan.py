@@ -152,6 +152,10 @@ def make_plan(experiment: Experiment, *, part: Selection = None,
         except ValueError as error:
             raise ValueError(f"group {group.name}: {error}") from None
         saved = (batch_sizes or {}).get(group.name)
+        if saved is not None and saved % len(devices):
+            raise ValueError(f"group {group.name}: its batches of {saved} runs were planned for "
+                             f"another device count; here {len(devices)} devices share each "
+                             f"batch: resume it on a machine like the one it started on")
         if saved is not None and saved > capacity:
             raise ValueError(f"group {group.name}: its batches of {saved} runs were planned on "
                              f"another machine; here at most {capacity} fit (raise "

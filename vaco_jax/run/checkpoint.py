@@ -79,29 +79,31 @@ class Checkpoints:
             if final.exists():  # the same step written again by a resumed run
                 shutil.rmtree(final)
             os.replace(partial, final)
-            self._forget([partial.name])
         except Exception as error:
             with _thread_tracebacks_silenced():
                 self._checkpointer.close()  # waits for the writer threads the error left running
             shutil.rmtree(partial, ignore_errors=True)
-            with contextlib.suppress(OSError):  # the disk may still be full
-                self._forget([partial.name])
+            self._forget([partial.name])
             kept = self.steps()
             raise CheckpointWriteError(
                 f"could not write checkpoint {str(final)!r}: {_reason(error)}; "
                 + (f"the previous checkpoint (step {kept[0]}) is intact, free some space and "
                    f"resume" if kept else "no checkpoint was kept")) from error
+        self._forget([partial.name])
         for old in self.steps()[self.keep:]:
             shutil.rmtree(self.directory / str(old), ignore_errors=True)
             self._forget([str(old)])
 
     def _record(self, steps: dict[str, str]) -> None:
         """Records step folders in the run folder's manifest (`vaco_jax.run.manifest`)."""
-        manifest.record(self.directory.parent,
+        manifest.extend(self.directory.parent,
                         {f"{self.directory.name}/{name}": kind for name, kind in steps.items()})
 
     def _forget(self, names: list[str]) -> None:
-        manifest.forget(self.directory.parent, [f"{self.directory.name}/{n}" for n in names])
+        """Drops removed step folders from the manifest; on a full disk the entries stay, which
+        is harmless (an entry whose path is gone is skipped)."""
+        with contextlib.suppress(OSError):
+            manifest.forget(self.directory.parent, [f"{self.directory.name}/{n}" for n in names])
 
     def restore_latest(self, like: Any, warn: Callable[[str], None]) -> tuple[int, Any] | None:
         """The newest readable checkpoint as `(step, tree)` in the structure, shapes and dtypes

@@ -31,9 +31,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
             os.remove(tmp)
         if isinstance(error, OSError) and str(path) not in str(error):
             # A full disk says "[Errno 28] Error writing bytes to file": name the file.
-            message = f"cannot write {str(path)!r}: {error.strerror or error}"
-            raise (type(error)(error.errno, message) if error.errno else
-                   OSError(message)) from error
+            failure = OSError(f"cannot write {str(path)!r}: {error.strerror or error}")
+            failure.errno = error.errno  # a plain OSError: a failed write, not a refused input
+            raise failure from error
         raise
     return path
 

@@ -63,6 +63,13 @@ def record(folder: str | os.PathLike, entries: Mapping[str, str]) -> None:
     _write(folder, {**(current or {}), **entries})
 
 
+def extend(folder: str | os.PathLike, entries: Mapping[str, str]) -> None:
+    """`record`, in a folder that keeps a manifest; a folder written before manifests is left
+    without one (its files all count as foreign, rather than some of them)."""
+    if recorded(folder) is not None:
+        record(folder, entries)
+
+
 def forget(folder: str | os.PathLike, keys: Sequence[str]) -> None:
     """Drops `keys` from the folder's manifest (paths vaco_jax has removed)."""
     current = recorded(folder)
@@ -104,12 +111,11 @@ def remove_recorded(folder: str | os.PathLike, keep: Sequence[str] = (),
     for kept in keep:
         key = PurePosixPath(kept.strip("/")).as_posix()
         if _is_recorded(folder, PurePosixPath(key)) or any(
-                fnmatch.fnmatchcase(k, pattern) for k in [key, *_parents(key)]
-                for pattern in writes):
+                _matches(k, pattern) for k in [key, *_parents(key)] for pattern in writes):
             raise ValueError(f"--keep {kept}: vaco_jax writes {key!r} there, so it cannot be "
                              f"kept; move it out of the folder to keep it")
     with contextlib.ExitStack() as locks:
-        for nested in _runs(folder):
+        for nested in nested_runs(folder):
             locks.enter_context(folder_lock(nested))
         strangers = foreign(folder, keep)
         if strangers:
@@ -122,13 +128,22 @@ def remove_recorded(folder: str | os.PathLike, keep: Sequence[str] = (),
         _remove(folder)
 
 
+def _matches(key: str, pattern: str) -> bool:
+    """Whether `key` matches the glob `pattern` component by component (`*` stops at `/`)."""
+    keys, patterns = PurePosixPath(key).parts, PurePosixPath(pattern).parts
+    return len(keys) == len(patterns) and all(
+        fnmatch.fnmatchcase(k, p) for k, p in zip(keys, patterns))
+
+
 def _parents(key: str) -> list[str]:
     return [p.as_posix() for p in PurePosixPath(key).parents if p.parts]
 
 
 def _is_recorded(root: Path, key: PurePosixPath) -> bool:
-    """Whether `key` is, or lies in, a path the manifests of `root` record as vaco_jax's."""
+    """Whether `key` is, lies in or holds a path the manifests of `root` record as vaco_jax's."""
     entries = recorded(root) or {}
+    if any(k.startswith(key.as_posix() + "/") for k in entries):
+        return True
     for depth in range(1, len(key.parts) + 1):
         head = PurePosixPath(*key.parts[:depth]).as_posix()
         kind = entries.get(head)
@@ -139,12 +154,12 @@ def _is_recorded(root: Path, key: PurePosixPath) -> bool:
     return False
 
 
-def _runs(root: Path) -> Iterator[Path]:
+def nested_runs(root: Path) -> Iterator[Path]:
     """The nested run folders of `root`, at every depth."""
     for key, kind in (recorded(root) or {}).items():
         if kind == RUN and (root / key).is_dir():
             yield root / key
-            yield from _runs(root / key)
+            yield from nested_runs(root / key)
 
 
 def _foreign(root: Path, relative: PurePosixPath) -> Iterator[str]:

@@ -22,7 +22,8 @@ RUN_FILES = {CONFIG_FILE: manifest.FILE, "metrics.csv": manifest.FILE,
              CHECKPOINT_DIR: manifest.FOLDER}
 """What a run writes into its folder, as recorded in its manifest (the checkpoint's step folders
 are recorded as they are saved): `overwrite` removes these and nothing else."""
-RUN_WRITES = (*RUN_FILES, f"{CHECKPOINT_DIR}/[0-9]*")
+RUN_WRITES = (*(name for name, kind in RUN_FILES.items() if kind == manifest.FILE),
+              f"{CHECKPOINT_DIR}/[0-9]*")
 """Glob patterns of what a run writes: paths an overwrite refuses to keep (a kept
 `checkpoint/9/` would be read as a checkpoint)."""
 

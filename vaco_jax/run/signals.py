@@ -12,11 +12,12 @@ they act even while a compiled call or a compilation runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
-from typing import Callable
+from typing import Callable, Iterator
 
 from vaco_jax.run import lock
 
@@ -38,34 +39,39 @@ class _Watcher:
     requested: int | None = None
     stopping_blocks = 0
     exit_message: Callable[[int], str] | None = None
+    busy = 0  # depth of `_deferred` blocks
+    pending: int | None = None  # a Python caller's Ctrl-C that arrived within one
+    _previous: dict = {}
 
     @classmethod
     def acquire(cls) -> bool:
         if threading.current_thread() is not threading.main_thread():
             return False  # signal handlers can only be set from the main thread
-        if cls.users == 0:
-            cls._read, cls._write = os.pipe()
-            os.set_blocking(cls._write, False)
-            cls._previous_fd = signal.set_wakeup_fd(cls._write)
-            cls._previous = {s: signal.signal(s, cls._handler) for s in SIGNALS}
-            cls._thread = threading.Thread(target=cls._watch, args=(cls._read,), daemon=True,
-                                           name="vaco_jax-signals")
-            cls._thread.start()
-        cls.users += 1
+        with _deferred():
+            if cls.users == 0:
+                cls._read, cls._write = os.pipe()
+                os.set_blocking(cls._write, False)
+                cls._previous_fd = signal.set_wakeup_fd(cls._write)
+                cls._previous = {s: signal.signal(s, cls._handler) for s in SIGNALS}
+                cls._thread = threading.Thread(target=cls._watch, args=(cls._read,),
+                                               daemon=True, name="vaco_jax-signals")
+                cls._thread.start()
+            cls.users += 1
         return True
 
     @classmethod
     def release(cls) -> None:
-        cls.users -= 1
-        if cls.users:
-            return
-        for s, handler in cls._previous.items():  # first, so no signal meets a closed pipe
-            signal.signal(s, handler)
-        signal.set_wakeup_fd(cls._previous_fd)
-        os.close(cls._write)
-        cls._thread.join()
-        os.close(cls._read)
-        cls.requested = None
+        with _deferred():
+            cls.users -= 1
+            if cls.users:
+                return
+            for s, handler in cls._previous.items():  # first, so no signal meets a closed pipe
+                signal.signal(s, handler)
+            signal.set_wakeup_fd(cls._previous_fd)
+            os.close(cls._write)
+            cls._thread.join()
+            os.close(cls._read)
+            cls.requested = None
 
     @classmethod
     def _interrupts_python(cls, signum: int) -> bool:
@@ -76,8 +82,17 @@ class _Watcher:
 
     @staticmethod
     def _handler(signum: int, frame) -> None:
-        """The Python-level handler, in the main thread; the watcher thread does the rest."""
-        if _Watcher._interrupts_python(signum):
+        """The Python-level handler, in the main thread; the watcher thread does the rest. A
+        Python caller's Ctrl-C goes to the handler it had (a KeyboardInterrupt by default)."""
+        if not _Watcher._interrupts_python(signum):
+            return
+        if _Watcher.busy:
+            _Watcher.pending = signum
+            return
+        previous = _Watcher._previous.get(signum, signal.default_int_handler)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
             raise KeyboardInterrupt
 
     @classmethod
@@ -99,12 +114,27 @@ class _Watcher:
             return  # raised in the main thread by `_handler`
         again = cls.requested is not None
         cls.requested = cls.requested or signum
-        if cls.exit_message is not None:
-            _say(f"\n{cls.exit_message(signum)}")
-        else:
-            _say(f"\n{name}{' again' if again else ''}: stopping at once")
-        lock.disown_all()
-        os._exit(128 + signum)
+        try:  # a message that fails (a closed stderr) must not keep the process running
+            _say(f"\n{cls.exit_message(signum)}" if cls.exit_message is not None else
+                 f"\n{name}{' again' if again else ''}: stopping at once")
+        finally:
+            lock.disown_all()
+            os._exit(128 + signum)
+
+
+@contextlib.contextmanager
+def _deferred() -> Iterator[None]:
+    """Within the block a Python caller's Ctrl-C waits, and is sent again at its end to be
+    handled as the state then says, so the handling's own bookkeeping is never cut in half by
+    a KeyboardInterrupt."""
+    _Watcher.busy += 1
+    try:
+        yield
+    finally:
+        _Watcher.busy -= 1
+        pending, _Watcher.pending = _Watcher.pending, None
+        if pending is not None and not _Watcher.busy:
+            os.kill(os.getpid(), pending)
 
 
 def _say(text: str) -> None:
@@ -122,9 +152,10 @@ class StopRequests:
     an inner one stays visible to the outer ones."""
 
     def __enter__(self) -> "StopRequests":
-        self._active = _Watcher.acquire()
-        if self._active:
-            _Watcher.stopping_blocks += 1
+        with _deferred():
+            self._active = _Watcher.acquire()
+            if self._active:
+                _Watcher.stopping_blocks += 1
         return self
 
     @property
@@ -133,8 +164,9 @@ class StopRequests:
 
     def __exit__(self, *exc) -> None:
         if self._active:
-            _Watcher.stopping_blocks -= 1
-            _Watcher.release()
+            with _deferred():
+                _Watcher.stopping_blocks -= 1
+                _Watcher.release()
 
 
 class exit_on_signals:
@@ -147,13 +179,15 @@ class exit_on_signals:
         self._message = message
 
     def __enter__(self) -> "exit_on_signals":
-        self._active = _Watcher.acquire()
-        if self._active:
-            self._outer = _Watcher.exit_message
-            _Watcher.exit_message = self._message or self._outer
+        with _deferred():
+            self._active = _Watcher.acquire()
+            if self._active:
+                self._outer = _Watcher.exit_message
+                _Watcher.exit_message = self._message or self._outer
         return self
 
     def __exit__(self, *exc) -> None:
         if self._active:
-            _Watcher.exit_message = self._outer
-            _Watcher.release()
+            with _deferred():
+                _Watcher.exit_message = self._outer
+                _Watcher.release()
