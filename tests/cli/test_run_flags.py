@@ -1,7 +1,11 @@
 """The run flags of `train` and `tokens`: out-of-range values and flags a resume would ignore are
 refused in one line before a driver is built or anything is written."""
 
+import argparse
+
 import pytest
+
+import vaco_jax
 
 from engine_configs import TOY_EXPERIMENT
 from vaco_jax import cli
@@ -85,3 +89,21 @@ def test_a_replan_refuses_batches_larger_than_fit_here():
     with pytest.raises(ValueError, match=f"group {group}: its batches of 8 runs were planned on "
                                          f"another machine; here at most 2 fit"):
         make_plan(experiment, max_runs_per_batch=2, batch_sizes={group: 8})
+
+
+def test_every_flag_has_help_and_a_readable_default():
+    parser = cli._parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in commands.choices.items():
+        for action in command._actions:
+            if action.option_strings:
+                assert action.help, f"{name} {action.option_strings[-1]} has no help"
+                assert not isinstance(action.default, tuple), (
+                    f"{name} {action.option_strings[-1]} shows its default as a tuple")
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"vaco-jax {vaco_jax.__version__} (jax ")

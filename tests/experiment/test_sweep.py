@@ -330,6 +330,10 @@ def test_sweep_writes_batches_table_and_report(swept):
     plan = json.loads((out / "sweep.json").read_text())
     assert [b["name"] for b in plan["groups"][0]["batches"]] == ["toy_reach-vaco-e2m2-0",
                                                                   "toy_reach-vaco-e2m2-1"]
+    for record in (plan, summary, json.loads((out / "summary.json").read_text()),
+                   json.loads((out / "runs" / "toy_reach-vaco-e2m2-0" / "config.json").read_text())):
+        assert record["provenance"]["packages"]["jax"] == jax.__version__
+        assert record["provenance"]["backend"] == jax.default_backend()
     runs = pd.read_parquet(out / "runs.parquet")
     assert list(runs.columns) == [
         *report.RUN_COORDINATES, "run_id", "hp_tv_delta", "update", "env_steps", "eval_return",

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from engine_configs import TOY
+import vaco_jax
 from vaco_jax import cli
 from vaco_jax.control.config import ControlHParams, ControlConfig
 from vaco_jax.run.driver import Driver
@@ -37,6 +38,10 @@ def test_outputs_and_files(straight):
     saved = json.loads((out / "config.json").read_text())
     assert ControlConfig.from_dict(saved["config"]) == CONFIG
     assert saved["seeds"] == [0, 1]
+    provenance = saved["provenance"]
+    assert provenance["packages"]["vaco-jax"] == vaco_jax.__version__
+    assert provenance["devices"]["count"] == len(jax.devices())
+    assert provenance["code"] is None or len(provenance["code"]["commit"]) == 40
     status = json.loads((out / "status.json").read_text())
     assert status["complete"] and not any(run["diverged"] for run in status["runs"])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import shlex
 import signal
 import sys
@@ -15,6 +16,10 @@ import time
 import traceback
 from pathlib import Path
 from typing import Sequence
+
+import jax
+
+from vaco_jax import __version__
 
 from vaco_jax.cli import common
 from vaco_jax.cli import sweep as sweep_cli
@@ -38,6 +43,9 @@ TRAINING_COMMANDS = {
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vaco-jax", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version",
+                        version=f"vaco-jax {__version__} (jax {jax.__version__}, Python "
+                                f"{platform.python_version()})")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for command, (module, text) in TRAINING_COMMANDS.items():
         # No abbreviated flags: a resume refuses the flags written out (`common.RESUME_FLAGS`).

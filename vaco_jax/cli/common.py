@@ -111,6 +111,13 @@ RESUME_FLAGS = ("chunk_periods", "keep_checkpoints", "no_progress", "memory_budg
 """The run flags a resumed run applies; it takes every other setting from its folder."""
 
 
+def _parsed_default(action: argparse.Action) -> Any:
+    """A flag's default as parsed (argparse converts a string default with the flag's type)."""
+    if isinstance(action.default, str) and action.type is not None:
+        return action.type(action.default)
+    return action.default
+
+
 def _check_run_flags(args) -> None:
     """Refuses, before anything is built or written, run flags out of range and flags that a
     resume would ignore."""
@@ -126,7 +133,7 @@ def _check_run_flags(args) -> None:
     if args.resume:
         ignored = [action.option_strings[-1] for action in args.parser._actions
                    if action.option_strings and action.dest not in (*RESUME_FLAGS, "resume", "help")
-                   and (getattr(args, action.dest) != action.default
+                   and (getattr(args, action.dest) != _parsed_default(action)
                         or args.given.intersection(action.option_strings))]
         if ignored:
             raise ValueError(f"--resume continues the run with the settings saved in "

@@ -20,7 +20,8 @@ OUT = "runs/tokens"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The token testbed's flags (the run flags are added by the caller)."""
     d, w = TokenConfig(), WarmStart()
-    p.add_argument("--task", default=d.task, choices=TASKS)
+    p.add_argument("--task", default=d.task, choices=TASKS,
+                   help="the verifiable task (README: token tasks)")
     p.add_argument("--algo", default=d.algo, choices=ALGORITHMS,
                    help="the algorithm (README: token algorithms); thresholds via --hparam")
     p.add_argument("--is-level", default=d.is_level, choices=IS_LEVELS,
@@ -29,31 +30,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="vaco: the TV filter's reference policy, pi_T or beta")
     p.add_argument("--task-size", type=int, default=d.task_size,
                    help="digits per operand (add), list length (sort), steps (chain)")
-    p.add_argument("--lag", type=parse_lag, default=("fixed", 0.0, ()),
+    p.add_argument("--lag", type=parse_lag, default="fixed:0",
                    help="lag MODEL:PARAM, the engine's models (empirical:P0,P1,...)")
     p.add_argument("--lag-warmup", default=d.lag_warmup, choices=LAG_WARMUPS,
                    help="lags beyond the versions pushed so far: clip (to the oldest version) or "
                         "redraw (from the lag model restricted to the existing versions)")
     p.add_argument("--group-unit", default=d.group_unit, choices=GROUP_UNITS,
                    help="who draws its own stale policy: a prompt's group or each sample")
-    p.add_argument("--buffer-capacity", type=int, default=d.buffer_capacity)
+    p.add_argument("--buffer-capacity", type=int, default=d.buffer_capacity,
+                   help="policy versions kept for stale generators (K)")
     p.add_argument("--prompts", type=int, default=d.prompts, help="prompts per update (P)")
     p.add_argument("--group-size", type=int, default=d.group_size, help="samples per prompt (G)")
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--minibatches", type=int, default=d.minibatches)
-    p.add_argument("--updates", type=int, default=d.num_updates)
-    p.add_argument("--eval-every", type=int, default=d.eval_every)
-    p.add_argument("--layers", type=int, default=d.layers)
-    p.add_argument("--width", type=int, default=d.width)
-    p.add_argument("--heads", type=int, default=d.heads)
-    p.add_argument("--context", type=int, default=d.context)
+    p.add_argument("--epochs", type=int, default=d.epochs,
+                   help="passes over each update's batch (forward lag, with --minibatches)")
+    p.add_argument("--minibatches", type=int, default=d.minibatches,
+                   help="minibatches per epoch")
+    p.add_argument("--updates", type=int, default=d.num_updates, help="policy updates per run")
+    p.add_argument("--eval-every", type=int, default=d.eval_every,
+                   help="updates between held-out evaluations")
+    p.add_argument("--layers", type=int, default=d.layers, help="transformer layers")
+    p.add_argument("--width", type=int, default=d.width, help="model width (a multiple of --heads)")
+    p.add_argument("--heads", type=int, default=d.heads, help="attention heads")
+    p.add_argument("--context", type=int, default=d.context,
+                   help="context length, tokens (prompt + response)")
     p.add_argument("--bf16-behaviour", action="store_true",
                    help="behaviour log-probs computed in bfloat16 (sampler/trainer mismatch)")
-    p.add_argument("--warm-start-steps", type=int, default=w.steps)
-    p.add_argument("--corrupt-fraction", type=float, default=w.corrupt_fraction)
+    p.add_argument("--warm-start-steps", type=int, default=w.steps,
+                   help="supervised steps of the warm start")
+    p.add_argument("--corrupt-fraction", type=float, default=w.corrupt_fraction,
+                   help="share of the warm start's demonstrations given a wrong answer")
     p.add_argument("--warm-start-dir", default="runs/warm_start",
                    help="cache of warm-start checkpoints, keyed by their settings")
-    p.add_argument("--hparam", type=hparam_type(TokenHParams), action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--hparam", type=hparam_type(TokenHParams), action="append", default=[],
+                   metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
 
 
 def build(args) -> tuple[TokenConfig, TokenHParams]:

@@ -23,28 +23,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", default=defaults.env, help="task name")
     p.add_argument("--backend", default=None, help="physics backend (default: the task's, mjx)")
     p.add_argument("--algo", default=defaults.algo, help="algorithm from the registry")
-    p.add_argument("--lag", type=parse_lag, default=("fixed", 0.0, ()),
+    p.add_argument("--lag", type=parse_lag, default="fixed:0",
                    help="backward lag MODEL:PARAM; fixed:0 is synchronous")
     p.add_argument("--lag-warmup", default=defaults.lag_warmup,
                    help="lags beyond the versions pushed so far: clip (to the oldest version) or "
                         "redraw (from the lag model restricted to the existing versions)")
     p.add_argument("--total-steps", type=int, default=defaults.total_steps,
                    help="environment steps per run")
-    p.add_argument("--num-envs", type=int, default=defaults.num_envs)
-    p.add_argument("--rollout-length", type=int, default=defaults.rollout_length)
-    p.add_argument("--epochs", type=int, default=defaults.epochs)
-    p.add_argument("--minibatches", type=int, default=defaults.minibatches)
+    p.add_argument("--num-envs", type=int, default=defaults.num_envs,
+                   help="parallel environments per run, each acting with its own stale policy")
+    p.add_argument("--rollout-length", type=int, default=defaults.rollout_length,
+                   help="steps per environment per update")
+    p.add_argument("--epochs", type=int, default=defaults.epochs,
+                   help="passes over each update's batch (forward lag, with --minibatches)")
+    p.add_argument("--minibatches", type=int, default=defaults.minibatches,
+                   help="minibatches per epoch")
     p.add_argument("--buffer-capacity", type=int, default=defaults.buffer_capacity,
                    help="policy buffer size K")
-    p.add_argument("--episode-length", type=int, default=defaults.episode_length)
+    p.add_argument("--episode-length", type=int, default=defaults.episode_length,
+                   help="time limit of an episode, steps")
     p.add_argument("--eval-every", type=int, default=defaults.eval_every,
                    help="updates between evaluations")
-    p.add_argument("--num-eval-envs", type=int, default=defaults.num_eval_envs)
-    p.add_argument("--actor-hidden", type=_int_tuple, default=defaults.actor_hidden)
-    p.add_argument("--critic-hidden", type=_int_tuple, default=defaults.critic_hidden)
-    p.add_argument("--tv-reference", default=defaults.tv_reference)
-    p.add_argument("--tv-scope", default=defaults.tv_scope)
-    p.add_argument("--tv-estimator", default=defaults.tv_estimator)
+    p.add_argument("--num-eval-envs", type=int, default=defaults.num_eval_envs,
+                   help="environments of each evaluation (the current policy, deterministic)")
+    p.add_argument("--actor-hidden", type=_int_tuple,
+                   default=",".join(map(str, defaults.actor_hidden)),
+                   help="the actor MLP's hidden sizes, comma-separated")
+    p.add_argument("--critic-hidden", type=_int_tuple,
+                   default=",".join(map(str, defaults.critic_hidden)),
+                   help="the critic MLP's hidden sizes, comma-separated")
+    p.add_argument("--tv-reference", default=defaults.tv_reference,
+                   help="VACO's filter: the ratio's reference, phase (pi_T, the policy at the "
+                        "phase's start) or behaviour (beta)")
+    p.add_argument("--tv-scope", default=defaults.tv_scope,
+                   help="VACO's filter: the TV estimate per minibatch or over the whole batch")
+    p.add_argument("--tv-estimator", default=defaults.tv_estimator,
+                   help="VACO's filter: unweighted (the paper's 0.5 mean |ratio - 1|) or weighted "
+                        "(importance-weighted, an estimate of the TV itself)")
     p.add_argument("--filter-normalization", default=defaults.filter_normalization,
                    help="VACO's filtered mean divides by all samples (all) or the kept ones (kept)")
     p.add_argument("--acting", default=defaults.acting,

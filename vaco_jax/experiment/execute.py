@@ -28,7 +28,8 @@ from vaco_jax.run.driver import Driver, TrainingResult
 from vaco_jax.run.run_folder import CONFIG_FILE, read_status
 from vaco_jax.run.lock import folder_lock
 from vaco_jax.core.faults import fault_point
-from vaco_jax.run.signals import Interrupted, exit_on_signals, requested
+from vaco_jax.run.signals import (Interrupted, exit_on_signals, raise_if_interrupted,
+                                  requested)
 
 BACKGROUND_THREAD = "vaco_jax-compile"
 
@@ -130,6 +131,7 @@ def _run_batches(plan: Plan, out_dir: str | os.PathLike, *, progress: bool,
               unit_scale=True, dynamic_ncols=True, disable=not progress,
               desc=f"sweep {plan.experiment.name}") as bar, exit_on_signals():
         for index, batch in enumerate(pending):
+            raise_if_interrupted()
             if requested() is not None:  # it arrived during the previous batch's last chunk
                 raise Interrupted(requested(), _sweep_saved(plan, out_dir, batch))
             upcoming = next((b for b in pending[index + 1:] if b.group != batch.group), None)

@@ -22,6 +22,7 @@ from vaco_jax.report.write import REPORT_WRITES
 from vaco_jax.run import io, manifest
 from vaco_jax.run.run_folder import read_status
 from vaco_jax.run.lock import folder_lock
+from vaco_jax.run.provenance import provenance
 
 EXPERIMENT_FILE = "experiment.toml"
 RUNS_DIR = "runs"
@@ -56,7 +57,7 @@ def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite
             *(f"{RUNS_DIR}/{batch.name}" for batch in plan.batches)))
         record_sweep(out, plan, new=True)
         io.write_text(out / EXPERIMENT_FILE, experiment.source)
-        io.write_json(out / PLAN_FILE, plan.to_json())
+        io.write_json(out / PLAN_FILE, {**plan.to_json(), "provenance": provenance()})
     return plan
 
 
@@ -106,7 +107,7 @@ def replan_sweep(out_dir: str | os.PathLike, experiment: Experiment | None = Non
             sizes[group.name] = len(io.read_json(first, "move the batch folder away")["seeds"])
     plan = make_plan(saved, part=part, batch_sizes=sizes, **plan_options)
     with folder_lock(out):
-        io.write_json(out / PLAN_FILE, plan.to_json())
+        io.write_json(out / PLAN_FILE, {**plan.to_json(), "provenance": provenance()})
     return plan
 
 

@@ -22,6 +22,7 @@ from vaco_jax.report import cells, collapse, figures, figures_runs, metrics, sco
 from vaco_jax.report import markdown as report_markdown
 from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, check_runs, hp_columns
 from vaco_jax.run import io
+from vaco_jax.run.provenance import provenance
 
 DEFAULT_TITLE = "Policy-lag benchmark report"
 REPORT_WRITES = (RUNS_FILE, "summary.json", "report.md", "fig_*.png", "fig_*.pdf")
@@ -293,6 +294,7 @@ def write_report(
         "diverged_runs": _diverged_runs(run_table),
         "ess_collapse": collapse.summary(events, collapse_thresholds),
         "figures": drawn_figures,
+        "provenance": provenance(),
     }
     io.write_table(out / RUNS_FILE, runs)
     io.write_text(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")

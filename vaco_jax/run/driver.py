@@ -8,7 +8,8 @@ saves an Orbax checkpoint of the complete state, so `resume=True` continues exac
 stopped.
 
 Files written to the output folder:
-- `config.json`: the testbed, its resolved config, each run's seed and hyper-parameters;
+- `config.json`: the testbed, its resolved config, each run's seed and hyper-parameters, and
+  the provenance (package versions, code version, devices: `vaco_jax.run.provenance`);
 - `metrics.csv` and `metrics.parquet`: one row per run per update, plus an update-0 row holding
   the initial policy's evaluation;
 - `status.json`: progress and, per run, whether and when it diverged;
@@ -65,8 +66,9 @@ from vaco_jax.core.faults import fault_point
 from vaco_jax.run import io, manifest, run_folder, testbeds
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.run.lock import folder_lock
+from vaco_jax.run.provenance import provenance
 from vaco_jax.run.run_folder import latest_finite, warn
-from vaco_jax.run.signals import Interrupted, StopRequests
+from vaco_jax.run.signals import Interrupted, StopRequests, raise_if_interrupted
 
 
 DEFAULT_KEEP_CHECKPOINTS = 2
@@ -256,13 +258,15 @@ class Driver:
                 manifest.record(out, run_folder.RUN_FILES)
                 io.write_json(out / run_folder.CONFIG_FILE, {
                     **self.describe(), "run_identity": self.identity,
-                    "run_options": {"chunk_periods": per_chunk, "keep_checkpoints": keep}})
+                    "run_options": {"chunk_periods": per_chunk, "keep_checkpoints": keep},
+                    "provenance": provenance()})
             checkpoints = Checkpoints(out / run_folder.CHECKPOINT_DIR, self.identity, keep=keep,
                                       writer=_is_writer())
         # Restored and compiled before stops are deferred: nothing is trained yet that a stop
         # at once (`vaco_jax.run.signals`) loses.
         fault_point("compile", 0)
         state, metrics = self.initial()
+        raise_if_interrupted()
         periods_done = 0
         restored = (checkpoints.restore_latest({"state": state, "metrics": metrics}, warn)
                     if resume and checkpoints is not None else None)
@@ -280,6 +284,7 @@ class Driver:
         if periods_done < cfg.num_periods:
             self._run.lower(state, self._place(self.hparams),
                             min(per_chunk, cfg.num_periods - periods_done)).compile()
+        raise_if_interrupted()
         with StopRequests() as stop:
             result = self._train(state, metrics, periods_done, _Session(
                 out=out, checkpoints=checkpoints, stop=stop, per_chunk=per_chunk,

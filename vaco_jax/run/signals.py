@@ -6,18 +6,17 @@ once. Outside such a block, while a command runs under `exit_on_signals`, a sign
 with the command's message: every file is written atomically, so nothing written is lost. Either
 way the process exits with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM). Used from
 Python without a command, a SIGINT outside a `StopRequests` block raises `KeyboardInterrupt` in
-the main thread instead. A watcher thread reads the signals from the wakeup file descriptor, so
+the main thread instead, where the work can stop cleanly. A watcher thread reads the signals from the wakeup file descriptor, so
 they act even while a compiled call or a compilation runs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
 import threading
-from typing import Callable, Iterator
+from typing import Callable
 
 from vaco_jax.run import lock
 
@@ -39,39 +38,39 @@ class _Watcher:
     requested: int | None = None
     stopping_blocks = 0
     exit_message: Callable[[int], str] | None = None
-    busy = 0  # depth of `_deferred` blocks
-    pending: int | None = None  # a Python caller's Ctrl-C that arrived within one
+    interrupted: int | None = None  # a Python caller's Ctrl-C, for `raise_if_interrupted`
     _previous: dict = {}
 
     @classmethod
     def acquire(cls) -> bool:
         if threading.current_thread() is not threading.main_thread():
             return False  # signal handlers can only be set from the main thread
-        with _deferred():
-            if cls.users == 0:
-                cls._read, cls._write = os.pipe()
-                os.set_blocking(cls._write, False)
-                cls._previous_fd = signal.set_wakeup_fd(cls._write)
-                cls._previous = {s: signal.signal(s, cls._handler) for s in SIGNALS}
-                cls._thread = threading.Thread(target=cls._watch, args=(cls._read,),
-                                               daemon=True, name="vaco_jax-signals")
-                cls._thread.start()
-            cls.users += 1
+        if cls.users == 0:
+            cls._read, cls._write = os.pipe()
+            os.set_blocking(cls._write, False)
+            cls._previous_fd = signal.set_wakeup_fd(cls._write)
+            cls._previous = {s: signal.signal(s, cls._handler) for s in SIGNALS}
+            cls._thread = threading.Thread(target=cls._watch, args=(cls._read,), daemon=True,
+                                           name="vaco_jax-signals")
+            cls._thread.start()
+        cls.users += 1
         return True
 
     @classmethod
-    def release(cls) -> None:
-        with _deferred():
-            cls.users -= 1
-            if cls.users:
-                return
-            for s, handler in cls._previous.items():  # first, so no signal meets a closed pipe
-                signal.signal(s, handler)
-            signal.set_wakeup_fd(cls._previous_fd)
-            os.close(cls._write)
-            cls._thread.join()
-            os.close(cls._read)
-            cls.requested = None
+    def release(cls) -> int | None:
+        """Uninstalls the handling with its last user; returns a Python caller's Ctrl-C that
+        no clean stopping point has raised yet."""
+        cls.users -= 1
+        if cls.users:
+            return None
+        for s, handler in cls._previous.items():  # first, so no signal meets a closed pipe
+            signal.signal(s, handler)
+        signal.set_wakeup_fd(cls._previous_fd)
+        os.close(cls._write)
+        cls._thread.join()
+        os.close(cls._read)
+        interrupted, cls.requested, cls.interrupted = cls.interrupted, None, None
+        return interrupted
 
     @classmethod
     def _interrupts_python(cls, signum: int) -> bool:
@@ -82,18 +81,11 @@ class _Watcher:
 
     @staticmethod
     def _handler(signum: int, frame) -> None:
-        """The Python-level handler, in the main thread; the watcher thread does the rest. A
-        Python caller's Ctrl-C goes to the handler it had (a KeyboardInterrupt by default)."""
-        if not _Watcher._interrupts_python(signum):
-            return
-        if _Watcher.busy:
-            _Watcher.pending = signum
-            return
-        previous = _Watcher._previous.get(signum, signal.default_int_handler)
-        if callable(previous):
-            previous(signum, frame)
-        elif previous != signal.SIG_IGN:
-            raise KeyboardInterrupt
+        """The Python-level handler, in the main thread: it only records a Python caller's
+        Ctrl-C, raised at the next point where the work can stop cleanly (raised from here, it
+        could land inside JAX's machinery); the watcher thread does the rest."""
+        if _Watcher._interrupts_python(signum):
+            _Watcher.interrupted = signum
 
     @classmethod
     def _watch(cls, read: int) -> None:
@@ -122,23 +114,22 @@ class _Watcher:
             os._exit(128 + signum)
 
 
-@contextlib.contextmanager
-def _deferred() -> Iterator[None]:
-    """Within the block a Python caller's Ctrl-C waits, and is sent again at its end to be
-    handled as the state then says, so the handling's own bookkeeping is never cut in half by
-    a KeyboardInterrupt."""
-    _Watcher.busy += 1
-    try:
-        yield
-    finally:
-        _Watcher.busy -= 1
-        pending, _Watcher.pending = _Watcher.pending, None
-        if pending is not None and not _Watcher.busy:
-            os.kill(os.getpid(), pending)
-
-
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def raise_if_interrupted(signum: int | None = None) -> None:
+    """Raises a Python caller's recorded Ctrl-C (or `signum`) as its own SIGINT handler would
+    (a KeyboardInterrupt by default); called where the work can stop cleanly."""
+    if signum is None:
+        signum, _Watcher.interrupted = _Watcher.interrupted, None
+    if signum is None:
+        return
+    previous = _Watcher._previous.get(signum, signal.default_int_handler)
+    if callable(previous):
+        previous(signum, None)
+    elif previous != signal.SIG_IGN:
+        raise KeyboardInterrupt
 
 
 def requested() -> int | None:
@@ -152,10 +143,9 @@ class StopRequests:
     an inner one stays visible to the outer ones."""
 
     def __enter__(self) -> "StopRequests":
-        with _deferred():
-            self._active = _Watcher.acquire()
-            if self._active:
-                _Watcher.stopping_blocks += 1
+        self._active = _Watcher.acquire()
+        if self._active:
+            _Watcher.stopping_blocks += 1
         return self
 
     @property
@@ -164,9 +154,8 @@ class StopRequests:
 
     def __exit__(self, *exc) -> None:
         if self._active:
-            with _deferred():
-                _Watcher.stopping_blocks -= 1
-                _Watcher.release()
+            _Watcher.stopping_blocks -= 1
+            _Watcher.release()
 
 
 class exit_on_signals:
@@ -179,15 +168,15 @@ class exit_on_signals:
         self._message = message
 
     def __enter__(self) -> "exit_on_signals":
-        with _deferred():
-            self._active = _Watcher.acquire()
-            if self._active:
-                self._outer = _Watcher.exit_message
-                _Watcher.exit_message = self._message or self._outer
+        self._active = _Watcher.acquire()
+        if self._active:
+            self._outer = _Watcher.exit_message
+            _Watcher.exit_message = self._message or self._outer
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         if self._active:
-            with _deferred():
-                _Watcher.exit_message = self._outer
-                _Watcher.release()
+            _Watcher.exit_message = self._outer
+            interrupted = _Watcher.release()
+            if exc_type is None:
+                raise_if_interrupted(interrupted)  # a Ctrl-C at the very end is not lost
