@@ -53,7 +53,7 @@ def test_resume_refuses_the_flags_it_would_ignore(tmp_path, capsys, no_driver, f
     assert cli.main(["train", "--resume", str(tmp_path), "--no-progress", *flags]) == 2
     err = capsys.readouterr().err
     assert f"{named} cannot change them" in err, err
-    assert ("only --chunk-periods, --keep-checkpoints, --no-progress and --memory-budget apply"
+    assert ("only --chunk-periods, --keep-checkpoints, --no-progress, --memory-budget and --log apply"
             in err)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -12,7 +13,9 @@ import numpy as np
 
 from vaco_jax.core.config import Config
 from vaco_jax.core.policy_buffer import LAG_MODELS
-from vaco_jax.run import driver, io, memory, testbeds
+from vaco_jax.run import driver, io, memory, run_folder, testbeds
+from vaco_jax.run.checkpoint import Checkpoints
+from vaco_jax.run.trackers import TRACKERS, TensorBoard
 
 
 def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
@@ -105,9 +108,12 @@ def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
                         "with it); a finished run's results are rewritten from its checkpoint")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_memory_budget(p)
+    p.add_argument("--log", choices=TRACKERS, action="append", default=[],
+                   help="also log every per-update metric of every seed to this tool, between "
+                        "compiled chunks (tensorboard: OUT/tensorboard/seed=S)")
 
 
-RESUME_FLAGS = ("chunk_periods", "keep_checkpoints", "no_progress", "memory_budget")
+RESUME_FLAGS = ("chunk_periods", "keep_checkpoints", "no_progress", "memory_budget", "log")
 """The run flags a resumed run applies; it takes every other setting from its folder."""
 
 
@@ -139,8 +145,8 @@ def _check_run_flags(args) -> None:
             raise ValueError(f"--resume continues the run with the settings saved in "
                              f"{args.resume!r}; {', '.join(ignored)} cannot change them (leave "
                              f"{'it' if len(ignored) == 1 else 'them'} out; only "
-                             f"--chunk-periods, --keep-checkpoints, --no-progress and "
-                             f"--memory-budget apply)")
+                             f"--chunk-periods, --keep-checkpoints, --no-progress, "
+                             f"--memory-budget and --log apply)")
 
 
 def run_driver(args, config: Config, hparams: Any) -> int:
@@ -156,16 +162,32 @@ def run_driver(args, config: Config, hparams: Any) -> int:
         runs = driver.Driver.from_run_dir(out)
         memory.check_memory(runs.config, jax.tree.map(lambda x: x[0], runs.hparams),
                             runs.num_runs, budget_bytes=budget)  # this machine may be smaller
-        result = runs.run(out, resume=True, **options)
+        overwrite, keep = False, ()
     else:
         out = args.out
         io.check_output_dir(out)  # before the driver builds its trainer (a warm start, say)
         memory.check_memory(config, hparams, args.seeds, budget_bytes=budget)  # before allocating
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         runs = driver.Driver(config, hparams, seeds)
-        result = runs.run(out, overwrite=args.overwrite, keep=args.keep, **options)
+        overwrite, keep = args.overwrite, args.keep
+    tracker = (TensorBoard(out, runs.seeds, runs.describe(),
+                           logged_until=_checkpointed_update(runs, out) if args.resume else -1)
+               if "tensorboard" in args.log else None)
+    try:
+        result = runs.run(out, resume=bool(args.resume), overwrite=overwrite, keep=keep,
+                          on_chunk=tracker, **options)
+    finally:
+        if tracker is not None:
+            tracker.close()
     print_summary(result, out)
     return 0
+
+
+def _checkpointed_update(runs: driver.Driver, out: str) -> int:
+    """The update of the run's newest checkpoint (-1 if none): a resumed run continues after it,
+    and its tracker logs from there (what came before it logged already)."""
+    steps = Checkpoints(Path(out) / run_folder.CHECKPOINT_DIR, runs.identity, writer=False).steps()
+    return steps[0] * runs.config.updates_per_period if steps else -1
 
 
 def print_summary(result, out: str) -> None:

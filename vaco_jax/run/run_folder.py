@@ -17,13 +17,14 @@ CONFIG_FILE = "config.json"
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.parquet"
 CHECKPOINT_DIR = "checkpoint"
+TENSORBOARD_DIR = "tensorboard"
 RUN_FILES = {CONFIG_FILE: manifest.FILE, "metrics.csv": manifest.FILE,
              METRICS_FILE: manifest.FILE, STATUS_FILE: manifest.FILE,
              CHECKPOINT_DIR: manifest.FOLDER}
 """What a run writes into its folder, as recorded in its manifest (the checkpoint's step folders
 are recorded as they are saved): `overwrite` removes these and nothing else."""
 RUN_WRITES = (*(name for name, kind in RUN_FILES.items() if kind == manifest.FILE),
-              f"{CHECKPOINT_DIR}/[0-9]*")
+              f"{CHECKPOINT_DIR}/[0-9]*", TENSORBOARD_DIR)
 """Glob patterns of what a run writes: paths an overwrite refuses to keep (a kept
 `checkpoint/9/` would be read as a checkpoint)."""
 
