@@ -220,7 +220,11 @@ def test_a_finished_batchs_damaged_metrics_are_rebuilt_from_its_checkpoint(cache
 
 LIBRARY = """
 import os
+import signal
 import sys
+# A Python caller whose Ctrl-C is a KeyboardInterrupt, whatever the test's parent ignores (a shell
+# starts background jobs with SIGINT ignored, and Python then keeps it ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from vaco_jax.experiment import parse_experiment, sweep
 try:
     sweep(sys.argv[1], parse_experiment(sys.argv[2]), progress=False)
