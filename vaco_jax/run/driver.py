@@ -44,6 +44,7 @@ process 0 writes files. Only the single-host case is tested.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -228,16 +229,13 @@ class Driver:
         refusing a folder that holds files vaco_jax did not write but the `keep` ones.
         `on_chunk` sees the result after each chunk (written and checkpointed). A resumed run
         takes the chunk length and checkpoint count it was started with unless given."""
-        if out_dir is None or not _is_writer():
-            return self._run_in(None if out_dir is None else Path(out_dir), resume=resume,
-                                chunk_periods=chunk_periods, max_chunks=max_chunks,
-                                keep_checkpoints=keep_checkpoints, progress=progress,
-                                on_chunk=on_chunk)
-        with folder_lock(out_dir):
-            if not resume:
-                io.prepare_output_dir(out_dir, overwrite=overwrite, keep=keep,
+        out = None if out_dir is None else Path(out_dir)
+        writes = out is not None and _is_writer()
+        with folder_lock(out) if writes else contextlib.nullcontext():
+            if writes and not resume:
+                io.prepare_output_dir(out, overwrite=overwrite, keep=keep,
                                       writes=run_folder.RUN_WRITES)
-            return self._run_in(Path(out_dir), resume=resume, chunk_periods=chunk_periods,
+            return self._run_in(out, resume=resume, chunk_periods=chunk_periods,
                                 max_chunks=max_chunks, keep_checkpoints=keep_checkpoints,
                                 progress=progress, on_chunk=on_chunk)
 

@@ -80,11 +80,8 @@ def forget(folder: str | os.PathLike, keys: Sequence[str]) -> None:
 def record_written(path: str | os.PathLike) -> None:
     """Records the file `path` in its folder's manifest, if the folder keeps one."""
     path = Path(path)
-    if path.name in BOOKKEEPING:
-        return
-    current = recorded(path.parent)
-    if current is not None and path.name not in current:
-        _write(path.parent, {**current, path.name: FILE})
+    if path.name not in BOOKKEEPING:
+        extend(path.parent, {path.name: FILE})
 
 
 def has_results(folder: str | os.PathLike) -> bool:

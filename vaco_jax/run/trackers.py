@@ -37,7 +37,7 @@ class TensorBoard:
         manifest.record(self._out, {TENSORBOARD_DIR: manifest.TREE})
         for index, seed in enumerate(self._seeds):
             writer = SummaryWriter(str(self._out / TENSORBOARD_DIR / f"seed={seed}"))
-            run = {**self._described, "seeds": seed,
+            run = {**{k: v for k, v in self._described.items() if k != "seeds"}, "seed": seed,
                    "hparams": {k: v[index] for k, v in self._described["hparams"].items()}}
             writer.add_text("run", f"```\n{json.dumps(run, indent=1, default=str)}\n```", 0)
             self._writers.append(writer)
