@@ -53,14 +53,23 @@ def env_program(config: ControlConfig, num_seeds: int, updates: int) -> Program:
         reset_key, step_key = jax.random.split(key)
         resets = reset_episodes(env, jax.random.split(reset_key, num_envs)).env
 
-        def step(episodes: EpisodeState, action_key: jax.Array):
-            actions = jax.random.uniform(action_key, (num_envs, env.action_size),
-                                         minval=-1.0, maxval=1.0)
-            episodes, outcome = step_episodes(env, episodes, actions, resets, config.episode_length)
+        def step(episodes: EpisodeState, keys: tuple[jax.Array, jax.Array]):
+            action_key, env_key = keys
+            if env.discrete:
+                actions = jax.random.randint(action_key, (num_envs,), 0, env.action_size)
+            else:
+                actions = jax.random.uniform(action_key, (num_envs, env.action_size),
+                                             minval=-1.0, maxval=1.0)
+            episodes, outcome = step_episodes(env, episodes, actions,
+                                              jax.random.split(env_key, num_envs), resets,
+                                              config.episode_length)
             # Returned so that no part of the step (rewards, flags) is dead code.
             return episodes, outcome.reward.sum() + outcome.terminated.sum()
 
-        episodes, totals = jax.lax.scan(step, episodes, jax.random.split(step_key, length))
+        # The environments' keys from a root of their own (`split(key, 2)` took indices 0, 1).
+        step_keys = (jax.random.split(step_key, length),
+                     jax.random.split(jax.random.fold_in(key, 2), length))
+        episodes, totals = jax.lax.scan(step, episodes, step_keys)
         return episodes, totals.sum()
 
     def chunk(episodes: EpisodeState, key: jax.Array):

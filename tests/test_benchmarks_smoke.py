@@ -93,3 +93,26 @@ def test_recorded_token_results_render_as_tables():
     for path in recorded:
         text = tokens.markdown(json.loads(path.read_text()))
         assert "#### Throughput" in text and "#### Vmapped seeds" in text, path
+
+
+def test_purejaxrl_stand_ins_equal_vaco_jax_categorical_and_gymnax_v0_step():
+    import jax.numpy as jnp
+    import numpy as np
+
+    from benchmarks import purejaxrl
+    from vaco_jax.control.networks import Categorical
+
+    logits, action = jnp.array([[0.3, -1.0, 2.0]]), jnp.array([2])
+    stand_in = purejaxrl._Categorical(logits)
+    np.testing.assert_allclose(stand_in.log_prob(action), Categorical.log_prob((logits,), action),
+                               rtol=1e-6)
+    np.testing.assert_allclose(stand_in.entropy(), Categorical.entropy((logits,)), rtol=1e-6)
+
+    import gymnax
+    env, params = gymnax.make("CartPole-v1")
+    wrapped = purejaxrl._GymnaxV0Step(env)
+    _, state = env.reset(jax.random.PRNGKey(0), params)
+    state = state.replace(time=params.max_steps_in_episode - 1)  # the next step hits the limit
+    obs, _, reward, done, info = wrapped.step(jax.random.PRNGKey(1), state, 1, params)
+    assert bool(done) and float(reward) == 1.0
+    assert not set(info) & {"terminated", "truncated", "final_observation"}

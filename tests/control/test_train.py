@@ -53,14 +53,16 @@ def test_vmap_over_seeds_and_hparams_equals_single_runs(ppo_vmapped):
                      batched_state.params, state.params)
 
 
-def test_lag_zero_is_synchronous_training_bit_for_bit():
+@pytest.mark.parametrize("env", ["toy_reach", "toy_reach_discrete"])
+def test_lag_zero_is_synchronous_training_bit_for_bit(env):
     hp = ControlHParams.create(lag=0.0)
     key = jax.random.PRNGKey(7)
-    synchronous = jax.jit(make_train(TOY.replace(lag_model="fixed", buffer_capacity=1)))(key, hp)
+    toy = TOY.replace(env=env)
+    synchronous = jax.jit(make_train(toy.replace(lag_model="fixed", buffer_capacity=1)))(key, hp)
     lag_zero = [dict(lag_model=m) for m in ("fixed", "uniform", "bounded", "in_flight")]
     lag_zero += [dict(lag_model="uniform", lag_warmup="redraw")]
     for changes in lag_zero + [dict(lag_model="empirical", lag_probabilities=(1.0,))]:
-        lagged = jax.jit(make_train(TOY.replace(buffer_capacity=8, **changes)))(key, hp)
+        lagged = jax.jit(make_train(toy.replace(buffer_capacity=8, **changes)))(key, hp)
         _assert_trees_equal(lagged[0].params, synchronous[0].params)
         _assert_trees_equal(lagged[1], synchronous[1])
 
@@ -177,9 +179,11 @@ def test_minibatch_vtrace_uses_the_critic_on_every_next_observation(ended_episod
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("env", ["toy_reach", "toy_reach_discrete"])
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
-def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo):
-    config = TOY.replace(algo=algo, lag_model="fixed", tv_scope="batch" if algo == "vaco" else "minibatch")
+def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo, env):
+    config = TOY.replace(env=env, algo=algo, lag_model="fixed",
+                         tv_scope="batch" if algo == "vaco" else "minibatch")
     # delta 0 and a tight clip range: the filter and the clip act as soon as the policy moves.
     hp = ControlHParams.create(lag=2.0, tv_delta=0.0, clip_eps=0.01, learning_rate=3e-3)
     state, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), hp)
@@ -393,3 +397,41 @@ def test_kl_coefficient_bounds_are_validated(changes, message):
 
 def test_a_fixed_kl_coefficient_need_not_lie_in_the_adaptive_range():
     validate(TOY.replace(algo="ppo_kl", adaptive_kl=False), ControlHParams.create(kl_coef=0.0))
+
+
+def test_linear_learning_rate_schedule_falls_once_per_update_as_purejaxrls():
+    config = TOY.replace(learning_rate_schedule="linear", epochs=2, minibatches=2)
+    hp = ControlHParams.create(learning_rate=0.1)
+    schedule = ControlTrainer(config).learning_rate(hp)
+    steps = config.epochs * config.minibatches
+    # Every minibatch step of update u uses 0.1 * (1 - u / num_updates), PureJaxRL's ANNEAL_LR.
+    for update in range(config.num_updates):
+        for step in range(steps):
+            np.testing.assert_allclose(schedule(update * steps + step),
+                                       0.1 * (1 - update / config.num_updates), rtol=1e-6)
+    assert ControlTrainer(TOY).learning_rate(hp) == 0.1
+    # The optimiser follows it: the first update (rate 0.1 either way) is the constant run's,
+    # the second (rate 0.1 * (1 - 1 / num_updates)) is not.
+    runs = []
+    for schedule_name in ("linear", "constant"):
+        trainer = ControlTrainer(config.replace(learning_rate_schedule=schedule_name))
+        state = trainer.init(jax.random.PRNGKey(0), hp)
+        first, _ = jax.jit(trainer.update)(state, hp)
+        second, _ = jax.jit(trainer.update)(first, hp)
+        runs.append((first.params, second.params))
+    _assert_trees_equal(runs[0][0], runs[1][0])
+    assert not np.allclose(runs[0][1]["actor"]["params"]["MLP_0"]["Dense_0"]["kernel"],
+                           runs[1][1]["actor"]["params"]["MLP_0"]["Dense_0"]["kernel"])
+
+
+def test_relu_activation_changes_the_networks_and_is_validated():
+    hp = ControlHParams.create()
+    tanh = ControlTrainer(TOY).init(jax.random.PRNGKey(0), hp)
+    relu_trainer = ControlTrainer(TOY.replace(activation="relu"))
+    relu = relu_trainer.init(jax.random.PRNGKey(0), hp)
+    _assert_trees_equal(tanh.params, relu.params)  # same initial weights
+    obs = jnp.linspace(-2, 2, 12).reshape(4, 3)
+    assert not np.allclose(ControlTrainer(TOY).model.value(tanh.params["critic"], tanh.obs_stats, obs),
+                           relu_trainer.model.value(relu.params["critic"], relu.obs_stats, obs))
+    with pytest.raises(ValueError, match="activation.*tanh, relu"):
+        ControlTrainer(TOY.replace(activation="gelu"))

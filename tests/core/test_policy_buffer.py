@@ -24,10 +24,11 @@ def _policy(model, seed):
     return Policy(actor, stats)
 
 
-@pytest.fixture(scope="module")
-def setup():
-    env = make_env("toy_reach")
-    model = ActorCritic(env.observation_size, env.action_size, (8,), (8,))
+@pytest.fixture(scope="module", params=["toy_reach", "toy_reach_discrete"])
+def setup(request):
+    env = make_env(request.param)
+    model = ActorCritic(env.observation_size, env.action_size, (8,), (8,),
+                        discrete=env.discrete)
     buffer = init_buffer(_policy(model, 0), CAPACITY)
     for seed in range(1, 6):  # versions 1..5; slots now hold versions 2..5
         buffer = push(buffer, _policy(model, seed))

@@ -1,4 +1,4 @@
-"""Command line: `vaco-jax train | tokens | sweep | report`.
+"""Command line: `vaco-jax train | tokens | sweep | report | envs`.
 
 Thin: each command parses its flags, then calls the layers below (a testbed's config and
 hyper-parameters, the driver, the experiment runner, the report writer).
@@ -21,7 +21,8 @@ import jax
 
 from vaco_jax import __version__
 
-from vaco_jax.cli import common
+from vaco_jax.cli import common, console
+from vaco_jax.cli import envs as envs_cli
 from vaco_jax.cli import sweep as sweep_cli
 from vaco_jax.cli import tokens as tokens_cli
 from vaco_jax.cli import train as train_cli
@@ -55,13 +56,15 @@ def _parser() -> argparse.ArgumentParser:
         common.add_run_arguments(p, out=module.OUT)
         p.set_defaults(parser=p)  # its defaults tell which flags a resume would ignore
     sweep_cli.add_parsers(subparsers)
+    envs_cli.add_parser(subparsers)
     return parser
 
 
 def _run(args) -> int:
     if args.command in TRAINING_COMMANDS:
         return common.run_driver(args, *TRAINING_COMMANDS[args.command][0].build(args))
-    return {"sweep": sweep_cli.run_sweep, "report": sweep_cli.run_report}[args.command](args)
+    return {"sweep": sweep_cli.run_sweep, "report": sweep_cli.run_report,
+            "envs": envs_cli.run_envs}[args.command](args)
 
 
 def _continue_command(args) -> str | None:
@@ -95,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     args = _parser().parse_args(argv)
     args.started, args.given = started, _given_flags(sys.argv[1:] if argv is None else argv)
+    # Commands without --no-progress (`report`, `envs`) show them.
+    console.show_progress_messages(not getattr(args, "no_progress", False))
     with signals.exit_on_signals(lambda signum: _stopped(args, signum)):
         try:
             code = _run(args)

@@ -9,13 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 
+from vaco_jax.cli import console
 from vaco_jax.core.config import Config
 from vaco_jax.core.policy_buffer import LAG_MODELS
-from vaco_jax.run import driver, io, memory, run_folder, testbeds
-from vaco_jax.run.checkpoint import Checkpoints
-from vaco_jax.run.trackers import TRACKERS, TensorBoard
+from vaco_jax.run import driver, io, memory
+from vaco_jax.run.trackers import TRACKERS, Trackers, seed_runs
+
+
+LAG_HELP = (f"backward lag MODEL:PARAM, MODEL one of {', '.join(LAG_MODELS)} (e.g. uniform:4; "
+            f"empirical:P0,P1,...; README.md: Training one algorithm); fixed:0 is synchronous")
+"""The help of `--lag`, whose values `parse_lag` reads."""
 
 
 def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
@@ -108,9 +112,17 @@ def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
                         "with it); a finished run's results are rewritten from its checkpoint")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_memory_budget(p)
-    p.add_argument("--log", choices=TRACKERS, action="append", default=[],
-                   help="also log every per-update metric of every seed to this tool, between "
-                        "compiled chunks (tensorboard: OUT/tensorboard/seed=S)")
+    add_log(p, "seed", "OUT/tensorboard/seed=S")
+
+
+def add_log(p: argparse.ArgumentParser, each: str, folders: str) -> None:
+    """`--log TOOL`, repeatable: the trackers (`vaco_jax.run.trackers`) that log every
+    per-update metric of every `each` (in `folders` for TensorBoard) between compiled chunks."""
+    p.add_argument("--log", choices=tuple(TRACKERS), action="append", default=[],
+                   help=f"also log every per-update metric of every {each} to this tool, "
+                        f"between compiled chunks; repeatable (tensorboard: {folders}; wandb: "
+                        f"one W&B run per {each}, needs vaco-jax[wandb], WANDB_MODE=offline "
+                        f"works without an account)")
 
 
 RESUME_FLAGS = ("chunk_periods", "keep_checkpoints", "no_progress", "memory_budget", "log")
@@ -157,49 +169,25 @@ def run_driver(args, config: Config, hparams: Any) -> int:
     options = {"chunk_periods": args.chunk_periods, "keep_checkpoints": args.keep_checkpoints,
                "progress": not args.no_progress}
     budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
+    out = args.resume or args.out
+    trackers = Trackers(args.log, out)  # refuses a missing optional package before any work
     if args.resume:
-        out = args.resume
         runs = driver.Driver.from_run_dir(out)
         memory.check_memory(runs.config, jax.tree.map(lambda x: x[0], runs.hparams),
                             runs.num_runs, budget_bytes=budget)  # this machine may be smaller
         overwrite, keep = False, ()
     else:
-        out = args.out
         io.check_output_dir(out)  # before the driver builds its trainer (a warm start, say)
         memory.check_memory(config, hparams, args.seeds, budget_bytes=budget)  # before allocating
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         runs = driver.Driver(config, hparams, seeds)
         overwrite, keep = args.overwrite, args.keep
-    tracker = (TensorBoard(out, runs.seeds, runs.describe(),
-                           logged_until=_checkpointed_update(runs, out) if args.resume else -1)
-               if "tensorboard" in args.log else None)
-    try:
+    logged = seed_runs(runs, group=Path(out).resolve().name)
+    print(console.header(runs, out, resume=bool(args.resume)), flush=True)
+    with trackers:
         result = runs.run(out, resume=bool(args.resume), overwrite=overwrite, keep=keep,
-                          on_chunk=tracker, **options)
-    finally:
-        if tracker is not None:
-            tracker.close()
-    print_summary(result, out)
+                          on_chunk=lambda chunk: trackers.log(logged, chunk), **options)
+    print(console.summary(result, out))
+    if not result.diverged.all():
+        print(console.next_steps(result, out))
     return 0
-
-
-def _checkpointed_update(runs: driver.Driver, out: str) -> int:
-    """The update of the run's newest checkpoint (-1 if none): a resumed run continues after it,
-    and its tracker logs from there (what came before it logged already)."""
-    steps = Checkpoints(Path(out) / run_folder.CHECKPOINT_DIR, runs.identity, writer=False).steps()
-    return steps[0] * runs.config.updates_per_period if steps else -1
-
-
-def print_summary(result, out: str) -> None:
-    testbed, cfg = testbeds.of_config(result.config), result.config
-    final = result.table().groupby("seed")[testbed.score].agg(
-        lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
-    initial = result.metrics[testbed.score][:, 0]
-    print(f"\n{cfg.algo} on {testbed.task(cfg)}: {result.updates_done} updates, "
-          f"{result.updates_done * cfg.steps_per_update:,} {testbed.steps_name} per seed")
-    for (seed, value), start, diverged, at in zip(final.items(), initial, result.diverged,
-                                                  result.diverged_at):
-        note = f"  DIVERGED at update {at}" if diverged else ""
-        print(f"  seed {seed}: {testbed.score_name} {start:.3f} -> {value:.3f}{note}")
-    print(f"results: {out}/metrics.csv, {out}/metrics.parquet, {out}/config.json, "
-          f"{out}/status.json, checkpoint in {out}/checkpoint/")

@@ -1,11 +1,17 @@
-"""`vaco-jax sweep` and `vaco-jax report`: experiments, their plans, parts and reports."""
+"""`vaco-jax sweep` and `vaco-jax report`: experiments, their plans, parts and reports, and the
+figures of a single run."""
 
 from __future__ import annotations
 
-from vaco_jax.cli.common import add_memory_budget, add_overwrite_flags
+from pathlib import Path
+
+from vaco_jax.cli.common import add_log, add_memory_budget, add_overwrite_flags
 from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
                                  write_sweep_report)
+from vaco_jax.report.run_figures import write_run_figures
+from vaco_jax.run.run_folder import CONFIG_FILE
+from vaco_jax.run.trackers import Trackers
 
 
 def add_parsers(subparsers) -> None:
@@ -42,9 +48,14 @@ def add_parsers(subparsers) -> None:
                         "count); default: as many as fit the memory budget")
     add_memory_budget(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_log(p, "run", "OUT/tensorboard/RUN_ID")
     r = subparsers.add_parser("report", help="rebuild a sweep's runs table and rewrite its report, "
-                                             "or merge the folders of a sweep's parts into one")
-    r.add_argument("out", metavar="DIR", help="sweep folder (with --parts: the merged report's)")
+                                             "merge the folders of a sweep's parts into one, or "
+                                             "draw a single run's figures")
+    r.add_argument("out", metavar="DIR",
+                   help="sweep folder (with --parts: the merged report's), or the folder of one "
+                        "run (`vaco-jax train`, `vaco-jax tokens`): its per-seed learning curves "
+                        "and staleness diagnostics, as PNG files in it")
     r.add_argument("--parts", nargs="+", metavar="PART_DIR", default=None,
                    help="merge these part folders (`vaco-jax sweep --part K/N`) of one "
                         "experiment into one report in DIR")
@@ -69,6 +80,8 @@ def run_sweep(args) -> int:
                          "one of them")
     if args.replan and (args.plan or not args.resume):
         raise ValueError("--replan applies only with --resume, and not with --plan")
+    if args.plan and args.log:
+        raise ValueError("--log applies to a sweep that runs, not with --plan")
     if args.part is not None and args.groups is not None:
         raise ValueError("give --part or --groups, not both")
     part = (Part.parse(args.part) if args.part is not None else
@@ -86,10 +99,12 @@ def run_sweep(args) -> int:
                           memory_budget=memory_budget))
         print(plan_text(plan, args.steps_per_second))
         return 0
-    summary = sweep(
-        args.out, experiment, resume=args.resume, replan=args.replan, overwrite=args.overwrite,
-        keep=args.keep, part=part, max_runs_per_batch=args.max_runs_per_batch,
-        memory_budget=memory_budget, progress=not args.no_progress)
+    with Trackers(args.log, args.out) as trackers:
+        summary = sweep(
+            args.out, experiment, resume=args.resume, replan=args.replan,
+            overwrite=args.overwrite, keep=args.keep, part=part,
+            max_runs_per_batch=args.max_runs_per_batch, memory_budget=memory_budget,
+            progress=not args.no_progress, trackers=trackers)
     _print_scores(summary, args.out)
     return 0
 
@@ -102,6 +117,11 @@ def run_report(args) -> int:
                               overwrite=args.overwrite, keep=args.keep)
     elif args.allow_incomplete or args.overwrite or args.keep:
         raise ValueError("--allow-incomplete, --overwrite and --keep apply only with --parts")
+    elif (Path(args.out) / CONFIG_FILE).is_file():  # a run's folder, not a sweep's
+        print(f"figures of the run in {args.out}:")
+        for path, shows in write_run_figures(args.out).items():
+            print(f"  {path}: {shows}")
+        return 0
     else:
         summary = write_sweep_report(load_sweep(args.out), args.out)
     _print_scores(summary, args.out)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 
-from vaco_jax.cli.common import hparam_type, parse_lag
+from vaco_jax.cli.common import LAG_HELP, hparam_type, parse_lag
 from vaco_jax.core.policy_buffer import LAG_WARMUPS
 from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES
 from vaco_jax.tokens.config import ALGORITHMS, GROUP_UNITS, TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
-from vaco_jax.tokens.warm_start import WarmStart
+from vaco_jax.tokens.warm_start import WarmStart, default_cache_dir
 
 
 OUT = "runs/tokens"
@@ -30,8 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="vaco: the TV filter's reference policy, pi_T or beta")
     p.add_argument("--task-size", type=int, default=d.task_size,
                    help="digits per operand (add), list length (sort), steps (chain)")
-    p.add_argument("--lag", type=parse_lag, default="fixed:0",
-                   help="lag MODEL:PARAM, the engine's models (empirical:P0,P1,...)")
+    p.add_argument("--lag", type=parse_lag, default="fixed:0", help=LAG_HELP)
     p.add_argument("--lag-warmup", default=d.lag_warmup, choices=LAG_WARMUPS,
                    help="lags beyond the versions pushed so far: clip (to the oldest version) or "
                         "redraw (from the lag model restricted to the existing versions)")
@@ -59,8 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="supervised steps of the warm start")
     p.add_argument("--corrupt-fraction", type=float, default=w.corrupt_fraction,
                    help="share of the warm start's demonstrations given a wrong answer")
-    p.add_argument("--warm-start-dir", default="runs/warm_start",
-                   help="cache of warm-start checkpoints, keyed by their settings")
+    p.add_argument("--warm-start-dir", default=str(default_cache_dir()),
+                   help="cache of warm-start checkpoints, keyed by their settings and shared "
+                        "by the runs that name it; by default the user's cache, "
+                        "$XDG_CACHE_HOME/vaco_jax/warm_start, else ~/.cache/vaco_jax/warm_start")
     p.add_argument("--hparam", type=hparam_type(TokenHParams), action="append", default=[],
                    metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
 

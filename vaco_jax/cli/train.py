@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from vaco_jax.cli.common import hparam_type, parse_lag
+from vaco_jax.cli.common import LAG_HELP, hparam_type, parse_lag
+from vaco_jax.control import envs
 from vaco_jax.control.config import ControlConfig, ControlHParams
 
 OUT = "runs/train"
@@ -20,11 +21,14 @@ def _int_tuple(text: str) -> tuple[int, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The control testbed's flags (the run flags are added by the caller)."""
     defaults = ControlConfig()
-    p.add_argument("--env", default=defaults.env, help="task name")
-    p.add_argument("--backend", default=None, help="physics backend (default: the task's, mjx)")
+    # Listed when the parser is built: packages may register tasks (see `vaco-jax envs`).
+    p.add_argument("--env", default=defaults.env,
+                   help=f"task name, one of: {', '.join(envs.names())}")
+    p.add_argument("--backend", default=None,
+                   help="physics backend (default: the task's first, as `vaco-jax envs` lists "
+                        "them)")
     p.add_argument("--algo", default=defaults.algo, help="algorithm from the registry")
-    p.add_argument("--lag", type=parse_lag, default="fixed:0",
-                   help="backward lag MODEL:PARAM; fixed:0 is synchronous")
+    p.add_argument("--lag", type=parse_lag, default="fixed:0", help=LAG_HELP)
     p.add_argument("--lag-warmup", default=defaults.lag_warmup,
                    help="lags beyond the versions pushed so far: clip (to the oldest version) or "
                         "redraw (from the lag model restricted to the existing versions)")
@@ -40,8 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="minibatches per epoch")
     p.add_argument("--buffer-capacity", type=int, default=defaults.buffer_capacity,
                    help="policy buffer size K")
-    p.add_argument("--episode-length", type=int, default=defaults.episode_length,
-                   help="time limit of an episode, steps")
+    p.add_argument("--episode-length", type=int, default=None,
+                   help="time limit of an episode, steps (default: the task's own, as "
+                        "`vaco-jax envs` lists it)")
     p.add_argument("--eval-every", type=int, default=defaults.eval_every,
                    help="updates between evaluations")
     p.add_argument("--num-eval-envs", type=int, default=defaults.num_eval_envs,
@@ -52,6 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--critic-hidden", type=_int_tuple,
                    default=",".join(map(str, defaults.critic_hidden)),
                    help="the critic MLP's hidden sizes, comma-separated")
+    p.add_argument("--activation", default=defaults.activation,
+                   help="hidden-layer activation of both networks: tanh or relu")
+    p.add_argument("--learning-rate-schedule", default=defaults.learning_rate_schedule,
+                   help="constant, or linear (decays to 0 over the run, once per update)")
     p.add_argument("--tv-reference", default=defaults.tv_reference,
                    help="VACO's filter: the ratio's reference, phase (pi_T, the policy at the "
                         "phase's start) or behaviour (beta)")
@@ -74,6 +83,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
 
 
+def _episode_length(env: str, given: int | None) -> int:
+    """The time limit the user gave, else task `env`'s own."""
+    return envs.task(env).episode_length if given is None else given
+
+
 def build(args) -> tuple[ControlConfig, ControlHParams]:
     """The config and hyper-parameters the flags of `add_arguments` give."""
     lag_model, lag, lag_probabilities = args.lag
@@ -82,11 +96,12 @@ def build(args) -> tuple[ControlConfig, ControlHParams]:
         rollout_length=args.rollout_length, total_steps=args.total_steps, epochs=args.epochs,
         minibatches=args.minibatches, buffer_capacity=args.buffer_capacity,
         lag_model=lag_model, lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
-        episode_length=args.episode_length, eval_every=args.eval_every,
+        episode_length=_episode_length(args.env, args.episode_length), eval_every=args.eval_every,
         num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
         critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
         tv_scope=args.tv_scope, tv_estimator=args.tv_estimator,
         filter_normalization=args.filter_normalization, acting=args.acting,
         reward_scaling=args.reward_scaling,
-        advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip)
+        advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip,
+        activation=args.activation, learning_rate_schedule=args.learning_rate_schedule)
     return config, ControlHParams.create(lag=lag, **dict(args.hparam))

@@ -16,6 +16,7 @@ import numpy as np
 
 from vaco_jax.control import algorithms, envs
 from vaco_jax.control.hparams import ControlHParams
+from vaco_jax.control.networks import ACTIVATIONS
 from vaco_jax.core.config import (Config, check_choice, check_lag_settings, check_positive_int,
                                    once_per_config)
 from vaco_jax.core.policy_buffer import validate_lag
@@ -28,6 +29,7 @@ ACTING_STRATEGIES = ("gather", "select")
 ADVANTAGE_NORMALIZATIONS = ("scale", "standardize", "none")
 REWARD_SCALINGS = ("return_std", "none")  # see vaco_jax.control.reward_scaling
 GRAD_CLIPS = ("global", "per_network")
+LEARNING_RATE_SCHEDULES = ("constant", "linear")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +55,10 @@ class ControlConfig(Config):
     episode_length: int = 1000
     actor_hidden: tuple[int, ...] = (64, 64)
     critic_hidden: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"  # of the hidden layers of both networks
+    # `linear` decays the learning rate to 0 over the run, once per update (PureJaxRL's
+    # `ANNEAL_LR`).
+    learning_rate_schedule: str = "constant"
     normalize_observations: bool = True
     # `scale` divides minibatch advantages by their std and keeps their signs. Subtracting the
     # mean (`standardize`) biases surrogates whose ratio is not taken to the behaviour policy
@@ -106,7 +112,7 @@ def validate(config: ControlConfig, hparams: ControlHParams | None = None) -> No
 
 @once_per_config
 def _validate_config(config: ControlConfig) -> None:
-    check_choice("env", config.env, envs.ENV_NAMES)
+    check_choice("env", config.env, envs.names())
     if config.backend is not None:
         check_choice("backend", config.backend, envs.backends_for(config.env))
     check_choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
@@ -119,6 +125,8 @@ def _validate_config(config: ControlConfig) -> None:
     check_choice("advantage_normalization", config.advantage_normalization, ADVANTAGE_NORMALIZATIONS)
     check_choice("reward_scaling", config.reward_scaling, REWARD_SCALINGS)
     check_choice("grad_clip", config.grad_clip, GRAD_CLIPS)
+    check_choice("activation", config.activation, tuple(ACTIVATIONS))
+    check_choice("learning_rate_schedule", config.learning_rate_schedule, LEARNING_RATE_SCHEDULES)
     for name in ("num_envs", "rollout_length", "total_steps", "epochs", "minibatches",
                  "buffer_capacity", "episode_length", "eval_every", "num_eval_envs"):
         check_positive_int(name, getattr(config, name))

@@ -43,4 +43,6 @@ class ControlHParams(HParamsBase):
     value_coef: Any = 0.5
     max_grad_norm: Any = 0.5
     value_clip_eps: Any = 0.0  # PPO2's value clipping around the phase-start values; 0: off
-    init_log_std: Any = -0.5  # the policy's initial (state-independent) log standard deviation
+    # The Gaussian policy's initial (state-independent) log standard deviation; a categorical
+    # policy has none, so discrete tasks do not read it.
+    init_log_std: Any = -0.5

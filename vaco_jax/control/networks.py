@@ -1,12 +1,15 @@
-"""Actor and critic networks, the Gaussian policy distribution, observation normalisation.
+"""Actor and critic networks, the policy distributions, observation normalisation.
 
 The actor is kept apart from the critic because behaviour policies need the actor alone: the
 policy buffer and all per-environment work hold actor parameters and normaliser statistics
 (`Policy`), never the critic.
 
-The policy is a diagonal Gaussian with state-independent log standard deviations; the
-environment receives the sampled action clipped to `[-1, 1]`, while log-probabilities are
-those of the unclipped sample, so importance ratios are exact.
+Continuous tasks act with a diagonal Gaussian with state-independent log standard deviations;
+the environment receives the sampled action clipped to `[-1, 1]`, while log-probabilities are
+those of the unclipped sample, so importance ratios are exact. Discrete tasks act with a
+categorical distribution over the actor's logits. A distribution is a tuple of arrays (the
+Gaussian's `(mean, log_std)`, the categorical's `(logits,)`), so the policy buffer, the
+per-environment behaviour policies and the losses handle both alike.
 """
 
 from __future__ import annotations
@@ -54,35 +57,52 @@ def orthogonal(scale: float) -> Callable[[jax.Array, Sequence[int], Any], jax.Ar
     return init
 
 
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
+
 class MLP(nn.Module):
     hidden: Sequence[int]
     out: int
     out_scale: float
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        activation = ACTIVATIONS[self.activation]
         for width in self.hidden:
-            x = nn.tanh(nn.Dense(width, kernel_init=orthogonal(math.sqrt(2.0)))(x))
+            x = activation(nn.Dense(width, kernel_init=orthogonal(math.sqrt(2.0)))(x))
         return nn.Dense(self.out, kernel_init=orthogonal(self.out_scale))(x)
 
 
 class Actor(nn.Module):
     hidden: Sequence[int]
     action_size: int
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        mean = MLP(self.hidden, self.action_size, out_scale=0.01)(obs)
+        mean = MLP(self.hidden, self.action_size, out_scale=0.01, activation=self.activation)(obs)
         log_std = self.param("log_std", nn.initializers.constant(-0.5), (self.action_size,))
         return mean, jnp.broadcast_to(log_std, mean.shape)
 
 
+class CategoricalActor(nn.Module):
+    hidden: Sequence[int]
+    action_size: int  # the number of actions
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array]:
+        return (MLP(self.hidden, self.action_size, out_scale=0.01, activation=self.activation)(obs),)
+
+
 class Critic(nn.Module):
     hidden: Sequence[int]
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        return MLP(self.hidden, 1, out_scale=1.0)(obs)[..., 0]
+        return MLP(self.hidden, 1, out_scale=1.0, activation=self.activation)(obs)[..., 0]
 
 
 def with_log_std(actor_params: dict, log_std: jax.Array) -> dict:
@@ -140,17 +160,71 @@ def gaussian_entropy(log_std: jax.Array) -> jax.Array:
     return jnp.sum(log_std + 0.5 * (1.0 + _LOG_2PI), axis=-1)
 
 
+class Gaussian:
+    """The diagonal Gaussian `(mean, log_std)`; the environment receives the sample clipped."""
+
+    @staticmethod
+    def sample(dist: tuple[jax.Array, jax.Array], key: jax.Array) -> jax.Array:
+        mean, log_std = dist
+        return mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+
+    @staticmethod
+    def log_prob(dist: tuple[jax.Array, jax.Array], action: jax.Array) -> jax.Array:
+        return gaussian_log_prob(*dist, action)
+
+    @staticmethod
+    def entropy(dist: tuple[jax.Array, jax.Array]) -> jax.Array:
+        return gaussian_entropy(dist[1])
+
+    @staticmethod
+    def mode(dist: tuple[jax.Array, jax.Array]) -> jax.Array:
+        return dist[0]
+
+    @staticmethod
+    def env_action(action: jax.Array) -> jax.Array:
+        return jnp.clip(action, -1.0, 1.0)
+
+
+class Categorical:
+    """The categorical `(logits,)`; actions are int32 indices."""
+
+    @staticmethod
+    def sample(dist: tuple[jax.Array], key: jax.Array) -> jax.Array:
+        return jax.random.categorical(key, dist[0]).astype(jnp.int32)
+
+    @staticmethod
+    def log_prob(dist: tuple[jax.Array], action: jax.Array) -> jax.Array:
+        log_probs = jax.nn.log_softmax(dist[0])
+        return jnp.take_along_axis(log_probs, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+    @staticmethod
+    def entropy(dist: tuple[jax.Array]) -> jax.Array:
+        log_probs = jax.nn.log_softmax(dist[0])
+        return -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+
+    @staticmethod
+    def mode(dist: tuple[jax.Array]) -> jax.Array:
+        return jnp.argmax(dist[0], axis=-1).astype(jnp.int32)
+
+    @staticmethod
+    def env_action(action: jax.Array) -> jax.Array:
+        return action
+
+
 class ActorCritic:
     """Builds and applies the actor and critic of one run."""
 
     def __init__(self, observation_size: int, action_size: int,
                  actor_hidden: Sequence[int], critic_hidden: Sequence[int],
-                 normalize_observations: bool = True):
+                 normalize_observations: bool = True, discrete: bool = False,
+                 activation: str = "tanh"):
         self.observation_size = observation_size
         self.action_size = action_size
         self.normalize_observations = normalize_observations
-        self.actor = Actor(tuple(actor_hidden), action_size)
-        self.critic = Critic(tuple(critic_hidden))
+        self.policy_distribution = Categorical if discrete else Gaussian
+        actor = CategoricalActor if discrete else Actor
+        self.actor = actor(tuple(actor_hidden), action_size, activation)
+        self.critic = Critic(tuple(critic_hidden), activation)
 
     def init(self, key: jax.Array) -> tuple[dict, dict]:
         actor_key, critic_key = jax.random.split(key)
@@ -160,13 +234,12 @@ class ActorCritic:
     def _inputs(self, obs: jax.Array, stats: RunningStats) -> jax.Array:
         return normalize(obs, stats) if self.normalize_observations else obs
 
-    def distribution(self, policy: Policy, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Mean and log standard deviation of the action distribution."""
+    def distribution(self, policy: Policy, obs: jax.Array) -> tuple[jax.Array, ...]:
+        """The action distribution's arrays (`policy_distribution` reads them)."""
         return self.actor.apply(policy.params, self._inputs(obs, policy.obs_stats))
 
     def value(self, critic_params: dict, stats: RunningStats, obs: jax.Array) -> jax.Array:
         return self.critic.apply(critic_params, self._inputs(obs, stats))
 
     def log_prob(self, policy: Policy, obs: jax.Array, action: jax.Array) -> jax.Array:
-        mean, log_std = self.distribution(policy, obs)
-        return gaussian_log_prob(mean, log_std, action)
+        return self.policy_distribution.log_prob(self.distribution(policy, obs), action)

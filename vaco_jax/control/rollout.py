@@ -8,7 +8,7 @@ from flax import struct
 
 from vaco_jax.control.envs import Environment
 from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes, step_episodes
-from vaco_jax.control.networks import ActorCritic, gaussian_log_prob
+from vaco_jax.control.networks import ActorCritic
 from vaco_jax.core.policy_buffer import Behaviour, cond_in_every_run, make_behaviour, newest
 
 
@@ -17,7 +17,8 @@ class Transitions:
     """One rollout, time-major: leaves `[T, E, ...]`."""
 
     obs: jax.Array
-    action: jax.Array  # unclipped sample; the environment received it clipped to [-1, 1]
+    action: jax.Array  # Gaussian: unclipped sample (the environment received it clipped to
+    # [-1, 1]), `[T, E, A]`; categorical: int32 index, `[T, E]`
     reward: jax.Array
     terminated: jax.Array
     truncated: jax.Array
@@ -32,7 +33,7 @@ class Transitions:
 
 
 def behaviour_distribution(model: ActorCritic, behaviour: Behaviour, obs: jax.Array,
-                           acting: str) -> tuple[jax.Array, jax.Array]:
+                           acting: str) -> tuple[jax.Array, ...]:
     """Action distribution of each environment's own behaviour policy for `obs` `[E, obs]`.
 
     When every environment acts with the newest policy the shared-policy branch runs, which is
@@ -45,10 +46,9 @@ def behaviour_distribution(model: ActorCritic, behaviour: Behaviour, obs: jax.Ar
         if acting == "gather":
             return jax.vmap(model.distribution)(behaviour.gathered, obs)
         # `select`: every snapshot acts on every environment, each keeps its own policy's output.
-        means, log_stds = jax.vmap(model.distribution, in_axes=(0, None))(
-            behaviour.buffer.policies, obs)
+        every = jax.vmap(model.distribution, in_axes=(0, None))(behaviour.buffer.policies, obs)
         pick = lambda x: jnp.take_along_axis(x, behaviour.slots[None, :, None], axis=0)[0]
-        return pick(means), pick(log_stds)
+        return jax.tree.map(pick, every)
 
     all_newest = jnp.all(behaviour.versions == behaviour.buffer.latest_version)
     return cond_in_every_run(all_newest, shared, per_environment, None)
@@ -58,22 +58,27 @@ def rollout(env: Environment, model: ActorCritic, behaviour: Behaviour, episodes
             key: jax.Array, *, length: int, episode_length: int,
             acting: str) -> tuple[EpisodeState, Transitions]:
     reset_key, step_key = jax.random.split(key)
+    # Stochastic tasks' own keys, from a root of their own: the resets and the action noise keep
+    # the keys they always had, and no key is derived from one already used.
+    env_root = jax.random.fold_in(key, 2)
     num_envs = episodes.step_count.shape[0]
     reset_states = reset_episodes(env, jax.random.split(reset_key, num_envs)).env
+    distribution = model.policy_distribution
     # `in_flight`: versions `[T, E]`, the behaviour policy changes during the rollout.
     per_step = behaviour.versions.ndim == 2
     step_versions = behaviour.versions if per_step else jnp.zeros((length, 0), jnp.int32)
 
-    def step(state: EpisodeState, xs: tuple[jax.Array, jax.Array]):
-        noise_key, versions = xs
+    def step(state: EpisodeState, xs: tuple[jax.Array, jax.Array, jax.Array]):
+        noise_key, env_key, versions = xs
         lags = behaviour.buffer.latest_version - versions
         step_behaviour = make_behaviour(behaviour.buffer, lags, acting) if per_step else behaviour
         obs = state.env.obs
-        mean, log_std = behaviour_distribution(model, step_behaviour, obs, acting)
-        action = mean + jnp.exp(log_std) * jax.random.normal(noise_key, mean.shape)
-        log_prob = gaussian_log_prob(mean, log_std, action)
-        state, outcome = step_episodes(env, state, jnp.clip(action, -1.0, 1.0), reset_states,
-                                       episode_length)
+        dist = behaviour_distribution(model, step_behaviour, obs, acting)
+        action = distribution.sample(dist, noise_key)
+        log_prob = distribution.log_prob(dist, action)
+        state, outcome = step_episodes(env, state, distribution.env_action(action),
+                                       jax.random.split(env_key, num_envs),
+                                       reset_states, episode_length)
         record = Transitions(obs=obs, action=action, reward=outcome.reward,
                              terminated=outcome.terminated, truncated=outcome.truncated,
                              next_obs=outcome.next_obs, behaviour_log_prob=log_prob,
@@ -81,13 +86,19 @@ def rollout(env: Environment, model: ActorCritic, behaviour: Behaviour, episodes
                              completed_return=outcome.completed_return)
         return state, record
 
-    return jax.lax.scan(step, episodes, (jax.random.split(step_key, length), step_versions))
+    return jax.lax.scan(step, episodes, (jax.random.split(step_key, length),
+                                         jax.random.split(env_root, length), step_versions))
 
 
 def evaluate(env: Environment, model: ActorCritic, policy, key: jax.Array, *, num_envs: int,
              episode_length: int) -> jax.Array:
-    """Mean undiscounted return of one deterministic episode (mean action) per environment."""
+    """Mean undiscounted return of one deterministic episode (the Gaussian's mean, the most
+    probable discrete action) per environment."""
     states = reset_episodes(env, jax.random.split(key, num_envs)).env
+    distribution = model.policy_distribution
+    # Stochastic tasks' keys: `split(key, n)[i]` is `fold_in(key, i)`, so index `num_envs` is
+    # a root no reset used.
+    step_key = jax.random.fold_in(key, num_envs)
 
     def cond(carry):
         _, _, finished, t = carry
@@ -95,8 +106,9 @@ def evaluate(env: Environment, model: ActorCritic, policy, key: jax.Array, *, nu
 
     def body(carry):
         states, returns, finished, t = carry
-        mean, _ = model.distribution(policy, states.obs)
-        states = jax.vmap(env.step)(states, jnp.clip(mean, -1.0, 1.0))
+        action = distribution.mode(model.distribution(policy, states.obs))
+        env_keys = jax.random.split(jax.random.fold_in(step_key, t), num_envs)
+        states = jax.vmap(env.step)(states, distribution.env_action(action), env_keys)
         returns = returns + jnp.where(finished, 0.0, states.reward)
         finished = finished | (states.terminated > 0)
         return states, returns, finished, t + 1

@@ -30,8 +30,8 @@ from vaco_jax.core.divergence import freeze_if_diverged
 from vaco_jax.core.trainer import Trainer
 from vaco_jax.control.envs import make_env
 from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes
-from vaco_jax.control.networks import (ActorCritic, Policy, RunningStats, gaussian_entropy,
-                               gaussian_log_prob, init_stats, update_stats, with_log_std)
+from vaco_jax.control.networks import (ActorCritic, Policy, RunningStats, init_stats,
+                                       update_stats, with_log_std)
 from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, draw_lags, in_flight_lags,
                                     init_buffer, init_per_actor_lags, make_behaviour, push)
 from vaco_jax.control.reward_scaling import RewardScaling, init_reward_scaling, scale_rewards
@@ -116,9 +116,19 @@ class ControlTrainer(Trainer):
         self.env = make_env(config.env, config.backend)
         self.model = ActorCritic(self.env.observation_size, self.env.action_size,
                                  config.actor_hidden, config.critic_hidden,
-                                 config.normalize_observations)
+                                 config.normalize_observations, self.env.discrete,
+                                 config.activation)
 
     # ----------------------------------------------------------------------------- set-up
+    def learning_rate(self, hp: ControlHParams) -> optax.ScalarOrSchedule:
+        if self.config.learning_rate_schedule == "constant":
+            return hp.learning_rate
+        cfg = self.config
+        steps_per_update = cfg.epochs * cfg.minibatches
+        # Adam counts minibatch steps; the rate falls once per update, as PureJaxRL's does.
+        return lambda count: hp.learning_rate * (
+            1.0 - (count // steps_per_update) / cfg.num_updates)
+
     def gradient_clip(self, hp: ControlHParams) -> optax.GradientTransformation:
         if self.config.grad_clip == "per_network":
             return losses.clip_by_global_norm_per_subtree(hp.max_grad_norm)
@@ -128,7 +138,8 @@ class ControlTrainer(Trainer):
         cfg = self.config
         key, model_key, env_key, lag_key = jax.random.split(key, 4)
         actor_params, critic_params = self.model.init(model_key)
-        actor_params = with_log_std(actor_params, hp.init_log_std)
+        if not self.env.discrete:
+            actor_params = with_log_std(actor_params, hp.init_log_std)
         params = {"actor": actor_params, "critic": critic_params}
         stats = init_stats(self.env.observation_size)
         per_actor = (init_per_actor_lags(lag_key, hp.lag, cfg.num_envs)
@@ -234,8 +245,8 @@ class ControlTrainer(Trainer):
     def _loss(self, params: dict, mb: PhaseBatch, stats: RunningStats, kl_coef: jax.Array,
               tv: jax.Array | None, hp: ControlHParams):
         policy = Policy(params["actor"], stats)
-        mean, log_std = self.model.distribution(policy, mb.obs)
-        log_prob = gaussian_log_prob(mean, log_std, mb.action)
+        dist = self.model.distribution(policy, mb.obs)
+        log_prob = self.model.policy_distribution.log_prob(dist, mb.action)
         values = self._value(params, stats, mb.obs)
         advantages, targets = self.minibatch_advantages(jax.lax.stop_gradient(params), mb, stats, hp)
         advantages = normalize_advantages(advantages, self.config.advantage_normalization)
@@ -248,7 +259,7 @@ class ControlTrainer(Trainer):
         # value_clip_eps = 0 switches clipping off: an infinite range leaves the values unclipped.
         clip_eps = jnp.where(hp.value_clip_eps > 0, hp.value_clip_eps, jnp.inf)
         value_loss, _ = losses.value_loss(values, targets, old_values=mb.values, clip_eps=clip_eps)
-        entropy_loss, _ = losses.entropy_loss(gaussian_entropy(log_std))
+        entropy_loss, _ = losses.entropy_loss(self.model.policy_distribution.entropy(dist))
         total = policy_loss + hp.value_coef * value_loss + hp.entropy_coef * entropy_loss
         behaviour_ratio = jax.lax.stop_gradient(log_prob - mb.behaviour_log_prob)
         phase_ratio = jax.lax.stop_gradient(log_prob - mb.phase_log_prob)

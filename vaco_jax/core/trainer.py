@@ -54,10 +54,13 @@ class Trainer(abc.ABC):
     def gradient_clip(self, hp: Any) -> optax.GradientTransformation:
         return optax.clip_by_global_norm(hp.max_grad_norm)
 
+    def learning_rate(self, hp: Any) -> optax.ScalarOrSchedule:
+        return hp.learning_rate
+
     def optimizer(self, hp: Any) -> optax.GradientTransformationExtraArgs:
         """Clipping, Adam, and for ESS-scaling algorithms VCPO's step factor after Adam
         (`losses.scale_by_ess`, fed `ess=` and `ess_target=` at each update)."""
-        transforms = [self.gradient_clip(hp), optax.adam(hp.learning_rate, eps=self.adam_eps)]
+        transforms = [self.gradient_clip(hp), optax.adam(self.learning_rate(hp), eps=self.adam_eps)]
         if self.algorithm.ess_scaling:
             transforms.append(losses.scale_by_ess())
         return optax.chain(*transforms)

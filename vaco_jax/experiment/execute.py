@@ -30,6 +30,7 @@ from vaco_jax.run.lock import folder_lock
 from vaco_jax.core.faults import fault_point
 from vaco_jax.run.signals import (Interrupted, exit_on_signals, raise_if_interrupted,
                                   requested)
+from vaco_jax.run.trackers import LoggedRun, Trackers, describe, run_hparams
 
 BACKGROUND_THREAD = "vaco_jax-compile"
 
@@ -105,19 +106,41 @@ def _batch_steps(plan: Plan, batch: Batch, updates: int) -> int:
 
 
 def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
-              on_chunk: Callable[[Batch, TrainingResult], None] | None = None) -> None:
+              on_chunk: Callable[[Batch, TrainingResult], None] | None = None,
+              trackers: Trackers | None = None) -> None:
     """Runs every unfinished batch of `plan` in `out_dir`, continuing a partial batch from its
     checkpoint and rebuilding the results of a finished one that cannot be read from its
-    checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed).
+    checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed), and
+    so do `trackers` (of `out_dir`), which log each real run of the batch (`logged_runs`).
     A SIGTERM/SIGINT stops the sweep after the current chunk (`Interrupted`), or at once
     between chunks (`vaco_jax.run.signals`)."""
     with folder_lock(out_dir):
         record_sweep(out_dir, plan, new=False)
-        _run_batches(plan, out_dir, progress=progress, on_chunk=on_chunk)
+        _run_batches(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
+
+
+def logged_runs(plan: Plan, batch: Batch) -> list[LoggedRun]:
+    """The batch's real runs (its padding aside) as trackers log them: named by run id,
+    grouped by configuration (experiment, group, lag and grid point: the seeds of one
+    configuration share it)."""
+    experiment = plan.experiment
+    group = experiment.group(batch.group)
+    hparams = group.hparams(batch.runs)
+    logged = []
+    for row, index in enumerate(batch.runs):
+        run = group.runs[index]
+        point = "".join(f"/{name}={value:g}" for name, value in run.hparams.items())
+        logged.append(LoggedRun(
+            name=run.run_id, row=row,
+            group=f"{experiment.name}/{group.name}/lag={run.lag:g}{point}",
+            about=describe(group.config, run_hparams(hparams, row), run.seed,
+                           experiment=experiment.name, run_id=run.run_id)))
+    return logged
 
 
 def _run_batches(plan: Plan, out_dir: str | os.PathLike, *, progress: bool,
-                 on_chunk: Callable[[Batch, TrainingResult], None] | None) -> None:
+                 on_chunk: Callable[[Batch, TrainingResult], None] | None,
+                 trackers: Trackers | None) -> None:
     steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
              for b in plan.batches}
     # A missing or unreadable status counts as unfinished: the batch resumes from its checkpoint.
@@ -138,13 +161,17 @@ def _run_batches(plan: Plan, out_dir: str | os.PathLike, *, progress: bool,
             if upcoming is not None:
                 _PROGRAMS.prefetch(*_driver_arguments(plan, upcoming))
             driver = _PROGRAMS.driver(*_driver_arguments(plan, batch))
+            logged = logged_runs(plan, batch) if trackers is not None else []
 
-            def chunk_done(result: TrainingResult, batch: Batch = batch) -> None:
+            def chunk_done(result: TrainingResult, batch: Batch = batch,
+                           logged: list[LoggedRun] = logged) -> None:
                 now = _batch_steps(plan, batch, result.updates_done)
                 bar.update(now - done[batch.name])
                 done[batch.name] = now
                 if on_chunk is not None:
                     on_chunk(batch, result)
+                if trackers is not None:
+                    trackers.log(logged, result)
 
             folder = batch_dir(out_dir, batch)
             resume = (folder / CONFIG_FILE).is_file()
@@ -190,12 +217,13 @@ def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
           keep: Sequence[str] = (), part: Selection = None,
           max_runs_per_batch: int | None = None, memory_budget: int | None = None,
           progress: bool = True,
-          on_chunk: Callable[[Batch, TrainingResult], None] | None = None) -> dict[str, Any]:
+          on_chunk: Callable[[Batch, TrainingResult], None] | None = None,
+          trackers: Trackers | None = None) -> dict[str, Any]:
     """Runs `experiment`, or only its `part`, into `out_dir` (or with `resume`, continues the
     sweep saved there; an `experiment` or `part` given then must be the saved one; with
     `replan` too, plans it again first, `replan_sweep`) and writes its report; returns its
     summary. The process holds the folder's lock throughout; `overwrite` and `keep` are
-    `start_sweep`'s.
+    `start_sweep`'s; `on_chunk` and `trackers` are `run_sweep`'s.
     """
     if replan and not resume:
         raise ValueError("replan (--replan) applies only with resume (--resume)")
@@ -215,6 +243,6 @@ def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
         else:
             plan = start_sweep(experiment, out_dir, overwrite=overwrite, keep=keep, part=part,
                                **plan_options)
-        run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk)
+        run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
         fault_point("report", 0)
         return write_sweep_report(plan, out_dir)

@@ -5,7 +5,9 @@
 - `runs/<group>-<batch>/`: each batch's `Driver` folder (metrics, status, checkpoints), so an
   interrupted sweep resumes: finished batches are skipped, a partial one continues from its
   checkpoint;
-- the report (`vaco_jax.experiment.results`).
+- the report (`vaco_jax.experiment.results`);
+- with `--log`, the trackers' folders, `tensorboard/<run_id>/` and `wandb/`
+  (`vaco_jax.run.trackers`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from vaco_jax.run import io, manifest
 from vaco_jax.run.run_folder import read_status
 from vaco_jax.run.lock import folder_lock
 from vaco_jax.run.provenance import provenance
+from vaco_jax.run.trackers import FOLDERS as TRACKER_FOLDERS
 
 EXPERIMENT_FILE = "experiment.toml"
 RUNS_DIR = "runs"
@@ -53,7 +56,7 @@ def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite
     plan = make_plan(experiment, part=part, **plan_options)
     with folder_lock(out_dir):
         out = io.prepare_output_dir(out_dir, overwrite=overwrite, keep=keep, writes=(
-            EXPERIMENT_FILE, PLAN_FILE, *REPORT_WRITES,
+            EXPERIMENT_FILE, PLAN_FILE, *REPORT_WRITES, *TRACKER_FOLDERS,
             *(f"{RUNS_DIR}/{batch.name}" for batch in plan.batches)))
         record_sweep(out, plan, new=True)
         io.write_text(out / EXPERIMENT_FILE, experiment.source)

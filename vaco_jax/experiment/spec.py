@@ -325,7 +325,8 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
     shared = dict(settings.config)
     if lag.model != "empirical" and any(s.model == "empirical" for s in lag_specs):
         shared.pop("lag_probabilities", None)
-    config = testbed.config.from_dict({**shared, testbed.task_field: task, "algo": algo,
+    config = testbed.config.from_dict({**testbed.task_defaults(task), **shared,
+                                       testbed.task_field: task, "algo": algo,
                                        "lag_model": lag.model, "epochs": epochs,
                                        "minibatches": minibatches})
     swept = tuple(n for n, v in settings.hparams.items() if isinstance(v, tuple))
@@ -360,7 +361,7 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         testbed = testbeds.named(_values("testbed", spec.get("testbed", "control"), str)[0])
-        tasks = _values("tasks", spec["tasks"], str, testbed.tasks)
+        tasks = _values("tasks", spec["tasks"], str, testbed.tasks())
         algos = _values("algos", spec["algos"], str, testbed.algorithms)
         seeds = _seeds(spec["seeds"])
         focus_algo = spec.get("focus_algo", "vaco" if "vaco" in algos else algos[0])

@@ -6,6 +6,7 @@ scores, ``cells`` pairs runs into (variant, lag) cells and bootstraps their summ
 ``metrics`` summarises training metrics, ``figures`` and ``figures_runs`` draw, ``markdown``
 writes ``report.md``, ``collapse`` asks whether the ESS falls before the score collapses,
 ``stats`` holds the aggregates and bootstraps, and ``write`` runs it all: ``write_report``.
+``run_figures`` draws the figures of a single run's folder instead (``vaco-jax report RUN_DIR``).
 """
 
 from vaco_jax.report.runs_table import (

@@ -7,6 +7,10 @@ driver updates the progress bar, reports runs that diverged, writes the metrics 
 saves an Orbax checkpoint of the complete state, so `resume=True` continues exactly where it
 stopped.
 
+With `progress`, a driver that compiles says so on stderr (`compiling the training program
+...`, then `compiled in S s`), and its bar counts one run's steps (per seed, named by the
+testbed's `steps_name`), its rate and ETA measured from the first chunk on, compiling excluded.
+
 Files written to the output folder:
 - `config.json`: the testbed, its resolved config, each run's seed and hyper-parameters, and
   the provenance (package versions, code version, devices: `vaco_jax.run.provenance`);
@@ -50,6 +54,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -78,6 +83,17 @@ ZERO_AT_START = ("env_steps", "diverged")
 """Metrics the update-0 row holds as 0 (where the testbed has them): counters and flags."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Wall-clock time of one `Driver.run` call."""
+
+    # Compiling its programs, and computing the initial state and its first evaluation with
+    # them (a warm start's training excluded).
+    compile_seconds: float
+    train_seconds: float  # its chunks, with their result files and checkpoints
+    updates: int  # updates it trained (0 for a finished run resumed)
+
+
 @dataclasses.dataclass
 class TrainingResult:
     config: Config
@@ -88,6 +104,7 @@ class TrainingResult:
     diverged_at: np.ndarray  # [R] int, -1 where the run stayed finite
     updates_done: int
     state: Any = None  # the trainer's state, leaves [R, ...]
+    timing: Timing | None = None  # set on the result `Driver.run` returns
 
     @property
     def complete(self) -> bool:
@@ -152,6 +169,8 @@ class Driver:
         self._evaluate = jax.jit(jax.vmap(self.trainer.evaluate), **placement)
         self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2,
                             **placement)
+        # The chunk lengths compiled, shared with the drivers of `with_runs` as the programs are.
+        self._compiled_chunks: set[int] = set()
 
     def _set_runs(self, hparams: Any, seeds: Sequence[int]) -> None:
         seeds = check_seeds(seeds)
@@ -216,8 +235,9 @@ class Driver:
         """Compiles the programs `run(chunk_periods=...)` uses ahead of time (running `initial`),
         so that `run`, also of drivers made by `with_runs`, starts without compiling."""
         state, _ = self.initial()
-        self._run.lower(state, self._place(self.hparams),
-                        _chunk_periods(self.config.num_periods, chunk_periods)).compile()
+        periods = _chunk_periods(self.config.num_periods, chunk_periods)
+        self._run.lower(state, self._place(self.hparams), periods).compile()
+        self._compiled_chunks.add(periods)
 
     def run(self, out_dir: str | os.PathLike | None = None, *, chunk_periods: int | None = None,
             max_chunks: int | None = None, resume: bool = False, overwrite: bool = False,
@@ -263,7 +283,16 @@ class Driver:
         # Restored and compiled before stops are deferred: nothing is trained yet that a stop
         # at once (`vaco_jax.run.signals`) loses.
         fault_point("compile", 0)
+        # Traced before compiling starts, so that what a trainer computes eagerly while its state
+        # is first traced (a token run's warm start, trained or read from its cache) says so
+        # before, and does not count as, compiling; the call below reuses the trace.
+        jax.eval_shape(self._init, self._keys(0), self._place(self.hparams))
+        announce = progress and not self._compiled_chunks  # a sweep's prefetched group: silent
+        if announce:
+            _say("compiling the training program ...")
+        start = time.perf_counter()
         state, metrics = self.initial()
+        compile_seconds = time.perf_counter() - start
         raise_if_interrupted()
         periods_done = 0
         restored = (checkpoints.restore_latest({"state": state, "metrics": metrics}, warn)
@@ -280,16 +309,24 @@ class Driver:
             run_folder.read_status(out)  # warns about a damaged one, rewritten below
             self._write(out, self._result(metrics, state, periods_done))
         if periods_done < cfg.num_periods:
-            self._run.lower(state, self._place(self.hparams),
-                            min(per_chunk, cfg.num_periods - periods_done)).compile()
+            periods = min(per_chunk, cfg.num_periods - periods_done)
+            start = time.perf_counter()
+            self._run.lower(state, self._place(self.hparams), periods).compile()
+            compile_seconds += time.perf_counter() - start
+            self._compiled_chunks.add(periods)
+        if announce:
+            _say(f"compiled in {compile_seconds:.1f} s")
         raise_if_interrupted()
+        updates_before = periods_done * cfg.updates_per_period
         with StopRequests() as stop:
+            start = time.perf_counter()
             result = self._train(state, metrics, periods_done, _Session(
                 out=out, checkpoints=checkpoints, stop=stop, per_chunk=per_chunk,
                 max_chunks=max_chunks, progress=progress, on_chunk=on_chunk))
             if stop.signum is not None and not result.finished:
                 raise Interrupted(stop.signum, self._saved(result, checkpoints))
-        return result
+        return dataclasses.replace(result, timing=Timing(
+            compile_seconds, time.perf_counter() - start, result.updates_done - updates_before))
 
     def _saved(self, result: TrainingResult, checkpoints: Checkpoints | None) -> str:
         """What an interrupted run has saved, for its message."""
@@ -307,22 +344,24 @@ class Driver:
                session: _Session) -> TrainingResult:
         cfg, out, checkpoints = self.config, session.out, session.checkpoints
         per_chunk, max_chunks = session.per_chunk, session.max_chunks
-        steps_per_period = cfg.updates_per_period * cfg.steps_per_update * self.num_runs
+        # Counted per run (per seed), as the summary counts them: runs advance together.
+        steps_per_period = cfg.updates_per_period * cfg.steps_per_update
         bar = tqdm(total=cfg.num_periods * steps_per_period,
-                   initial=periods_done * steps_per_period, unit="step", unit_scale=True,
+                   initial=periods_done * steps_per_period, unit="", unit_scale=True,
                    disable=not session.progress, dynamic_ncols=True,
-                   desc=f"{cfg.algo} on {self.testbed.task(cfg)}")
+                   desc=f"{cfg.algo} on {self.testbed.task(cfg)}",
+                   bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} " + self.testbed.steps_name
+                              + " per seed [{elapsed}<{remaining}, {rate_fmt}{postfix}]")
         reported = set()
         chunks = 0
         hparams = self._place(self.hparams)
-        score = self.testbed.score
+        score, score_name = self.testbed.score, self.testbed.score_name
         finished = self._result(metrics, state, periods_done).finished
         if finished and periods_done < cfg.num_periods:
             bar.write("every run diverged before this resume: the run is finished")
         try:
             while (not finished and (max_chunks is None or chunks < max_chunks)
                    and session.stop.signum is None):
-                start = time.perf_counter()
                 # The last chunk stops at the run's end (a resumed run's chunk length need not
                 # divide the periods left).
                 periods = min(per_chunk, cfg.num_periods - periods_done)
@@ -337,9 +376,7 @@ class Driver:
                 result = self._result(metrics, state, periods_done)
                 self._report_divergence(result, reported, bar)
                 bar.update(periods * steps_per_period)
-                speed = periods * steps_per_period / (time.perf_counter() - start)
-                bar.set_postfix({"steps_per_s": f"{speed:,.0f}",
-                                 score: f"{np.nanmean(latest_finite(metrics[score])):.2f}"})
+                bar.set_postfix({score_name: f"{np.nanmean(latest_finite(metrics[score])):.2f}"})
                 if out is not None:
                     self._write(out, result)
                     step = periods_done
@@ -411,6 +448,11 @@ class Driver:
                       "diverged_at": int(result.diverged_at[i]),
                       f"final_{score}": float(latest_finite(result.metrics[score])[i])}
                      for i, s in enumerate(self.seeds)]})
+
+
+def _say(message: str) -> None:
+    """A progress message on stderr, where the bars are (any bar under way is redrawn below)."""
+    tqdm.write(message, file=sys.stderr)
 
 
 def check_seeds(seeds: Sequence[int]) -> list[int]:

@@ -18,13 +18,14 @@ STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.parquet"
 CHECKPOINT_DIR = "checkpoint"
 TENSORBOARD_DIR = "tensorboard"
+WANDB_DIR = "wandb"  # W&B's own name for its folder under the run folder
 RUN_FILES = {CONFIG_FILE: manifest.FILE, "metrics.csv": manifest.FILE,
              METRICS_FILE: manifest.FILE, STATUS_FILE: manifest.FILE,
              CHECKPOINT_DIR: manifest.FOLDER}
 """What a run writes into its folder, as recorded in its manifest (the checkpoint's step folders
 are recorded as they are saved): `overwrite` removes these and nothing else."""
 RUN_WRITES = (*(name for name, kind in RUN_FILES.items() if kind == manifest.FILE),
-              f"{CHECKPOINT_DIR}/[0-9]*", TENSORBOARD_DIR)
+              f"{CHECKPOINT_DIR}/[0-9]*", TENSORBOARD_DIR, WANDB_DIR)
 """Glob patterns of what a run writes: paths an overwrite refuses to keep (a kept
 `checkpoint/9/` would be read as a checkpoint)."""
 

@@ -28,6 +28,28 @@ from vaco_jax.control.train import METRICS, ControlTrainer
 
 
 @dataclasses.dataclass(frozen=True)
+class Reference:
+    """A score that gives a run's scores their scale, and what it is."""
+
+    score: float
+    meaning: str  # e.g. "maximum (reward at most 1 per step)"
+
+
+def _control_reference(config: ControlConfig) -> Reference | None:
+    """The task's registered reference, at the task's own episode length only (another time
+    limit changes what a return can reach)."""
+    task = envs.task(config.env)
+    if task.reference_score is None or config.episode_length != task.episode_length:
+        return None
+    return Reference(task.reference_score, task.reference)
+
+
+def _control_task_defaults(env: str) -> dict[str, Any]:
+    """A task's own time limit, which differs between tasks (CartPole-v1: 500 steps)."""
+    return {"episode_length": envs.task(env).episode_length}
+
+
+@dataclasses.dataclass(frozen=True)
 class Testbed:
     """One testbed as the driver, sweeps and reports see it."""
 
@@ -40,8 +62,11 @@ class Testbed:
     score_name: str  # the score in a report's words
     steps_name: str  # what `steps_per_update` counts
     task_field: str  # the config field a sweep's `tasks` set
-    tasks: tuple[str, ...]
+    tasks: Callable[[], tuple[str, ...]]  # the task names (the control registry grows)
     algorithms: tuple[str, ...]
+    # Config values a task brings unless an experiment sets them.
+    task_defaults: Callable[[str], dict[str, Any]]
+    reference: Callable[[Any], Reference | None]  # of a config's score, where one is known
 
     @property
     def score(self) -> str:
@@ -60,13 +85,15 @@ class Testbed:
 CONTROL = Testbed(
     name="control", config=ControlConfig, hparams=ControlHParams, validate=validate_control,
     trainer=ControlTrainer, metrics=METRICS, score_name="return",
-    steps_name="environment steps", task_field="env", tasks=envs.ENV_NAMES,
-    algorithms=tuple(ALGORITHMS))
+    steps_name="environment steps", task_field="env", tasks=envs.names,
+    algorithms=tuple(ALGORITHMS), task_defaults=_control_task_defaults,
+    reference=_control_reference)
 TOKENS = Testbed(
     name="tokens", config=TokenConfig, hparams=TokenHParams, validate=token_config.validate,
     trainer=TokenTrainer, metrics=TOKEN_METRICS, score_name="held-out accuracy",
-    steps_name="sampled responses", task_field="task", tasks=TASKS,
-    algorithms=token_config.ALGORITHMS)
+    steps_name="sampled responses", task_field="task", tasks=lambda: tuple(TASKS),
+    algorithms=token_config.ALGORITHMS, task_defaults=lambda task: {},
+    reference=lambda config: Reference(1.0, "maximum (every held-out answer exact)"))
 TESTBEDS = {t.name: t for t in (CONTROL, TOKENS)}
 
 

@@ -4,7 +4,11 @@ RL on language models starts from a pretrained policy of intermediate accuracy; 
 is trained by teacher forcing on the task's correct answers, except that a fraction
 `corrupt_fraction` of the answers has one digit changed. The result is saved as an Orbax
 checkpoint in a folder named by a hash of every setting that shapes it, and later runs with the
-same settings restore it instead of retraining.
+same settings restore it instead of retraining. A command's default cache is the user's
+(`default_cache_dir`), so every run of that user shares it, wherever it is started.
+
+What it does is logged (`logging`, logger `vaco_jax.tokens.warm_start`, level INFO): training,
+then `warm start: N steps in S s -> FOLDER`, or `warm start: loaded from FOLDER`.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import jax
@@ -25,6 +31,8 @@ import orbax.checkpoint as ocp
 from vaco_jax.core.faults import fault_point
 from vaco_jax.tokens import tasks
 from vaco_jax.tokens.model import ModelSpec, TokenPolicy
+
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,19 +86,33 @@ def settings_hash(task: tasks.Task, spec: ModelSpec, settings: WarmStart) -> str
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def default_cache_dir() -> Path:
+    """The user's cache of warm starts: `$XDG_CACHE_HOME/vaco_jax/warm_start`, else
+    `~/.cache/vaco_jax/warm_start` (a relative `XDG_CACHE_HOME` is ignored, as the XDG base
+    directory specification asks)."""
+    root = os.environ.get("XDG_CACHE_HOME", "")
+    cache = Path(root) if os.path.isabs(root) else Path.home() / ".cache"
+    return cache / "vaco_jax" / "warm_start"
+
+
 def warm_start(task: tasks.Task, spec: ModelSpec, settings: WarmStart,
                cache_dir: str | os.PathLike | None):
     """The warm-start parameters: restored from `cache_dir` when trained before with the same
     settings, else trained now (and saved there, unless `cache_dir` is None)."""
-    if cache_dir is None:
-        return supervised_train(task, spec, settings)[0]
-    folder = Path(cache_dir).absolute() / f"{task.name}-{settings_hash(task, spec, settings)}"
-    like = TokenPolicy(spec).init(jax.random.PRNGKey(0))
-    if folder.exists():
-        return _restore(folder, like)
+    folder = (None if cache_dir is None else
+              Path(cache_dir).absolute() / f"{task.name}-{settings_hash(task, spec, settings)}")
+    if folder is not None and folder.exists():
+        params = _restore(folder, TokenPolicy(spec).init(jax.random.PRNGKey(0)))
+        _log.info("warm start: loaded from %s", folder)
+        return params
     fault_point("warm_start", 0)
+    _log.info("warm start: training %d supervised steps on %s ...", settings.steps, task.name)
+    start = time.perf_counter()
     params = supervised_train(task, spec, settings)[0]
-    _save_atomically(folder, params)
+    if folder is not None:
+        _save_atomically(folder, params)
+    _log.info("warm start: %d steps in %.1f s %s", settings.steps, time.perf_counter() - start,
+              "(not cached)" if folder is None else f"-> {folder}")
     return params
 
 

@@ -1,35 +1,156 @@
-"""Environment registry: task names, their physics backends, and construction."""
+"""Environment registry: task names, their physics backends, time limits and reference scores.
+
+`register(name, factory, ...)` adds a task without editing the package; the built-in tasks are
+registered below (Brax, gymnax's classic control and MinAtar, MuJoCo Playground's DM Control
+suite, `toy_reach` and `toy_reach_discrete`), each factory importing its library only when the
+task is built. Installed packages register theirs through entry points of group
+`vaco_jax.envs` (`ENTRY_POINT_GROUP`). A factory takes the backend name and returns an adapter
+implementing `vaco_jax.control.envs.base.Environment`.
+"""
 
 from __future__ import annotations
 
-from vaco_jax.control.envs.base import Environment, EnvState
-from vaco_jax.control.envs.brax_env import BRAX_BACKENDS, BRAX_ENV_NAMES, BraxEnvironment
-from vaco_jax.control.envs.toy import ToyReach
+import dataclasses
+import importlib.metadata
+import warnings
+from typing import Callable
 
-TOY_ENV_NAMES = ("toy_reach",)
-ENV_NAMES = BRAX_ENV_NAMES + TOY_ENV_NAMES
+from vaco_jax.control.envs.base import Environment, EnvState
+from vaco_jax.control.envs.brax_env import (BRAX_ACTION_SIZES, BraxEnvironment,
+                                            brax_backends)
+from vaco_jax.control.envs.gymnax_env import GYMNAX_TASKS, GymnaxEnvironment
+from vaco_jax.control.envs.playground_env import (EPISODE_LENGTH, PLAYGROUND_ACTION_SIZES,
+                                                  PlaygroundEnvironment)
+from vaco_jax.control.envs.toy import ToyReach, ToyReachDiscrete
+
+ENTRY_POINT_GROUP = "vaco_jax.envs"
+"""Each entry point of this group is a callable taking no arguments that calls `register`,
+e.g. `[project.entry-points."vaco_jax.envs"] my_tasks = "my_package.tasks:register_all"`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A registered task."""
+
+    name: str
+    factory: Callable[[str], Environment]  # backend -> adapter
+    backends: tuple[str, ...]  # the first is the default
+    episode_length: int  # the task's own time limit, the default of `episode_length`
+    # A score that gives a return its scale, and what it is ("maximum", a published result).
+    reference_score: float | None = None
+    reference: str = ""
+    # What the adapter will report, for listings that do not build it (None: not given).
+    discrete: bool | None = None
+    action_size: int | None = None
+
+
+_TASKS: dict[str, Task] = {}
+
+
+def register(name: str, factory: Callable[[str], Environment], *,
+             backends: tuple[str, ...] = ("jax",), episode_length: int = 1000,
+             reference_score: float | None = None, reference: str = "",
+             discrete: bool | None = None, action_size: int | None = None,
+             replace: bool = False) -> Task:
+    """Registers task `name`; `replace=True` overrides an existing registration."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"register: name must be a non-empty string, got {name!r}")
+    if name in _TASKS and not replace:
+        raise ValueError(f"register: env={name!r} is already registered; pass replace=True to "
+                         f"override it")
+    if not backends or not all(isinstance(b, str) for b in backends):
+        raise ValueError(f"register: backends must be a non-empty tuple of names, got {backends!r}")
+    if not isinstance(episode_length, int) or episode_length <= 0:
+        raise ValueError(f"register: episode_length must be a positive integer, "
+                         f"got {episode_length!r}")
+    if action_size is not None and (not isinstance(action_size, int) or action_size <= 0):
+        raise ValueError(f"register: action_size must be a positive integer or None, "
+                         f"got {action_size!r}")
+    task = Task(name, factory, tuple(backends), episode_length, reference_score, reference,
+                discrete, action_size)
+    _TASKS[name] = task
+    return task
+
+
+_entry_points_loaded = False
+
+
+def _load_entry_points() -> None:
+    """Calls every entry point of `ENTRY_POINT_GROUP`, once, on the registry's first use (not
+    at import, so that importing vaco_jax stays cheap and a plugin may import vaco_jax). A
+    plugin that fails is reported and skipped: one broken package must not stop every command."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            point.load()()
+        except Exception as error:  # noqa: BLE001  (any failure of foreign code)
+            warnings.warn(f"entry point {point.name!r} ({point.value}) of group "
+                          f"{ENTRY_POINT_GROUP!r} failed to register its tasks: "
+                          f"{type(error).__name__}: {error}", RuntimeWarning, stacklevel=3)
+
+
+def names() -> tuple[str, ...]:
+    """Every registered task name, in registration order."""
+    _load_entry_points()
+    return tuple(_TASKS)
+
+
+def task(env: str) -> Task:
+    _load_entry_points()
+    if env not in _TASKS:
+        raise ValueError(f"env={env!r} is not supported; allowed values: {', '.join(_TASKS)}")
+    return _TASKS[env]
 
 
 def backends_for(env: str) -> tuple[str, ...]:
     """The physics backends a task can run on (the first is the default)."""
-    if env in TOY_ENV_NAMES:
-        return ("jax",)
-    if env in BRAX_ENV_NAMES:
-        return BRAX_BACKENDS
-    raise ValueError(f"env={env!r} is not supported; allowed values: {', '.join(ENV_NAMES)}")
+    return task(env).backends
 
 
 def make_env(env: str, backend: str | None = None) -> Environment:
     """Builds the adapter of task `env` on `backend` (default: the task's first backend)."""
-    allowed = backends_for(env)
-    backend = allowed[0] if backend is None else backend
-    if backend not in allowed:
+    spec = task(env)
+    backend = spec.backends[0] if backend is None else backend
+    if backend not in spec.backends:
         raise ValueError(f"backend={backend!r} is not supported for env={env!r}; "
-                         f"allowed values: {', '.join(allowed)}")
-    if env == "toy_reach":
-        return ToyReach()
-    return BraxEnvironment(env, backend)
+                         f"allowed values: {', '.join(spec.backends)}")
+    return spec.factory(backend)
 
 
-__all__ = ["ENV_NAMES", "BRAX_ENV_NAMES", "TOY_ENV_NAMES", "Environment", "EnvState",
-           "backends_for", "make_env"]
+_REFERENCES = {
+    "inverted_pendulum": (1000.0, "maximum (reward 1 per step)"),
+    # The reward is 10 - 0.01 x^2 - (y - 2)^2 - velocity penalties, the tip's height y <= 1.2.
+    "inverted_double_pendulum": (9360.0, "maximum (reward at most 9.36 per step)"),
+    "CartPole-v1": (500.0, "maximum (reward 1 per step)"),
+    **{name: (float(EPISODE_LENGTH), "maximum (reward at most 1 per control step)")
+       for name in PLAYGROUND_ACTION_SIZES},
+}
+"""Reference scores with what they are; a task without a well-defined one has none."""
+
+
+def _reference(name: str) -> dict[str, float | str]:
+    score, text = _REFERENCES.get(name, (None, ""))
+    return {"reference_score": score, "reference": text}
+
+
+for _name, _size in BRAX_ACTION_SIZES.items():
+    register(_name, lambda backend, _name=_name: BraxEnvironment(_name, backend),
+             backends=brax_backends(_name), discrete=False, action_size=_size, **_reference(_name))
+for _name, _gymnax in GYMNAX_TASKS.items():
+    register(_name, lambda backend, _name=_name: GymnaxEnvironment(_name),
+             episode_length=_gymnax.episode_length, discrete=_gymnax.discrete,
+             action_size=_gymnax.action_size, **_reference(_name))
+for _name, _size in PLAYGROUND_ACTION_SIZES.items():
+    register(_name, lambda backend, _name=_name: PlaygroundEnvironment(_name), backends=("mjx",),
+             episode_length=EPISODE_LENGTH, discrete=False, action_size=_size,
+             **_reference(_name))
+register("toy_reach", lambda backend: ToyReach(), discrete=False, action_size=1,
+         reference_score=1000.0, reference="maximum (reward at most 1 per step)")
+register("toy_reach_discrete", lambda backend: ToyReachDiscrete(), discrete=True, action_size=3,
+         reference_score=1000.0, reference="maximum (reward at most 1 per step)")
+
+__all__ = ["ENTRY_POINT_GROUP", "Environment", "EnvState", "Task", "backends_for", "make_env",
+           "names", "register", "task"]

@@ -2,9 +2,11 @@
 
 An adapter wraps ONE environment instance (the engine vectorises with `jax.vmap`) and exposes:
 
-- `observation_size: int` and `action_size: int`;
-- `reset(key) -> EnvState` and `step(state, action) -> EnvState`, both pure and jittable, with
-  actions in `[-1, 1]^action_size`.
+- `observation_size: int`, `action_size: int` and `discrete: bool`;
+- `reset(key) -> EnvState` and `step(state, action, key) -> EnvState`, both pure and jittable.
+  Continuous tasks (`discrete = False`) take actions in `[-1, 1]^action_size`; discrete tasks
+  take an int32 scalar in `[0, action_size)`. `key` is fresh for every step of every
+  environment; deterministic tasks ignore it (and XLA then removes its computation).
 
 `EnvState.terminated` marks a true termination (the task ended; its value is not bootstrapped).
 Time limits, auto-reset and episode statistics belong to the engine (`vaco_jax.control.envs.episodes`),
@@ -30,8 +32,9 @@ class EnvState:
 
 class Environment(Protocol):
     observation_size: int
-    action_size: int
+    action_size: int  # continuous: action dimensions; discrete: number of actions
+    discrete: bool
 
     def reset(self, key: jax.Array) -> EnvState: ...
 
-    def step(self, state: EnvState, action: jax.Array) -> EnvState: ...
+    def step(self, state: EnvState, action: jax.Array, key: jax.Array) -> EnvState: ...

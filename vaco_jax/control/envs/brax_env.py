@@ -5,19 +5,41 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from vaco_jax.control.envs.base import EnvState
 
-BRAX_ENV_NAMES = ("ant", "halfcheetah", "hopper", "humanoid", "walker2d", "reacher", "pusher",
-                  "swimmer", "inverted_pendulum", "inverted_double_pendulum")
 BRAX_BACKENDS = ("mjx", "generalized", "positional", "spring")
+BRAX_ACTION_SIZES = {"ant": 8, "halfcheetah": 6, "hopper": 3, "humanoid": 17, "walker2d": 6,
+                     "reacher": 2, "pusher": 7, "swimmer": 2, "inverted_pendulum": 1,
+                     "inverted_double_pendulum": 1}
+"""The registered Brax tasks and their action dimensions, listed without building them
+(building one costs seconds)."""
+
+
+def brax_backends(name: str) -> tuple[str, ...]:
+    """The backends task `name` runs on, the default first: Brax's swimmer refuses every
+    pipeline but its generalized one."""
+    return ("generalized",) if name == "swimmer" else BRAX_BACKENDS
+
+
+def wrap_brax_state(state: Any) -> EnvState:
+    """The `EnvState` of a state with Brax's fields `obs`, `reward` and `done` (MuJoCo
+    Playground's `State` has them too), where `done` is raised by termination only."""
+    # Some Brax tasks return Python floats for a constant `done` or `reward`.
+    return EnvState(physics=state,
+                    obs=jnp.asarray(state.obs, jnp.float32),
+                    reward=jnp.asarray(state.reward, jnp.float32),
+                    terminated=jnp.asarray(state.done, jnp.float32))
 
 
 class BraxEnvironment:
     """A Brax `Env` behind the `vaco_jax.control.envs.base.Environment` interface."""
+
+    discrete = False
 
     def __init__(self, name: str, backend: str = "mjx"):
         # Heavy import, paid only when a Brax task is used. MJX prints a notice to stdout when
@@ -37,18 +59,10 @@ class BraxEnvironment:
         self.observation_size = int(reset_shapes.obs.shape[-1])
         self.action_size = int(self._env.action_size)
 
+    # Brax's `done` is raised only by termination: time limits come from its wrappers, which
+    # are not used here.
     def reset(self, key: jax.Array) -> EnvState:
-        return self._wrap(self._env.reset(key))
+        return wrap_brax_state(self._env.reset(key))
 
-    def step(self, state: EnvState, action: jax.Array) -> EnvState:
-        return self._wrap(self._env.step(state.physics, action))
-
-    @staticmethod
-    def _wrap(brax_state) -> EnvState:
-        # Brax's `done` is raised only by termination: time limits come from its wrappers,
-        # which are not used here.
-        # Some Brax tasks return Python floats for a constant `done` or `reward`.
-        return EnvState(physics=brax_state,
-                        obs=jnp.asarray(brax_state.obs, jnp.float32),
-                        reward=jnp.asarray(brax_state.reward, jnp.float32),
-                        terminated=jnp.asarray(brax_state.done, jnp.float32))
+    def step(self, state: EnvState, action: jax.Array, key: jax.Array) -> EnvState:
+        return wrap_brax_state(self._env.step(state.physics, action))

@@ -43,9 +43,9 @@ def _where_done(done: jax.Array, if_done, otherwise):
     return jax.tree.map(select, if_done, otherwise)
 
 
-def step_episodes(env: Environment, state: EpisodeState, actions: jax.Array,
+def step_episodes(env: Environment, state: EpisodeState, actions: jax.Array, keys: jax.Array,
                   reset_states: EnvState, episode_length: int) -> tuple[EpisodeState, StepOutcome]:
-    nxt = jax.vmap(env.step)(state.env, actions)
+    nxt = jax.vmap(env.step)(state.env, actions, keys)
     step_count = state.step_count + 1
     terminated = nxt.terminated > 0
     truncated = (step_count >= episode_length) & ~terminated

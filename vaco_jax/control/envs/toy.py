@@ -20,6 +20,7 @@ _BOUND = 2.0
 class ToyReach:
     observation_size = 3
     action_size = 1
+    discrete = False
 
     def reset(self, key: jax.Array) -> EnvState:
         x_key, target_key = jax.random.split(key)
@@ -28,7 +29,7 @@ class ToyReach:
         physics = jnp.stack([x, jnp.zeros(()), target])
         return EnvState(physics=physics, obs=physics, reward=jnp.zeros(()), terminated=jnp.zeros(()))
 
-    def step(self, state: EnvState, action: jax.Array) -> EnvState:
+    def step(self, state: EnvState, action: jax.Array, key: jax.Array) -> EnvState:
         x, v, target = state.physics
         v = 0.95 * v + _DT * 4.0 * jnp.clip(action[0], -1.0, 1.0)
         x = x + _DT * v
@@ -36,3 +37,14 @@ class ToyReach:
         reward = 1.0 - jnp.abs(x - target)
         terminated = (jnp.abs(x) > _BOUND).astype(jnp.float32)
         return EnvState(physics=physics, obs=physics, reward=reward, terminated=terminated)
+
+
+class ToyReachDiscrete(ToyReach):
+    """`toy_reach` with three actions (push left, coast, push right): the discrete engine's
+    tiny test task."""
+
+    action_size = 3
+    discrete = True
+
+    def step(self, state: EnvState, action: jax.Array, key: jax.Array) -> EnvState:
+        return super().step(state, (action - 1).astype(jnp.float32)[None], key)

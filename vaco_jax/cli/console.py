@@ -1,0 +1,139 @@
+"""What a training command says around its run, on stdout: the header before anything compiles
+(what runs, for how long, under which lag, where its results go), the summary after it (each
+seed's score beside its reference, how long training took) and what to do next. Progress (the
+bar, compiling, a warm start) goes to stderr and is hidden by `--no-progress`.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from vaco_jax.core.config import Config
+from vaco_jax.run import testbeds
+from vaco_jax.run.driver import Driver, TrainingResult
+
+NEXT = {"control": ("train", "experiments/quick.toml", "runs/quick",
+                    "PPO and VACO on inverted_pendulum, lag 0 and 4"),
+        "tokens": ("tokens", "experiments/tokens_quick.toml", "runs/tokens_quick",
+                   "GRPO on 2-digit addition, lag 0 and 3")}
+"""Testbed -> (its command, its quick study's experiment file, folder and what it compares)."""
+SUGGESTED_LAG = 4
+"""The uniform lag the next steps suggest (at most the buffer's capacity - 1, which it must be
+below)."""
+
+
+def lag_text(config: Config, lag: float) -> str:
+    """The lag model and level of a run, and what they mean, e.g. `fixed 0 (synchronous)`."""
+    model, capacity = config.lag_model, config.buffer_capacity
+    k = f"{lag:g}"
+    meanings = {
+        "fixed": ("synchronous" if lag == 0 else
+                  f"all acting {k} version{'' if lag == 1 else 's'} behind the learner"),
+        "uniform": f"lags uniform over 0..{k} versions, drawn every update",
+        "geometric": f"P(lag j) proportional to {k} (1 - {k})^j, j up to {capacity - 1}",
+        "per_actor": f"a constant lag per actor, drawn once from 0..{k} versions",
+        "bounded": f"lags uniform over 0..{capacity - 1} versions, capped at {k}",
+        "in_flight": f"weights change while acting: start lags uniform over 0..{k} versions, "
+                     f"catching up to the newest",
+        "empirical": "P(lag = 0, 1, ...) = " + ", ".join(f"{p:g}"
+                                                          for p in config.lag_probabilities),
+    }
+    level = "" if model == "empirical" else f" {k}"
+    return f"{model}{level} ({meanings[model]})"
+
+
+def _lag(runs: Driver | TrainingResult) -> float:
+    """The lag of the runs (a command's runs share it)."""
+    return float(np.asarray(runs.hparams.lag).ravel()[0])
+
+
+def header(runs: Driver, out: str, resume: bool) -> str:
+    """What runs (seeds, steps per seed in the testbed's units, updates), under which lag, and
+    where its results go."""
+    testbed, cfg = runs.testbed, runs.config
+    steps = cfg.num_updates * cfg.steps_per_update
+    seeds = f"{runs.num_runs} seed{'s' if runs.num_runs > 1 else ''}"
+    return "\n".join([
+        f"{cfg.algo} on {testbed.task(cfg)}: {seeds} x {steps:,} {testbed.steps_name} "
+        f"({cfg.num_updates} updates of {cfg.steps_per_update:,}, evaluated every "
+        f"{cfg.updates_per_period})",
+        f"lag: {lag_text(cfg, _lag(runs))}; policy buffer of {cfg.buffer_capacity} versions",
+        f"results: {out}{' (resumed)' if resume else ''}"])
+
+
+def summary(result: TrainingResult, out: str) -> str:
+    """Steps per seed, the time spent training (compiling apart), each seed's first and last
+    score beside the reference, and the result files."""
+    testbed, cfg = testbeds.of_config(result.config), result.config
+    final = result.table().groupby("seed")[testbed.score].agg(
+        lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
+    initial = result.metrics[testbed.score][:, 0]
+    ref = testbeds.of_config(cfg).reference(cfg)
+    beside = "" if ref is None else f" (reference {ref.score:g})"
+    lines = [f"\n{cfg.algo} on {testbed.task(cfg)}: {result.updates_done} updates, "
+             f"{result.updates_done * cfg.steps_per_update:,} {testbed.steps_name} per seed"]
+    timing = result.timing
+    if timing is not None and timing.updates:
+        trained = ("" if timing.updates == result.updates_done
+                   else f" its last {timing.updates} updates")
+        rate = timing.updates * cfg.steps_per_update / timing.train_seconds
+        lines.append(f"  trained{trained} in {timing.train_seconds:.1f} s ({rate:,.0f} "
+                     f"{testbed.steps_name}/s per seed), after {timing.compile_seconds:.1f} s "
+                     f"of compiling")
+    for (seed, value), start, diverged, at in zip(final.items(), initial, result.diverged,
+                                                  result.diverged_at):
+        note = f"  DIVERGED at update {at}" if diverged else ""
+        lines.append(f"  seed {seed}: {testbed.score_name} {start:.3f} -> {value:.3f}{beside}"
+                     f"{note}")
+    if ref is not None:
+        lines.append(f"  reference {ref.score:g}: {ref.meaning}")
+    lines.append(f"results: {out}/metrics.csv, {out}/metrics.parquet, {out}/config.json, "
+                 f"{out}/status.json, checkpoint in {out}/checkpoint/")
+    return "\n".join(lines)
+
+
+def next_steps(result: TrainingResult, out: str) -> str:
+    """What to do after a run: plot it, change its lag, run the quick study."""
+    testbed, cfg = testbeds.of_config(result.config), result.config
+    command, experiment, folder, compares = NEXT[testbed.name]
+    if cfg.lag_model == "fixed" and _lag(result) == 0:
+        level = min(SUGGESTED_LAG, cfg.buffer_capacity - 1)
+        lag = (f"add lag:          the same command with --lag uniform:{level} --out "
+               f"{shlex.quote(f'{out}-uniform{level}')}\n"
+               f"                    (the lag models: vaco-jax {command} --help)")
+    else:
+        lag = (f"without lag:      the same command with --lag fixed:0 --out "
+               f"{shlex.quote(f'{out}-synchronous')}")
+    return "\n".join([
+        "next:",
+        f"  plot this run:    vaco-jax report {shlex.quote(out)}",
+        f"  {lag}",
+        f"  the quick study:  vaco-jax sweep {experiment} --out {folder}",
+        f"                    ({compares}; in the repository's folder)"])
+
+
+class _ProgressHandler(logging.Handler):
+    """Writes vaco_jax's progress messages (a warm start's) to stderr, where the progress bars
+    are, redrawing any bar under way below them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm.write(self.format(record), file=sys.stderr)
+
+
+_HANDLER = _ProgressHandler()
+
+
+def show_progress_messages(shown: bool) -> None:
+    """Shows vaco_jax's INFO messages on stderr (`shown`), or only its warnings: the CLI's
+    `--no-progress` hides them with the bars."""
+    logger = logging.getLogger("vaco_jax")
+    if _HANDLER not in logger.handlers:
+        logger.addHandler(_HANDLER)
+        # Said once: importing Orbax gives the root logger a handler that would say it again.
+        logger.propagate = False
+    logger.setLevel(logging.INFO if shown else logging.WARNING)
