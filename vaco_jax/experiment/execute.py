@@ -150,9 +150,11 @@ def _run_batches(plan: Plan, out_dir: str | os.PathLike, *, progress: bool,
             for b in plan.batches}
     pending = [b for b in plan.batches if not status_finished(statuses[b.name])
                or not metrics_readable(batch_dir(out_dir, b))]
-    with tqdm(total=sum(steps.values()), initial=sum(done.values()), unit="step",
-              unit_scale=True, dynamic_ncols=True, disable=not progress,
-              desc=f"sweep {plan.experiment.name}") as bar, exit_on_signals():
+    # The sweep's bar counts every run's steps together (a run's own bar counts per seed).
+    with tqdm(total=sum(steps.values()), initial=sum(done.values()),
+              unit=f" {plan.experiment.testbed.steps_name}", unit_scale=True, dynamic_ncols=True,
+              disable=not progress, desc=f"sweep {plan.experiment.name}, all runs") as bar, \
+            exit_on_signals():
         for index, batch in enumerate(pending):
             raise_if_interrupted()
             if requested() is not None:  # it arrived during the previous batch's last chunk
