@@ -107,3 +107,12 @@ def test_version(capsys):
         cli.main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.startswith(f"vaco-jax {vaco_jax.__version__} (jax ")
+
+
+def test_help_states_each_default_once(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: the task's own, as `vaco-jax envs` lists it)" in text
+    assert "(default: None)" not in text
+    assert "(default: ppo)" in text

@@ -42,6 +42,15 @@ TRAINING_COMMANDS = {
 """Command -> (the module of its testbed's flags, its help): `add_arguments`, `build`, `OUT`."""
 
 
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every flag's default in its help, except where the help already says what it is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vaco-jax", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version",
@@ -51,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     for command, (module, text) in TRAINING_COMMANDS.items():
         # No abbreviated flags: a resume refuses the flags written out (`common.RESUME_FLAGS`).
         p = subparsers.add_parser(command, help=text, allow_abbrev=False,
-                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                  formatter_class=_DefaultsHelpFormatter)
         module.add_arguments(p)
         common.add_run_arguments(p, out=module.OUT)
         p.set_defaults(parser=p)  # its defaults tell which flags a resume would ignore

@@ -78,8 +78,8 @@ def memory_budget_gib(text: str) -> float:
 def add_memory_budget(p: argparse.ArgumentParser) -> None:
     """`--memory-budget GIB`, shared by the training commands and `sweep`."""
     p.add_argument("--memory-budget", type=memory_budget_gib, default=None, metavar="GIB",
-                   help="device memory per device for runs, GiB; default: 90%% of an "
-                        "accelerator's free memory, or half the available host memory on CPU")
+                   help="device memory per device for runs, GiB (default: 90%% of an "
+                        "accelerator's free memory, or half the available host memory on CPU)")
 
 
 def add_overwrite_flags(p: argparse.ArgumentParser, what: str, needs: str = "") -> None:
@@ -100,16 +100,18 @@ def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
                    help="number of vmapped seeds (from --seed-offset on)")
     p.add_argument("--seed-offset", type=int, default=0, help="first seed")
     p.add_argument("--chunk-periods", type=int, default=None,
-                   help="evaluation periods per compiled chunk (checkpoint interval)")
+                   help="evaluation periods per compiled chunk, the checkpoint interval "
+                        "(default: about a tenth of the run, a divisor of its periods)")
     p.add_argument("--keep-checkpoints", type=int, default=None,
-                   help="newest checkpoints kept (default 2; a resumed run keeps its own)")
+                   help="newest checkpoints kept (default: 2; a resumed run keeps its own)")
     p.add_argument("--out", default=out, help="output folder")
     add_overwrite_flags(p, "the run in an existing output folder")
     p.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the interrupted run in DIR from its newest intact checkpoint, "
                         "with the settings saved there (any testbed's run; only "
                         "--chunk-periods, --keep-checkpoints and --no-progress may be given "
-                        "with it); a finished run's results are rewritten from its checkpoint")
+                        "with it); a finished run's results are rewritten from its checkpoint "
+                        "(default: a new run)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_memory_budget(p)
     add_log(p, "seed", "OUT/tensorboard/seed=S")
