@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.harness import Compiled, Program
-from vaco_jax.control import envs
 from vaco_jax.control.config import ControlHParams, ControlConfig
 from vaco_jax.control.train import ControlTrainer
+from vaco_jax.run import testbeds
 
 PUREJAXRL_SETTINGS = dict(algo="ppo", num_envs=64, rollout_length=32, epochs=4, minibatches=4,
                           total_steps=499_712, actor_hidden=(256, 256), critic_hidden=(256, 256),
@@ -76,10 +76,9 @@ def main() -> None:
     args = p.parse_args()
     variants = args.variant or ["default"]
     settings, preset_hparams = PRESETS[args.preset]
-    settings = {"env": "inverted_double_pendulum", **settings, **json.loads(args.config)}
-    config = ControlConfig(**{**settings, **({"env": args.env} if args.env else {})})
-    if "episode_length" not in settings:
-        config = config.replace(episode_length=envs.task(config.env).episode_length)
+    settings = {"env": "inverted_double_pendulum", **settings, **json.loads(args.config),
+                **({"env": args.env} if args.env else {})}
+    config = ControlConfig(**{**testbeds.CONTROL.task_defaults(settings["env"]), **settings})
     runs = [(v, s) for v in variants for s in range(args.seeds)]
     hparams = ControlHParams.stack([ControlHParams.create(**{**preset_hparams, **parse_variant(v)})
                                     for v, _ in runs])

@@ -73,7 +73,7 @@ def summary(result: TrainingResult, out: str) -> str:
     final = result.table().groupby("seed")[testbed.score].agg(
         lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
     initial = result.metrics[testbed.score][:, 0]
-    ref = testbeds.of_config(cfg).reference(cfg)
+    ref = testbed.reference(cfg)
     beside = "" if ref is None else f" (reference {ref.score:g})"
     lines = [f"\n{cfg.algo} on {testbed.task(cfg)}: {result.updates_done} updates, "
              f"{result.updates_done * cfg.steps_per_update:,} {testbed.steps_name} per seed"]

@@ -7,6 +7,7 @@ import argparse
 from vaco_jax.cli.common import LAG_HELP, hparam_type, parse_lag
 from vaco_jax.control import envs
 from vaco_jax.control.config import ControlConfig, ControlHParams
+from vaco_jax.run import testbeds
 
 OUT = "runs/train"
 
@@ -83,22 +84,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
 
 
-def _episode_length(env: str, given: int | None) -> int:
-    """The time limit the user gave, else task `env`'s own."""
-    return envs.task(env).episode_length if given is None else given
-
-
 def build(args) -> tuple[ControlConfig, ControlHParams]:
     """The config and hyper-parameters the flags of `add_arguments` give."""
     lag_model, lag, lag_probabilities = args.lag
+    given = {} if args.episode_length is None else {"episode_length": args.episode_length}
+    # What the flags leave out the task brings (its time limit), as it does in a sweep.
     config = ControlConfig(
-        env=args.env, backend=args.backend, algo=args.algo, num_envs=args.num_envs,
+        **{**testbeds.CONTROL.task_defaults(args.env), **given}, env=args.env,
+        backend=args.backend, algo=args.algo, num_envs=args.num_envs,
         rollout_length=args.rollout_length, total_steps=args.total_steps, epochs=args.epochs,
         minibatches=args.minibatches, buffer_capacity=args.buffer_capacity,
         lag_model=lag_model, lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
-        episode_length=_episode_length(args.env, args.episode_length), eval_every=args.eval_every,
-        num_eval_envs=args.num_eval_envs, actor_hidden=args.actor_hidden,
-        critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
+        eval_every=args.eval_every, num_eval_envs=args.num_eval_envs,
+        actor_hidden=args.actor_hidden, critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
         tv_scope=args.tv_scope, tv_estimator=args.tv_estimator,
         filter_normalization=args.filter_normalization, acting=args.acting,
         reward_scaling=args.reward_scaling,

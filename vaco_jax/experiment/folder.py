@@ -60,8 +60,13 @@ def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite
             *(f"{RUNS_DIR}/{batch.name}" for batch in plan.batches)))
         record_sweep(out, plan, new=True)
         io.write_text(out / EXPERIMENT_FILE, experiment.source)
-        io.write_json(out / PLAN_FILE, {**plan.to_json(), "provenance": provenance()})
+        _write_plan(out, plan)
     return plan
+
+
+def _write_plan(out: Path, plan: Plan) -> None:
+    """`sweep.json`: the plan, with the provenance of the process that planned it."""
+    io.write_json(out / PLAN_FILE, {**plan.to_json(), "provenance": provenance()})
 
 
 def record_sweep(out_dir: str | os.PathLike, plan: Plan, *, new: bool) -> None:
@@ -110,7 +115,7 @@ def replan_sweep(out_dir: str | os.PathLike, experiment: Experiment | None = Non
             sizes[group.name] = len(io.read_json(first, "move the batch folder away")["seeds"])
     plan = make_plan(saved, part=part, batch_sizes=sizes, **plan_options)
     with folder_lock(out):
-        io.write_json(out / PLAN_FILE, {**plan.to_json(), "provenance": provenance()})
+        _write_plan(out, plan)
     return plan
 
 

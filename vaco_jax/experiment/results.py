@@ -20,6 +20,7 @@ from vaco_jax import report
 from vaco_jax.experiment.folder import batch_dir, batch_finished
 from vaco_jax.experiment.plan import Batch, Plan
 from vaco_jax.experiment.spec import Experiment, Group
+from vaco_jax.run import io
 from vaco_jax.run.run_folder import METRICS_FILE, read_status
 from vaco_jax.run.lock import folder_lock
 
@@ -77,13 +78,9 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
 
 
 def _read_metrics(folder: Path) -> pd.DataFrame:
-    path = folder / METRICS_FILE
-    try:
-        return pd.read_parquet(path)
-    except Exception as error:  # pyarrow raises many types for a damaged file
-        raise ValueError(f"cannot read {str(path)!r} ({type(error).__name__}); its batch's "
-                         f"checkpoint holds its metrics: `vaco-jax sweep --resume --out "
-                         f"{shlex.quote(str(folder.parent.parent))}` rewrites them") from None
+    return io.read_parquet(folder / METRICS_FILE,
+                           f"its batch's checkpoint holds its metrics: `vaco-jax sweep --resume "
+                           f"--out {shlex.quote(str(folder.parent.parent))}` rewrites them")
 
 
 def metrics_readable(folder: Path) -> bool:

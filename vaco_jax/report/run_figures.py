@@ -81,13 +81,9 @@ def read_run(folder: Path) -> RunData:
     except (KeyError, TypeError, AttributeError, ValueError) as error:
         raise ValueError(f"{str(folder / run_folder.CONFIG_FILE)!r} does not describe a run "
                          f"({type(error).__name__}: {error})") from None
-    metrics = folder / run_folder.METRICS_FILE
-    try:
-        table = pd.read_parquet(metrics)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read {str(metrics)!r} ({type(error).__name__}: {error}); "
-                         f"`vaco-jax train --resume {folder}` rewrites it from the run's "
-                         f"checkpoint") from None
+    table = io.read_parquet(folder / run_folder.METRICS_FILE,
+                            f"`vaco-jax train --resume {folder}` rewrites it from the run's "
+                            f"checkpoint")
     # Seeds label the runs; hyper-parameters too where the runs differ in them (a sweep batch).
     varying = [n for n, values in hparams.items() if len(set(values)) > 1]
     labels = {run: f"seed {seed}" + "".join(f", {n}={hparams[n][run]:g}" for n in varying)
@@ -125,7 +121,7 @@ def figure_learning_curves(run: RunData, colours: Mapping[str, Any]) -> tuple[Fi
     mean = evaluated.groupby("steps")[score].mean()
     ax.plot(mean.index, mean.to_numpy(), color="black", lw=2.2, label="mean over seeds")
     order = [*colours, "mean over seeds"]
-    ref = testbeds.of_config(run.config).reference(run.config)
+    ref = run.testbed.reference(run.config)
     if ref is not None:
         key = f"reference {ref.score:g}: {ref.meaning}"
         ax.axhline(ref.score, color="grey", linestyle="--", lw=1.2, label=key)

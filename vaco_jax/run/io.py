@@ -75,6 +75,17 @@ def read_json(path: str | os.PathLike, remedy: str) -> Any:
                          f"{remedy}") from None
 
 
+def read_parquet(path: str | os.PathLike, remedy: str) -> pd.DataFrame:
+    """The table in the Parquet file `path`; an unreadable one raises a ValueError naming it and
+    `remedy`."""
+    path = Path(path)
+    try:
+        return pd.read_parquet(path)
+    except Exception as error:  # pyarrow raises many types for a missing or damaged file
+        raise ValueError(f"cannot read {str(path)!r} ({type(error).__name__}: {error}); "
+                         f"{remedy}") from None
+
+
 def check_output_dir(path: str | os.PathLike) -> Path:
     """Refuses (ValueError) an output folder that names a file, lies under a file or cannot be
     created, before anything is computed."""
