@@ -1,5 +1,6 @@
 """Registry entries: the ratio each one clips, VACO's filtered mean."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,13 +39,14 @@ def test_ppo_recompute_clips_the_phase_ratio_and_ppo_the_behaviour_ratio():
     assert ALGORITHMS["ppo_recompute"].advantages is ALGORITHMS["ppo"].advantages is GAE
 
 
-def _filtered_terms(ratio, advantages, filter_normalization):
+def _filtered_terms(ratio, advantages, filter_normalization, convention="budget"):
     """VACO's inputs with `pi_T = beta` and `pi_T` as the filter's reference: `rho = r_T = r`."""
     log_prob = jnp.log(jnp.array(ratio))
     return PolicyTerms(log_prob=log_prob, behaviour_log_prob=jnp.zeros(4),
                        phase_log_prob=jnp.zeros(4), advantages=jnp.array(advantages),
                        tv_log_rho=log_prob, tv=None, kl_coef=jnp.asarray(0.0),
-                       filter_normalization=filter_normalization)
+                       filter_normalization=filter_normalization,
+                       tv_delta_convention=convention)
 
 
 def _vaco_loss_and_grad(terms, hp):
@@ -56,10 +58,10 @@ def _vaco_loss_and_grad(terms, hp):
 
 
 def test_filter_normalization_divides_by_all_or_by_the_kept_samples():
-    # rho = (1, 1.5, 0.7, 1.1): TV = 0.5 mean|rho - 1| = 0.1125 > delta = 0.1, so the filter
-    # drops the samples with A sign(rho - 1) > 0, the second and third; it keeps rho = 1 (no
-    # sign) and the fourth, which pulls rho back towards 1.
-    hp = ControlHParams.create(tv_delta=0.1)
+    # rho = (1, 1.5, 0.7, 1.1): TV = 0.5 mean|rho - 1| = 0.1125 > 0.1, the threshold of the
+    # budget tv_delta = 0.2, so the filter drops the samples with A sign(rho - 1) > 0, the
+    # second and third; it keeps rho = 1 (no sign) and the fourth, which pulls rho back.
+    hp = ControlHParams.create(tv_delta=0.2)
     ratio, advantages = [1.0, 1.5, 0.7, 1.1], [1.0, 1.0, -1.0, -2.0]
     kept_terms = -(1.0 * 1.0 + 1.1 * -2.0)
     results = {n: _vaco_loss_and_grad(_filtered_terms(ratio, advantages, n), hp)
@@ -71,11 +73,26 @@ def test_filter_normalization_divides_by_all_or_by_the_kept_samples():
         np.testing.assert_allclose(value, kept_terms / count, rtol=1e-6)
         # d(-rho A)/d log rho = -rho A on the kept samples, divided by the count; 0 elsewhere.
         np.testing.assert_allclose(grad, [-1.0 / count, 0.0, 0.0, 2.2 / count], rtol=1e-6)
-    # Below the threshold nothing is dropped and the two normalisations agree.
-    quiet = ControlHParams.create(tv_delta=0.2)
+    # Below the threshold (budget 0.4: TV threshold 0.2) nothing is dropped and the two
+    # normalisations agree.
+    quiet = ControlHParams.create(tv_delta=0.4)
     np.testing.assert_allclose(
         *(_vaco_loss_and_grad(_filtered_terms(ratio, advantages, n), quiet)[0]
           for n in ("all", "kept")), rtol=1e-6)
+
+
+def test_the_tv_convention_reads_tv_delta_as_the_threshold_itself():
+    ratio, advantages = [1.0, 1.5, 0.7, 1.1], [1.0, 1.0, -1.0, -2.0]
+    as_budget = _vaco_loss_and_grad(_filtered_terms(ratio, advantages, "all"),
+                                    ControlHParams.create(tv_delta=0.2))
+    as_tv = _vaco_loss_and_grad(_filtered_terms(ratio, advantages, "all", "tv"),
+                                ControlHParams.create(tv_delta=0.1))
+    for budget_value, tv_value in zip(as_budget, as_tv):
+        chex.assert_trees_all_close(budget_value, tv_value)
+    # tv_delta = 0.2 read as a TV threshold is above TV = 0.1125: nothing is dropped.
+    _, metrics, _ = _vaco_loss_and_grad(_filtered_terms(ratio, advantages, "all", "tv"),
+                                        ControlHParams.create(tv_delta=0.2))
+    assert float(metrics["filter_fraction"]) == 0.0
 
 
 def test_kept_normalization_gives_zero_when_the_filter_drops_every_sample():

@@ -294,7 +294,7 @@ def test_tv_estimator_changes_the_filter_decision():
     log_prob = jnp.log(jnp.array([0.3, 0.3, 0.3, 0.4]))  # pi_theta
     mb = PhaseBatch(**{name: None for name in PhaseBatch.__dataclass_fields__}).replace(
         phase_log_prob=phase, behaviour_log_prob=behaviour)
-    hp = ControlHParams.create(tv_delta=0.12)
+    hp = ControlHParams.create(tv_delta=0.24)  # a budget: TV threshold 0.12
     decisions = {}
     for estimator in ("unweighted", "weighted"):
         trainer = ControlTrainer(TOY.replace(algo="vaco", tv_estimator=estimator))

@@ -43,7 +43,10 @@ def _terms(algo, log_prob, behaviour=None, phase=None, advantages=(1.0, -1.0), m
     return TokenTerms(log_prob=log_prob, behaviour_log_prob=as_array(behaviour),
                       phase_log_prob=as_array(phase), advantages=jnp.asarray(advantages),
                       mask=jnp.ones_like(log_prob) if mask is None else as_array(mask),
-                      version_gap=as_array(version_gap), aggregation=aggregation, **static)
+                      version_gap=as_array(version_gap),
+                      group=jnp.zeros(log_prob.shape[0], jnp.int32),
+                      reward=jnp.zeros(log_prob.shape[0]), reference_log_prob=zeros,
+                      aggregation=aggregation, **static)
 
 
 def _loss_and_grad(algo, terms, **hparams):
@@ -157,17 +160,21 @@ def test_topr_keeps_positive_sequences_and_tapers_negative_ones_by_their_sequenc
     assert metrics["is_weight_mean"] == pytest.approx(1.3 / 2, rel=1e-5)
 
 
-def test_vaco_filters_against_the_chosen_reference():
+def test_grpo_tv_filter_filters_against_the_chosen_reference():
     # pi_theta = pi_T but away from beta: TV to pi_T is 0, TV to beta 0.15.
     behaviour = -jnp.log(jnp.asarray([[1.1, 1.1], [0.5, 0.5]]))
     kwargs = dict(log_prob=jnp.zeros((2, 2)), behaviour=behaviour, phase=jnp.zeros((2, 2)),
                   advantages=(1.0, 1.0))
     grpo = _loss_and_grad("grpo", _terms("grpo", **kwargs))
-    phase = _loss_and_grad("vaco", _terms("vaco", **kwargs, tv_reference="phase"), tv_delta=0.1)
+    # A budget of 0.2 is a TV threshold of 0.1.
+    phase = _loss_and_grad("grpo_tv_filter",
+                           _terms("grpo_tv_filter", **kwargs, tv_reference="phase"),
+                           tv_delta=0.2)
     assert phase[0] == pytest.approx(grpo[0]) and phase[2]["filter_fraction"] == 0.0
     # Against beta (TV 0.15 > 0.1) the tokens with A > 0 and rho > 1 would move rho further.
     loss, grad, metrics = _loss_and_grad(
-        "vaco", _terms("vaco", **kwargs, tv_reference="behaviour"), tv_delta=0.1)
+        "grpo_tv_filter", _terms("grpo_tv_filter", **kwargs, tv_reference="behaviour"),
+        tv_delta=0.2)
     assert metrics["filter_fraction"] == pytest.approx(0.5)
     assert np.all(grad[0] == 0) and np.all(grad[1] != 0) and np.all(grpo[1][0] != 0)
     # Dropped tokens stay in the count: the kept ones' PPO-clip terms over all four tokens.
@@ -213,13 +220,42 @@ def _first_step_gradient(algo, batch, params, **hparams):
     ("tis", dict(is_cap=1.0)), ("tis", dict(is_cap=5.0)), ("mis", dict(mis_low=0.9)),
     ("decoupled_ppo", dict(is_cap=1.0)), ("freshness", dict(freshness_alpha=0.0)),
     ("m2po", {}), ("topr", {}), ("cispo", dict(cispo_eps_low=0.1, cispo_eps_high=0.1)),
-    ("bapo", {}), ("vaco", dict(tv_delta=0.01))])
+    ("bapo", {}), ("grpo_tv_filter", dict(tv_delta=0.01))])
 def test_at_lag_zero_the_corrected_algorithms_step_as_grpo(fresh_batch, algo, hparams):
     state, batch = fresh_batch
     expected = _first_step_gradient("grpo", batch, state.params)
     got = _first_step_gradient(algo, batch, state.params, **hparams)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-6),
                  got, expected)
+
+
+# TVPO and DPPO share Dr. GRPO's advantages and aggregation; at lag 0 on the first step their
+# ratio is 1, their TV 0 and no probability moved, so they step as Dr. GRPO.
+@pytest.mark.parametrize("algo", ["vaco", "dppo_binary_tv", "dppo_binary_kl"])
+@pytest.mark.parametrize("tv_scope", ["prompt", "batch"])
+def test_at_lag_zero_tvpo_and_dppo_step_as_dr_grpo(fresh_batch, algo, tv_scope):
+    state, batch = fresh_batch
+    expected = _first_step_gradient("dr_grpo", batch, state.params)
+    trainer = TokenTrainer(TINY.replace(algo=algo, tv_scope=tv_scope), PARAMS)
+    hp = TokenHParams.create(tv_delta=1e-4, dppo_delta_low=1e-4, dppo_delta_high=1e-4,
+                             dppo_kl_delta=1e-6)
+    got = jax.jit(jax.grad(lambda p: trainer._loss(p, batch, hp)[0]))(state.params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-6),
+                 got, expected)
+
+
+def test_tba_reads_the_warm_start_as_its_reference(fresh_batch):
+    state, _ = fresh_batch
+    assert state.reference is None  # only an algorithm that reads it keeps a copy
+    trainer = TokenTrainer(TINY.replace(algo="tba"), PARAMS)
+    tba_state = trainer.init(jax.random.PRNGKey(0), HP)
+    moved = jax.tree.map(lambda x: x + 0.1, tba_state.params)
+    _, batch = jax.jit(trainer.collect)(tba_state.replace(params=moved), jax.random.PRNGKey(0),
+                                        HP)
+    reference, _ = trainer.policy.response_log_probs(PARAMS, batch.prompt, batch.response,
+                                                     HP.temperature)
+    np.testing.assert_allclose(batch.reference_log_prob, reference, rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(batch.phase_log_prob - reference).max()) > 1e-3
 
 
 def test_the_batch_carries_the_algorithms_advantages(fresh_batch):
@@ -326,6 +362,8 @@ def test_every_algorithm_trains_without_nan_at_lag_zero_and_at_lag_three(lagged_
     states = states.replace(opt_state=jax.vmap(trainer.optimizer(HP).init)(states.params))
     batches = batches.replace(advantages=jax.vmap(lambda reward: trainer.algorithm.advantages(
         _inputs(reward.reshape(4, 4))).reshape(-1))(batches.reward))
+    if trainer.algorithm.needs_reference:  # TBA: the initial policy as its reference
+        batches = batches.replace(reference_log_prob=batches.phase_log_prob)
     optimise = jax.jit(jax.vmap(lambda state, batch, key: trainer.optimise(state, batch, key, HP)))
     own = _stabiliser_metrics(algo)
     for phase in range(3):
@@ -363,7 +401,18 @@ def test_a_token_algorithm_runs_end_to_end_through_every_lag():
 @pytest.mark.parametrize("changes,hparams,message", [
     ({"algo": "ppo"}, {}, "algo='ppo' is not supported; allowed values: grpo, dr_grpo"),
     ({"is_level": "batch"}, {}, "is_level='batch' .* allowed values: token, sequence"),
-    ({"tv_reference": "pi"}, {}, "tv_reference='pi' .* allowed values: phase, behaviour"),
+    ({"tv_reference": "pi"}, {}, "tv_reference='pi' .* allowed values: behaviour, phase"),
+    ({"tv_scope": "group"}, {}, "tv_scope='group' .* allowed values: prompt, batch"),
+    ({"tv_delta_convention": "l1"}, {}, "tv_delta_convention='l1' .* allowed values: budget, tv"),
+    ({"algo": "vaco", "tv_reference": "phase", "minibatches": 1}, {},
+     "algo='vaco' with tv_reference='phase', epochs=1 and minibatches=1 is refused: its trust "
+     "region measures pi_theta/pi_T, which is exactly 1"),
+    ({"algo": "dppo_binary_tv", "tv_reference": "phase", "minibatches": 1}, {},
+     "set tv_reference='behaviour'"),
+    ({}, {"tv_delta": 2.5}, r"tv_delta must be finite and lie in \[0, 2\]"),
+    ({}, {"trust_is_cap": 0.5}, r"trust_is_cap must be finite and lie in \[1, inf\)"),
+    ({}, {"dppo_delta_high": 1.5}, r"dppo_delta_high must be finite and lie in \[0, 1\]"),
+    ({}, {"tba_beta": 0.0}, r"tba_beta must be finite and lie in \(0, inf\)"),
     ({}, {"is_cap": 0.5}, r"is_cap must be finite and lie in \[1, inf\), got 0.5"),
     ({}, {"is_cap": np.inf}, r"is_cap must be finite"),
     ({}, {"mis_low": 1.5}, r"mis_low must be finite and lie in \[0, 1\]"),

@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 
+from vaco_jax import losses
 from vaco_jax.cli import console
 from vaco_jax.core.config import Config
 from vaco_jax.core.policy_buffer import LAG_MODELS
@@ -43,6 +44,13 @@ def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
             f"empirical), got {param!r}") from None
 
 
+HPARAM_HELP = (
+    "numeric hyper-parameter, repeatable. tv_delta is VACO's TV budget: the filter acts once "
+    "0.5 mean |ratio - 1| exceeds tv_delta / 2 (--tv-delta-convention budget, the authors' "
+    "code) or tv_delta (tv); it also takes the authors' budgets by name: "
+    + ", ".join(f"{name}={value:g}" for name, value in losses.TV_BUDGETS.items()))
+
+
 def hparam_type(hparams: type) -> Any:
     """The `--hparam NAME=VALUE` parser of a testbed's hyper-parameters: any field but `lag`,
     which `--lag MODEL:PARAM` sets."""
@@ -57,10 +65,9 @@ def hparam_type(hparams: type) -> Any:
             raise argparse.ArgumentTypeError(
                 f"--hparam must be NAME=VALUE with NAME one of {', '.join(names)}, got {text!r}")
         try:
-            return name, float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"--hparam {name} needs a number, got {value!r}") from None
+            return name, hparams.value_of(name, value)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"--hparam: {error}") from None
     return parse
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 
-from vaco_jax.cli.common import LAG_HELP, hparam_type, parse_lag
+from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
 from vaco_jax.core.policy_buffer import LAG_WARMUPS
-from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES
+from vaco_jax import losses
+from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES, TV_SCOPES
 from vaco_jax.tokens.config import ALGORITHMS, GROUP_UNITS, TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.tokens.warm_start import WarmStart, default_cache_dir
@@ -27,7 +28,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--is-level", default=d.is_level, choices=IS_LEVELS,
                    help="tis / mis: importance weights per token or per sequence")
     p.add_argument("--tv-reference", default=d.tv_reference, choices=TV_REFERENCES,
-                   help="vaco: the TV filter's reference policy, pi_T or beta")
+                   help="vaco, grpo_tv_filter, dppo_*: the policy their trust region measures "
+                        "the learner against, behaviour (beta, the authors' bypass mode) or "
+                        "phase (pi_T; refused with one gradient step per version, where it "
+                        "could never act)")
+    p.add_argument("--tv-scope", default=d.tv_scope, choices=TV_SCOPES,
+                   help="vaco (TVPO): a token is kept while the batch's or its prompt group's "
+                        "TV is within the threshold (prompt), or the batch's alone (batch)")
+    p.add_argument("--tv-delta-convention", default=d.tv_delta_convention,
+                   choices=losses.TV_DELTA_CONVENTIONS,
+                   help="how tv_delta reads: budget (the authors' code: an L1 budget, TV "
+                        "threshold tv_delta / 2) or tv (the threshold itself, as in results "
+                        "committed before 2026-11-25)")
     p.add_argument("--task-size", type=int, default=d.task_size,
                    help="digits per operand (add), list length (sort), steps (chain)")
     p.add_argument("--lag", type=parse_lag, default="fixed:0", help=LAG_HELP)
@@ -63,7 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "by the runs that name it; by default the user's cache, "
                         "$XDG_CACHE_HOME/vaco_jax/warm_start, else ~/.cache/vaco_jax/warm_start")
     p.add_argument("--hparam", type=hparam_type(TokenHParams), action="append", default=[],
-                   metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
+                   metavar="NAME=VALUE", help=HPARAM_HELP)
 
 
 def build(args) -> tuple[TokenConfig, TokenHParams]:
@@ -71,7 +83,8 @@ def build(args) -> tuple[TokenConfig, TokenHParams]:
     lag_model, lag, lag_probabilities = args.lag
     config = TokenConfig(
         task=args.task, task_size=args.task_size, algo=args.algo, is_level=args.is_level,
-        tv_reference=args.tv_reference, layers=args.layers, width=args.width,
+        tv_reference=args.tv_reference, tv_scope=args.tv_scope,
+        tv_delta_convention=args.tv_delta_convention, layers=args.layers, width=args.width,
         heads=args.heads, context=args.context, prompts=args.prompts,
         group_size=args.group_size, group_unit=args.group_unit, lag_model=lag_model,
         lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from vaco_jax.cli.common import LAG_HELP, hparam_type, parse_lag
+from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
 from vaco_jax.control import envs
 from vaco_jax.control.config import ControlConfig, ControlHParams
 from vaco_jax.run import testbeds
@@ -67,6 +67,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "phase's start) or behaviour (beta)")
     p.add_argument("--tv-scope", default=defaults.tv_scope,
                    help="VACO's filter: the TV estimate per minibatch or over the whole batch")
+    p.add_argument("--tv-delta-convention", default=defaults.tv_delta_convention,
+                   help="VACO's filter: how tv_delta reads. budget (the authors' code): an L1 "
+                        "budget, the filter acting once 0.5 mean |ratio - 1| > tv_delta / 2; tv: "
+                        "tv_delta is the TV threshold itself (results committed before "
+                        "2026-11-25)")
     p.add_argument("--tv-estimator", default=defaults.tv_estimator,
                    help="VACO's filter: unweighted (the paper's 0.5 mean |ratio - 1|) or weighted "
                         "(importance-weighted, an estimate of the TV itself)")
@@ -81,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--advantage-normalization", default=defaults.advantage_normalization,
                    help="minibatch advantages: scale, standardize or none")
     p.add_argument("--hparam", type=hparam_type(ControlHParams), action="append", default=[],
-                   metavar="NAME=VALUE", help="numeric hyper-parameter, repeatable")
+                   metavar="NAME=VALUE", help=HPARAM_HELP)
 
 
 def build(args) -> tuple[ControlConfig, ControlHParams]:
@@ -97,7 +102,8 @@ def build(args) -> tuple[ControlConfig, ControlHParams]:
         lag_model=lag_model, lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
         eval_every=args.eval_every, num_eval_envs=args.num_eval_envs,
         actor_hidden=args.actor_hidden, critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
-        tv_scope=args.tv_scope, tv_estimator=args.tv_estimator,
+        tv_scope=args.tv_scope, tv_delta_convention=args.tv_delta_convention,
+        tv_estimator=args.tv_estimator,
         filter_normalization=args.filter_normalization, acting=args.acting,
         reward_scaling=args.reward_scaling,
         advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip,

@@ -79,6 +79,8 @@ class PolicyTerms:
     kl_coef: jax.Array  # current KL penalty coefficient (adaptive for ppo_kl)
     # The denominator of the TV-filtered surrogate (`ControlConfig.filter_normalization`).
     filter_normalization: str = struct.field(pytree_node=False, default="all")
+    # How `tv_delta` becomes the filter's TV threshold (`losses.tv_threshold`).
+    tv_delta_convention: str = struct.field(pytree_node=False, default="budget")
 
 
 PolicyLoss = Callable[[PolicyTerms, ControlHParams], tuple[jax.Array, dict]]
@@ -92,10 +94,28 @@ class Algorithm:
     ess_scaling: bool = False
     adaptive_kl: bool = False
     description: str = ""
+    # Its trust region, where it reads the phase ratio pi_theta/pi_T only: VACO's TV filter
+    # (on that ratio when `tv_reference="phase"`) or a clip of that ratio. With one gradient
+    # step per phase the ratio is exactly 1 there, so such a mechanism can never act.
+    tv_filter: bool = False
+    phase_clip_only: bool = False
 
     @property
     def minibatch_over_envs(self) -> bool:
         return self.advantages.per_minibatch
+
+    def inert_at_one_step(self, tv_reference: str) -> str | None:
+        """Why its trust region could never act with one gradient step per phase, or None."""
+        if self.tv_filter and tv_reference == "phase":
+            return ("its TV filter measures pi_theta/pi_T (tv_reference='phase'), which is "
+                    "exactly 1 at a phase's only gradient step; set tv_reference='behaviour' "
+                    "(the filter then measures pi_theta/beta) or take more than one step per "
+                    "phase (epochs or minibatches > 1)")
+        if self.phase_clip_only:
+            return ("its clip bounds pi_theta/pi_T, which is exactly 1 at a phase's only "
+                    "gradient step; take more than one step per phase (epochs or minibatches "
+                    "> 1), or use algo='ppo' (clipped to the behaviour policy)")
+        return None
 
 
 def _behaviour_ratio(t: PolicyTerms):
@@ -123,8 +143,10 @@ def _spo(t: PolicyTerms, hp: ControlHParams):
 
 
 def _decoupled_ppo(t: PolicyTerms, hp: ControlHParams):
-    return losses.decoupled_ppo_loss(_phase_ratio(t), _staleness(t), t.advantages, hp.clip_eps,
-                                     staleness_cap=hp.is_cap)
+    loss, metrics = losses.decoupled_ppo_loss(_phase_ratio(t), _staleness(t), t.advantages,
+                                              hp.clip_eps, staleness_cap=hp.is_cap)
+    truncated = losses.clamped_ratio(_staleness(t)) > hp.is_cap
+    return loss, {**metrics, "is_truncated_fraction": truncated.mean(dtype=jax.numpy.float32)}
 
 
 def _impala(t: PolicyTerms, hp: ControlHParams):
@@ -141,7 +163,9 @@ def _tv_filtered(surrogate_log_ratio: Callable[[PolicyTerms], jax.Array]) -> Pol
     when nothing is kept).
     """
     def loss(t: PolicyTerms, hp: ControlHParams):
-        keep, filter_metrics = losses.tv_filter_mask(t.tv_log_rho, t.advantages, hp.tv_delta, tv=t.tv)
+        threshold = losses.tv_threshold(hp.tv_delta, t.tv_delta_convention)
+        keep, filter_metrics = losses.tv_filter_mask(t.tv_log_rho, t.advantages, threshold,
+                                                     tv=t.tv)
         log_ratio = surrogate_log_ratio(t)
         if t.filter_normalization == "kept":
             value, metrics = losses.importance_sampled_loss(log_ratio, t.advantages, mask=keep)
@@ -158,7 +182,7 @@ def _phase_ppo(t: PolicyTerms, hp: ControlHParams):
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("ppo", GAE, _ppo,
               description="PPO-clip on the behaviour ratio pi_theta/beta (naive asynchronous PPO)"),
-    Algorithm("ppo_recompute", GAE, _phase_ppo,
+    Algorithm("ppo_recompute", GAE, _phase_ppo, phase_clip_only=True,
               description="PPO-clip on pi_theta/pi_T, old log-probs recomputed at phase start, "
                           "no staleness correction (what most asynchronous systems run)"),
     Algorithm("ppo_kl", GAE, _ppo_kl, adaptive_kl=True,
@@ -169,11 +193,11 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               description="Clip pi_theta/pi_T, weight by truncated staleness pi_T/beta (Hilton et al.)"),
     Algorithm("impala", VTRACE_MINIBATCH, _impala,
               description="IMPALA policy gradient, V-trace recomputed every minibatch"),
-    Algorithm("vaco", VTRACE_PHASE, _tv_filtered(_phase_ratio),
+    Algorithm("vaco", VTRACE_PHASE, _tv_filtered(_phase_ratio), tv_filter=True,
               description="VACO: V-trace realignment once per phase + TV filtering of gradients"),
-    Algorithm("vaco_filter_only", GAE, _tv_filtered(_behaviour_ratio),
+    Algorithm("vaco_filter_only", GAE, _tv_filtered(_behaviour_ratio), tv_filter=True,
               description="VACO ablation: TV filter on GAE advantages, no realignment"),
-    Algorithm("vaco_realign_only", VTRACE_PHASE, _phase_ppo,
+    Algorithm("vaco_realign_only", VTRACE_PHASE, _phase_ppo, phase_clip_only=True,
               description="VACO ablation: PPO-clip on realigned advantages, no filter"),
     # Not VCPO: VCPO targets an ESS ratio of 1 with clipping effectively off; this keeps
     # decoupled PPO's clip and `ess_target` (default 0.5) and borrows only the ESS step scaling.

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from vaco_jax import losses
 from vaco_jax.control import algorithms, envs
 from vaco_jax.control.hparams import ControlHParams
 from vaco_jax.control.networks import ACTIVATIONS
@@ -73,6 +74,10 @@ class ControlConfig(Config):
     num_eval_envs: int = 16
     tv_reference: str = "phase"
     tv_scope: str = "minibatch"
+    # How VACO's `tv_delta` becomes the filter's TV threshold: `budget` (the authors' code: an
+    # L1 budget, the filter acting once 0.5 mean|rho - 1| > tv_delta / 2) or `tv` (tv_delta
+    # is the threshold itself, as in results committed before 2026-11-25).
+    tv_delta_convention: str = "budget"
     # VACO's filter TV: `unweighted` is the paper's `0.5 mean_beta |pi_theta/ref - 1|`;
     # `weighted` importance-weights each sample by `ref/beta` (self-normalised) so that it
     # estimates TV(pi_theta, ref) itself.
@@ -119,6 +124,7 @@ def _validate_config(config: ControlConfig) -> None:
     check_lag_settings(config)
     check_choice("tv_reference", config.tv_reference, TV_REFERENCES)
     check_choice("tv_scope", config.tv_scope, TV_SCOPES)
+    check_choice("tv_delta_convention", config.tv_delta_convention, losses.TV_DELTA_CONVENTIONS)
     check_choice("tv_estimator", config.tv_estimator, TV_ESTIMATORS)
     check_choice("filter_normalization", config.filter_normalization, FILTER_NORMALIZATIONS)
     check_choice("acting", config.acting, ACTING_STRATEGIES)
@@ -135,6 +141,11 @@ def _validate_config(config: ControlConfig) -> None:
         if not isinstance(sizes, tuple) or not sizes or any(
                 not isinstance(s, int) or s <= 0 for s in sizes):
             raise ValueError(f"{name} must be a non-empty tuple of positive integers, got {sizes!r}")
+    inert = (algorithms.ALGORITHMS[config.algo].inert_at_one_step(config.tv_reference)
+             if config.epochs * config.minibatches == 1 else None)
+    if inert:
+        raise ValueError(f"algo={config.algo!r} with epochs={config.epochs} and "
+                         f"minibatches={config.minibatches} is refused: {inert}")
     if algorithms.ALGORITHMS[config.algo].minibatch_over_envs:
         if config.num_envs % config.minibatches:
             raise ValueError(

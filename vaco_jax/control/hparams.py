@@ -7,6 +7,7 @@ from typing import Any
 
 from flax import struct
 
+from vaco_jax import losses
 from vaco_jax.core.config import HParamsBase
 
 
@@ -21,8 +22,12 @@ class ControlHParams(HParamsBase):
     success probability `p` of the truncated geometric distribution for `geometric`.
     """
 
+    named_values = {"tv_delta": losses.TV_BUDGETS}
+
     learning_rate: Any = 3e-4
     clip_eps: Any = 0.2
+    # VACO's TV budget, read under `ControlConfig.tv_delta_convention`: the paper's MuJoCo 0.2
+    # (`losses.TV_BUDGETS` names it and the authors' other budgets).
     tv_delta: Any = 0.2
     lag: Any = 0.0
     gamma: Any = 0.99

@@ -47,11 +47,15 @@ from vaco_jax.control.rollout import Transitions, evaluate, rollout
 # - `*_median` and `*_p90`: median and 90th percentile of the per-sample deviations
 #   0.5 |ratio - 1| (unweighted); for `tv_forward` the per-minibatch quantiles averaged over the
 #   phase's steps, for `tv_backward` those of the whole phase batch.
+
+# The stabilisers control algorithms have (`phase.MECHANISM_FRACTIONS`), recorded for every
+# algorithm, NaN where it has none, with the share of each phase's steps at which they acted.
+MECHANISMS = ("clip_fraction", "filter_fraction", "is_truncated_fraction")
 METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "version_gap_max",
            "tv_backward", "tv_backward_median", "tv_backward_p90", "tv_forward",
            "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl", "ess_ratio",
-           "clip_fraction", "filter_fraction", "policy_loss", "value_loss", "entropy", "grad_norm",
-           "kl_coef", "diverged")
+           *MECHANISMS, *map(phase.acted_name, MECHANISMS), "policy_loss", "value_loss",
+           "entropy", "grad_norm", "kl_coef", "diverged")
 
 
 @struct.dataclass
@@ -254,7 +258,8 @@ class ControlTrainer(Trainer):
                             phase_log_prob=mb.phase_log_prob, advantages=advantages,
                             tv_log_rho=self._tv_log_rho(log_prob, mb),
                             tv=self._filter_tv(log_prob, mb) if tv is None else tv,
-                            kl_coef=kl_coef, filter_normalization=self.config.filter_normalization)
+                            kl_coef=kl_coef, filter_normalization=self.config.filter_normalization,
+                            tv_delta_convention=self.config.tv_delta_convention)
         policy_loss, policy_metrics = self.algorithm.policy_loss(terms, hp)
         # value_clip_eps = 0 switches clipping off: an infinite range leaves the values unclipped.
         clip_eps = jnp.where(hp.value_clip_eps > 0, hp.value_clip_eps, jnp.inf)
@@ -269,8 +274,9 @@ class ControlTrainer(Trainer):
             "policy_loss": policy_loss,
             "value_loss": value_loss,
             "entropy": -entropy_loss,
-            "clip_fraction": policy_metrics.get("clip_fraction", jnp.zeros(())),
-            "filter_fraction": policy_metrics.get("filter_fraction", jnp.zeros(())),
+            # NaN where the algorithm has no such mechanism (`phase.MECHANISM_FRACTIONS`).
+            **{name: policy_metrics.get(name, jnp.full((), jnp.nan))
+               for name in MECHANISMS},
             "tv_forward": losses.weighted_tv_estimate(phase_ratio, staleness),
             "tv_forward_median": forward_median,
             "tv_forward_p90": forward_p90,
@@ -321,7 +327,8 @@ class ControlTrainer(Trainer):
         (params, opt_state), metrics = phase.scan_epochs(
             minibatch_step, (state.params, state.opt_state),
             lambda epoch_key: self._minibatches(batch, epoch_key), key, self.config.epochs)
-        return params, opt_state, jax.tree.map(jnp.mean, metrics)
+        return params, opt_state, {**jax.tree.map(jnp.mean, metrics),
+                                   **phase.acted_shares(metrics)}
 
     def phase_kl(self, state: ControlState, params: dict, batch: PhaseBatch) -> jax.Array:
         """KL(pi_T || pi_T+1) between the learner before and after a phase, on its batch.

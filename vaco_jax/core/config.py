@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Self
+from typing import Any, Callable, ClassVar, Mapping, Self
 
 import jax.numpy as jnp
 import numpy as np
@@ -55,9 +55,25 @@ class HParamsBase:
     """Base of every testbed's numeric hyper-parameters (a `flax.struct` dataclass whose
     fields all have float defaults): building them as float32 leaves and stacking runs."""
 
+    # Values a field also takes by name, e.g. {"tv_delta": {"tvpo_lm": 0.015}}.
+    named_values: ClassVar[Mapping[str, Mapping[str, float]]] = {}
+
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def value_of(cls, name: str, value: Any) -> float:
+        """`value` as a number: a number, or one of the names `named_values` gives `name`."""
+        names = cls.named_values.get(name, {})
+        if isinstance(value, str) and value in names:
+            return float(names[value])
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            allowed = f" or one of {', '.join(names)}" if names else ""
+            raise ValueError(f"hyper-parameter {name} needs a number{allowed}, "
+                             f"got {value!r}") from None
 
     @classmethod
     def create(cls, **values: Any) -> Self:

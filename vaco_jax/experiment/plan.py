@@ -139,10 +139,11 @@ def make_plan(experiment: Experiment, *, part: Selection = None,
     host_budget = host_memory_budget()
     batches, run_bytes, estimates = [], {}, {}
     for group in groups:
-        # Epochs and minibatches shape neither the train state, the rollout nor the metrics.
+        # Epochs and minibatches shape neither the train state, the rollout nor the metrics:
+        # groups that differ in them alone share one estimate.
         shape = group.config.replace(epochs=1, minibatches=1)
         if shape not in estimates:
-            estimates[shape] = run_memory(shape, group.run_hparams(0))
+            estimates[shape] = run_memory(group.config, group.run_hparams(0))
         estimate = estimates[shape]
         run_bytes[group.name] = estimate.device
         try:

@@ -202,8 +202,9 @@ def _hparam_values(table: Mapping[str, Any],
     if "lag" in table:
         raise ValueError("lag is set by [lag] levels, not as a hyper-parameter")
     testbed.hparams.create(**{n: 0.0 for n in table})  # names only: rejects unknown ones
-    return {n: tuple(float(x) for x in _values(n, v)) if isinstance(v, list) else
-            float(_values(n, v)[0]) for n, v in table.items()}
+    value_of = testbed.hparams.value_of
+    return {n: tuple(value_of(n, x) for x in _values(n, v)) if isinstance(v, list) else
+            value_of(n, _values(n, v)[0]) for n, v in table.items()}
 
 
 def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]:

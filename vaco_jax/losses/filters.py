@@ -56,7 +56,8 @@ def tv_filter_mask(
     """VACO's total-variation filter.
 
     With `TV = tv_estimate(log_rho, mask)` (or the given `tv`, e.g. measured over the whole phase
-    batch): if `TV <= delta` every valid element is kept. Otherwise exactly the elements with
+    batch, or one per element such as its prompt group's): if `TV <= delta` every valid element
+    is kept. Otherwise exactly the elements with
     `A * sign(rho - 1) > 0` are dropped: for them a step on the surrogate `rho * A` moves `rho`
     away from 1 and so increases TV; the ones that pull `rho` back towards 1 are kept.
     `sign(rho - 1)` is read as `sign(log_rho)`, which is equal and free of rounding in `exp`.
@@ -66,12 +67,14 @@ def tv_filter_mask(
       advantages: advantages, same shape.
       delta: TV threshold, a float or a traced scalar.
       mask: optional validity mask (1 = valid), same shape.
-      tv: optional precomputed TV estimate overriding the one measured on `log_rho`.
+      tv: optional precomputed TV estimate overriding the one measured on `log_rho`: a scalar,
+        or one per element (the input's shape).
 
     Returns:
       `(keep, metrics)`: `keep` is a stop-gradient float 0/1 array of the input's shape, already
       multiplied by `mask`; metrics `tv`, `filter_fraction` (dropped / valid) and
-      `filter_active` (1.0 when `TV > delta`).
+      `filter_active` (1.0 when `TV > delta`; with a TV per element, the share of valid elements
+      whose TV exceeds `delta`, `tv` then being their mean TV).
     """
     valid, log_rho, advantages = validate_and_mask(
         mask, log_rho=log_rho, advantages=advantages
@@ -81,10 +84,12 @@ def tv_filter_mask(
     increases_tv = advantages * jnp.sign(log_rho) > 0
     keep = valid & ~(active & increases_tv)
     dropped = valid & ~keep
+    per_element = tv.ndim > 0
     metrics = {
-        "tv": tv,
+        "tv": aggregate(tv, valid) if per_element else tv,
         "filter_fraction": aggregate(dropped.astype(jnp.float32), valid),
-        "filter_active": active.astype(jnp.float32),
+        "filter_active": (aggregate(active.astype(jnp.float32), valid) if per_element
+                          else active.astype(jnp.float32)),
     }
     return jax.lax.stop_gradient(keep.astype(log_rho.dtype)), jax.lax.stop_gradient(metrics)
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vaco_jax.report.collapse import WARNING_RULES
+from vaco_jax.report.metrics import MECHANISMS
 
 
 def _fmt(value: float) -> str:
@@ -173,12 +174,25 @@ def _md_improvement(summary: Mapping[str, Any]) -> list[str]:
     ]
 
 
+MECHANISM_WORDS = {
+    "clip": "clip",
+    "is_truncated": "importance-weight truncation",
+    "is_masked": "mask",
+    "stale_dropped": "freshness bound",
+    "filter": "TV filter",
+}
+"""Each stabiliser of ``metrics.MECHANISMS`` in the report's words."""
+
+
 def _md_off_policy(summary: Mapping[str, Any]) -> list[str]:
-    lines = ["## Off-policyness", ""]
+    return ["## Off-policyness", "", *_md_off_policy_metrics(summary), *_md_stabilisers(summary)]
+
+
+def _md_off_policy_metrics(summary: Mapping[str, Any]) -> list[str]:
     rows_in = summary["off_policy"]
     columns = summary["off_policy_metrics"]
     if not columns:
-        return lines + ["Not measured: the runs table has no off-policy metric.", ""]
+        return ["Not measured: the runs table has no off-policy metric.", ""]
     header = ["variant", "lag", *columns]
     rows = [
         [
@@ -187,12 +201,78 @@ def _md_off_policy(summary: Mapping[str, Any]) -> list[str]:
         ]
         for r in rows_in
     ]
-    return lines + [
+    return [
         "Each entry is mean / median / 90th percentile over a run's updates, averaged over runs.",
         "",
         *_md_table(header, rows),
         "",
     ]
+
+
+def _md_stabilisers(summary: Mapping[str, Any]) -> list[str]:
+    """The stabilisers' table, then which never acted: a run whose stabiliser never acted tested
+    its algorithm without it, and a reader comparing algorithms must know."""
+    records = summary["mechanisms"]
+    present = [m for m in MECHANISMS if any(m in r for r in records)]
+    lines = [
+        "### Stabilisers: share of samples touched / share of gradient steps at which it acted",
+        "",
+    ]
+    if not present:
+        return lines + ["Not measured: the runs table records no stabiliser's fraction.", ""]
+    header = ["variant", "lag", *(MECHANISM_WORDS[m] for m in present)]
+    rows = [
+        [r["variant"], f"{r['lag']:g}", *(_fmt_mechanism(r.get(m)) for m in present)]
+        for r in records
+    ]
+    unrecorded = any(r[m]["acted"] is None for r in records for m in present if m in r)
+    fallback = [
+        "`n/a`: the runs table records no share of steps at which the stabiliser acted "
+        "(`*_acted`, missing from tables written before trainers recorded it); whether it ever "
+        "acted in a run is then read from its fraction, which is 0 in every evaluation period "
+        "exactly where it touched no sample.",
+        "",
+    ] if unrecorded else []
+    return lines + [
+        "Each entry is the share of samples the stabiliser clipped, truncated, masked, dropped or "
+        "filtered / the share of gradient steps at which it acted (touched at least one sample), "
+        "each a run's mean over training averaged over runs; in brackets, the runs in which it "
+        "ever acted of those that recorded it. `-`: the variant has no such stabiliser.",
+        "",
+        *fallback,
+        *_md_table(header, rows),
+        "",
+        *_acted_sentences(records, present),
+        "",
+    ]
+
+
+def _fmt_mechanism(record: Mapping[str, Any] | None) -> str:
+    if record is None:
+        return "-"
+    shares = f"{_fmt_optional(record['fraction'])} / {_fmt_optional(record['acted'])}"
+    return f"{shares} ({record['runs_acted']}/{record['runs']})"
+
+
+def _acted_sentences(records: Sequence[Mapping[str, Any]], present: Sequence[str]) -> list[str]:
+    """One sentence per (variant, lag, stabiliser) that never acted or acted in some runs only;
+    one sentence in all where every stabiliser acted in every run."""
+    sentences = []
+    for r in records:
+        where = f"`{r['variant']}` at lag {r['lag']:g}"
+        for m in (m for m in present if m in r):
+            mechanism, words = r[m], MECHANISM_WORDS[m]
+            if mechanism["never_acted"]:
+                runs = mechanism["runs"]
+                which = "in its only run" if runs == 1 else f"in none of {runs} runs"
+                if mechanism["acted"] is None:
+                    which += ": its fraction was 0 in every evaluation period"
+                sentences.append(f"- {where}: its {words} never acted ({which}): these runs test "
+                                 f"{r['variant']} without it.")
+            elif mechanism["runs_acted"] < mechanism["runs"]:
+                sentences.append(f"- {where}: its {words} acted in {mechanism['runs_acted']} of "
+                                 f"{mechanism['runs']} runs only.")
+    return sentences or ["Every stabiliser acted in every run that recorded it."]
 
 
 def _fmt_optional(value: float | None) -> str:

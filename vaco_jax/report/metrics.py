@@ -1,8 +1,10 @@
 """Summaries of the training metrics a runs table may hold beside its evaluations.
 
-Two kinds are summarised where present: the shares of samples a stabiliser filters, clips,
+Three kinds are summarised where present: the shares of samples a stabiliser filters, clips,
 truncates, masks or drops (``FRACTION_METRICS``), which say how much of the data an algorithm
-discarded to cope with lag, and per-update measures of how far the behaviour policy lagged
+discarded to cope with lag; the shares of gradient steps at which each stabiliser acted
+(``phase.ACTED_METRICS``), which say whether a run tested its algorithm with the stabiliser or
+in effect without it; and per-update measures of how far the behaviour policy lagged
 (``OFF_POLICY_METRICS``), which compare runs by the off-policyness they actually met.
 """
 
@@ -13,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from vaco_jax.core.phase import MECHANISM_FRACTIONS, acted_name
 
 FRACTION_METRICS = {
     "filter_fraction": "Filter fraction",
@@ -45,6 +49,79 @@ def fraction_means(table: pd.DataFrame) -> pd.DataFrame:
     present = [m for m in FRACTION_METRICS if m in table.columns]
     per_run = table.groupby(["variant", "lag", "run_id"])[present].mean()
     return per_run.groupby(["variant", "lag"]).mean()
+
+
+def mechanism_name(fraction: str) -> str:
+    """The key of the stabiliser of ``fraction`` in ``summary.json``: ``clip`` of
+    ``clip_fraction``."""
+    return fraction.removesuffix("_fraction")
+
+
+MECHANISMS = tuple(mechanism_name(f) for f in MECHANISM_FRACTIONS)
+"""Every stabiliser a trainer records, by its ``summary.json`` key, in the trainers' order."""
+
+
+def mechanism_columns(table: pd.DataFrame) -> list[str]:
+    """The stabilisers' fraction and acted-share metrics in ``table``; a table written before
+    trainers recorded the acted shares has the fractions alone."""
+    candidates = [c for f in MECHANISM_FRACTIONS for c in (f, acted_name(f))]
+    return [c for c in candidates if c in table.columns]
+
+
+def run_mechanisms(table: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the mean over its rows of each stabiliser's fraction and acted share, as
+    ``{metric}[mean]``; a run's mean acted share is the share of its gradient steps at which the
+    stabiliser acted, as each row averages its evaluation period's updates. NaN rows are left
+    out and a run without a finite value (an algorithm without the stabiliser) gets NaN."""
+    columns = mechanism_columns(table)
+    means = table.groupby("run_id")[columns].mean()
+    return means.rename(columns=lambda c: summary_column(c, "mean"))
+
+
+def mechanism_summaries(run_table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per (variant, lag): for each stabiliser with a finite value in its runs, whether and how
+    much it acted (``_mechanism_summary``); stabilisers the variant lacks are left out, so a
+    variant without any has its coordinates alone. A stabiliser that never acted leaves its
+    runs a test of the algorithm without it, which the report must say."""
+    records = []
+    for (variant, lag), runs in run_table.groupby(["variant", "lag"]):
+        record: dict[str, Any] = {"variant": variant, "lag": float(lag)}
+        for fraction in MECHANISM_FRACTIONS:
+            summary = _mechanism_summary(runs, fraction)
+            if summary is not None:
+                record[mechanism_name(fraction)] = summary
+        records.append(record)
+    return records
+
+
+def _run_means(runs: pd.DataFrame, metric: str) -> pd.Series:
+    """Each run's mean of ``metric`` (``run_mechanisms``), NaN where the table lacks it."""
+    column = summary_column(metric, "mean")
+    return runs[column] if column in runs.columns else pd.Series(np.nan, index=runs.index)
+
+
+def _mechanism_summary(runs: pd.DataFrame, fraction: str) -> dict[str, Any] | None:
+    """Over one (variant, lag)'s runs: the mean of the run means of ``fraction`` and of its acted
+    share, the runs in which the stabiliser ever acted, the runs that recorded it and whether it
+    never acted; None where no run recorded it.
+
+    A run without an acted share (a table from before trainers recorded it) has ``acted`` null,
+    and whether it ever acted is read from its fraction instead: the stabiliser touched a sample
+    at some step exactly where some period's mean fraction is above 0.
+    """
+    fractions, acted = _run_means(runs, fraction), _run_means(runs, acted_name(fraction))
+    ever = acted.where(acted.notna(), fractions)
+    recorded = ever.notna()
+    if not recorded.any():
+        return None
+    runs_acted = int((ever[recorded] > 0).sum())
+    return {
+        "fraction": _finite_or_none(fractions.mean()),
+        "acted": _finite_or_none(acted.mean()),
+        "runs_acted": runs_acted,
+        "runs": int(recorded.sum()),
+        "never_acted": runs_acted == 0,
+    }
 
 
 def off_policy_columns(table: pd.DataFrame) -> list[str]:

@@ -34,9 +34,10 @@ class ReportData:
     """What the figures of one report draw, computed once by ``write_report``.
 
     ``table`` is the scored evaluations (``scoring.with_scores``), ``run_table`` one row per run
-    with its off-policy summaries, ``events`` each run's collapse and ESS warnings (None
-    without ``ess_ratio``), ``curves`` the learning curve of each complete (variant, lag) and
-    ``colours`` each variant's colour, the same in every figure.
+    with its off-policy summaries and its stabilisers' mean fractions and acted shares,
+    ``events`` each run's collapse and ESS warnings (None without ``ess_ratio``), ``curves`` the
+    learning curve of each complete (variant, lag) and ``colours`` each variant's colour, the
+    same in every figure.
     """
 
     score: Score
@@ -197,8 +198,11 @@ def write_report(
         ``figures_runs.STALENESS_METRICS`` over training per run, if present; the off-policy
         metrics of ``metrics.OFF_POLICY_METRICS`` (with any ``*_median``/``*_p90``
         per-update summaries of them) are summarised per run and per (variant,
-        lag), and the final score plotted against the run means of
-        ``tv_backward``, ``behaviour_kl`` and ``version_gap_mean``, if present;
+        lag), as are the stabilisers' fractions and the shares of gradient steps at
+        which they acted (``phase.ACTED_METRICS``; without the latter, whether a
+        stabiliser ever acted is read from its fractions), and the final score plotted
+        against the run means of ``tv_backward``, ``behaviour_kl`` and
+        ``version_gap_mean``, if present;
         ``ess_ratio``, if present, is set against each run's collapse
         (``vaco_jax.report.collapse``).
       out_dir: folder of the report, created if needed; report files already
@@ -230,8 +234,10 @@ def write_report(
     references = scoring.normalisation(table, final, reference_scores)
     table = scoring.with_scores(table, references, score)
     off_policy_columns = metrics.off_policy_columns(table)
-    run_table = scoring.run_table(table, final, references).join(
-        metrics.run_off_policy(table), on="run_id"
+    run_table = (
+        scoring.run_table(table, final, references)
+        .join(metrics.run_off_policy(table), on="run_id")
+        .join(metrics.run_mechanisms(table), on="run_id")
     )
     complete, incomplete = cells.cells(run_table, tasks)
     cell_summaries = [cells.cell_summary(cell, reps, seed) for cell in complete]
@@ -291,6 +297,7 @@ def write_report(
         "probability_of_improvement": improvements,
         "off_policy_metrics": off_policy_columns,
         "off_policy": metrics.off_policy_summaries(run_table, off_policy_columns),
+        "mechanisms": metrics.mechanism_summaries(run_table),
         "diverged_runs": _diverged_runs(run_table),
         "ess_collapse": collapse.summary(events, collapse_thresholds),
         "figures": drawn_figures,

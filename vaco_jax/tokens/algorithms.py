@@ -39,7 +39,8 @@ from flax import struct
 from vaco_jax import estimators, losses
 
 IS_LEVELS = ("token", "sequence")
-TV_REFERENCES = ("phase", "behaviour")
+TV_REFERENCES = ("behaviour", "phase")
+TV_SCOPES = ("prompt", "batch")
 
 # Metrics a stabiliser makes meaningful, recorded per update for every algorithm (NaN where the
 # algorithm has no such quantity) so that every program writes the same columns.
@@ -47,9 +48,9 @@ STABILISER_METRICS = (
     "clip_fraction",  # valid tokens (sequences for gspo) whose gradient a clip zeroes or bounds
     "is_weight_mean",  # mean importance weight applied (truncated, masked or tapered)
     "is_truncated_fraction",  # valid tokens (sequences for vcpo) whose weight hits its cap
-    "is_masked_fraction",  # valid tokens an importance-sampling mask drops (mis, m2po)
+    "is_masked_fraction",  # valid tokens a mask drops (mis, m2po, dppo_*)
     "stale_dropped_fraction",  # valid tokens of sequences older than `freshness_alpha` versions
-    "filter_fraction",  # valid tokens VACO's TV filter drops
+    "filter_fraction",  # valid tokens VACO's (TVPO's) TV filter drops
     "bapo_ratio_low",  # the ratio bounds BAPO chose
     "bapo_ratio_high",
 )
@@ -65,9 +66,15 @@ class TokenTerms:
     advantages: jax.Array  # [N]
     mask: jax.Array  # 1 for a valid response token
     version_gap: jax.Array  # versions between the phase's learner and each token's behaviour
+    group: jax.Array | None = None  # [N] int32, each sequence's prompt group
+    reward: jax.Array | None = None  # [N]
+    reference_log_prob: jax.Array | None = None  # under the warm start, for algorithms that read it
+    num_groups: int = struct.field(pytree_node=False, default=1)
     aggregation: str = struct.field(pytree_node=False, default="token-mean")
     is_level: str = struct.field(pytree_node=False, default="token")
-    tv_reference: str = struct.field(pytree_node=False, default="phase")
+    tv_reference: str = struct.field(pytree_node=False, default="behaviour")
+    tv_scope: str = struct.field(pytree_node=False, default="prompt")
+    tv_delta_convention: str = struct.field(pytree_node=False, default="budget")
 
     @property
     def token_advantages(self) -> jax.Array:
@@ -84,6 +91,18 @@ class TokenTerms:
     @property
     def log_staleness(self) -> jax.Array:
         return self.phase_log_prob - self.behaviour_log_prob
+
+    @property
+    def trust_log_prob(self) -> jax.Array:
+        """Log-probs of the policy a trust region measures the learner against
+        (`tv_reference`)."""
+        return self.phase_log_prob if self.tv_reference == "phase" else self.behaviour_log_prob
+
+    @property
+    def trust_log_ratio(self) -> jax.Array:
+        """Stop-gradient `log(pi_theta / reference)`, 0 on invalid tokens."""
+        return jax.lax.stop_gradient(
+            jnp.where(self.mask > 0, self.log_prob - self.trust_log_prob, 0.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +132,10 @@ class TokenAlgorithm:
     # Overrides `TokenConfig.aggregation` where the algorithm defines its own normalisation.
     aggregation: str | None = None
     ess_scaling: bool = False
+    # Its trust region measures pi_theta against `tv_reference`: with `phase` and one gradient
+    # step per version that ratio is exactly 1, so the configuration is refused.
+    trust_region_ratio: bool = False
+    needs_reference: bool = False  # reads the reference policy's log-probs (the warm start)
 
 
 # ---------------------------------------------------------------------------- advantages
@@ -252,14 +275,73 @@ def _bapo(t: TokenTerms, hp):
                   "bapo_ratio_high": 1.0 + high_eps}
 
 
-def _vaco(t: TokenTerms, hp):
-    log_rho = t.phase_log_ratio if t.tv_reference == "phase" else t.behaviour_log_ratio
-    keep, filtered = losses.tv_filter_mask(jax.lax.stop_gradient(log_rho), t.token_advantages,
-                                           hp.tv_delta, t.mask)
+def _tv_threshold(t: TokenTerms, hp):
+    return losses.tv_threshold(hp.tv_delta, t.tv_delta_convention)
+
+
+def _grpo_tv_filter(t: TokenTerms, hp):
+    keep, filtered = losses.tv_filter_mask(t.trust_log_ratio, t.token_advantages,
+                                           _tv_threshold(t, hp), t.mask)
     # Dropped tokens stay in the mean's count (the engine's `filter_normalization="all"`).
     loss, metrics = _ppo_clip(t, hp, weights=keep)
     return loss, {"clip_fraction": metrics["clip_fraction"],
                   "filter_fraction": filtered["filter_fraction"]}
+
+
+def _truncated_is_policy_gradient(t: TokenTerms, hp, keep: jax.Array):
+    """`-A sg(min(r, C)) log pi` on the kept tokens, `r` the trust region's ratio and `C` =
+    `trust_is_cap`, dropped tokens counted in the mean: the surrogate TVPO and DPPO share."""
+    log_r = t.trust_log_ratio
+    weights = losses.truncated_is_weights(log_r, hp.trust_is_cap) * keep
+    return _policy_gradient(t, weights), {
+        "is_weight_mean": losses.aggregate(weights, t.mask),
+        "is_truncated_fraction": _fraction((losses.clamped_ratio(log_r) > hp.trust_is_cap)
+                                           & (keep > 0), t)}
+
+
+def _tvpo(t: TokenTerms, hp):
+    log_rho = t.trust_log_ratio
+    tv = None  # `batch`: the minibatch's token-weighted TV
+    if t.tv_scope == "prompt":
+        # A token is kept while the batch's TV (the mean of the group TVs) or its group's is
+        # within the threshold: the filter acts where both exceed it.
+        group_tv, batch_tv = losses.group_tv_estimate(log_rho, t.group, t.num_groups, t.mask)
+        tv = jnp.minimum(group_tv, batch_tv)
+    keep, filtered = losses.tv_filter_mask(log_rho, t.token_advantages, _tv_threshold(t, hp),
+                                           t.mask, tv=tv)
+    loss, metrics = _truncated_is_policy_gradient(t, hp, keep)
+    return loss, {**metrics, "filter_fraction": filtered["filter_fraction"]}
+
+
+def _dppo(mask_fn: Callable[[TokenTerms, Any], tuple[jax.Array, dict]]) -> PolicyLoss:
+    def loss(t: TokenTerms, hp):
+        keep, masked = mask_fn(t, hp)
+        value, metrics = _truncated_is_policy_gradient(t, hp, keep)
+        return value, {**metrics, "is_masked_fraction": masked["mask_fraction"]}
+    return loss
+
+
+def _binary_tv_mask(t: TokenTerms, hp):
+    return losses.dppo_binary_tv_mask(jax.lax.stop_gradient(t.log_prob), t.trust_log_prob,
+                                      t.token_advantages, hp.dppo_delta_low, hp.dppo_delta_high,
+                                      t.mask)
+
+
+def _binary_kl_mask(t: TokenTerms, hp):
+    return losses.dppo_binary_kl_mask(jax.lax.stop_gradient(t.log_prob), t.trust_log_prob,
+                                      t.token_advantages, hp.dppo_kl_delta, t.mask)
+
+
+def _tba(t: TokenTerms, hp):
+    """Trajectory balance, `(log Z + log pi(y) - log p_ref(y) - R / beta)^2` per sequence, with
+    log Z each prompt's VarGrad estimate: the stop-gradient mean over its samples in the
+    minibatch of `R / beta - log pi(y) + log p_ref(y)`."""
+    log_ratio = jnp.where(t.mask > 0, t.log_prob - t.reference_log_prob, 0.0).sum(axis=-1)
+    residual = log_ratio - t.reward / hp.tba_beta
+    totals = jax.ops.segment_sum(residual, t.group, t.num_groups)
+    counts = jax.ops.segment_sum(jnp.ones_like(residual), t.group, t.num_groups)
+    log_z = -jax.lax.stop_gradient(totals / jnp.maximum(counts, 1))[t.group]
+    return jnp.mean(jnp.square(log_z + residual)), {}
 
 
 def _vcpo(t: TokenTerms, hp):
@@ -351,11 +433,40 @@ ALGORITHMS: dict[str, TokenAlgorithm] = {a.name: a for a in (
                     "until positive tokens carry `bapo_positive_share` of the gradient",
         source="Xi et al. 2025 (BAPO)"),
     TokenAlgorithm(
-        "vaco", group_relative, _vaco, hparams=("clip_eps", "tv_delta"),
-        description="GRPO with VACO's TV filter: above `tv_delta` the tokens that would raise "
-                    "TV to the reference (`tv_reference`) are dropped; no advantage "
-                    "realignment (it needs a critic)",
+        "vaco", group_centred, _tvpo, hparams=("tv_delta", "trust_is_cap"),
+        aggregation="seq-mean-token-sum-norm", trust_region_ratio=True,
+        description="the authors' TVPO: -A sg(min(r, trust_is_cap)) log pi, no clip; once the "
+                    "TV 0.5 mean|r - 1| of the batch and of a token's prompt group (`tv_scope`) "
+                    "exceed the threshold (`tv_delta` read under `tv_delta_convention`), the "
+                    "tokens whose step would raise it are dropped; r to `tv_reference`; "
+                    "group-centred advantages; no advantage realignment (it needs a critic)",
+        source="VACO (Align and Filter); TVPO in hmnhonari/verl"),
+    TokenAlgorithm(
+        "grpo_tv_filter", group_relative, _grpo_tv_filter, hparams=("clip_eps", "tv_delta"),
+        trust_region_ratio=True,
+        description="ablation (the token `vaco` before the fidelity review): GRPO's PPO-clip "
+                    "with VACO's TV filter on the minibatch's TV to `tv_reference`",
         source="VACO"),
+    TokenAlgorithm(
+        "dppo_binary_tv", group_centred, _dppo(_binary_tv_mask),
+        hparams=("dppo_delta_low", "dppo_delta_high", "trust_is_cap"),
+        aggregation="seq-mean-token-sum-norm", trust_region_ratio=True,
+        description="TVPO's truncated-IS surrogate with a token masked once its probability "
+                    "moved past dppo_delta_high (A > 0) or dppo_delta_low (A <= 0) in its "
+                    "advantage's direction, against `tv_reference`",
+        source="Qi et al. 2026 (Rethinking the Trust Region in LLM RL, DPPO)"),
+    TokenAlgorithm(
+        "dppo_binary_kl", group_centred, _dppo(_binary_kl_mask),
+        hparams=("dppo_kl_delta", "trust_is_cap"),
+        aggregation="seq-mean-token-sum-norm", trust_region_ratio=True,
+        description="TVPO's truncated-IS surrogate with a token masked once the binary KL of "
+                    "its probability exceeds dppo_kl_delta in its advantage's direction",
+        source="Qi et al. 2026 (Rethinking the Trust Region in LLM RL, DPPO)"),
+    TokenAlgorithm(
+        "tba", group_centred, _tba, hparams=("tba_beta",), needs_reference=True,
+        description="trajectory balance to the warm start tilted by exp(R / tba_beta), log Z "
+                    "per prompt by VarGrad; off-policy by construction, no importance weight",
+        source="Bartoldson et al. 2025 (Trajectory Balance with Asynchrony, TBA)"),
     _vcpo_entry("vcpo", off_policy_optimal, True,
                 "advantages with the off-policy optimal baseline, every step scaled by "
                 "sqrt(min(1, ess / ess_target))"),

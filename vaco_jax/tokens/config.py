@@ -10,6 +10,7 @@ from flax import struct
 
 from vaco_jax.core.config import (Config, HParamsBase, check_choice, check_lag_settings,
                                    check_positive_int, once_per_config)
+from vaco_jax import losses
 from vaco_jax.losses import AGGREGATIONS
 from vaco_jax.core.policy_buffer import validate_lag
 from vaco_jax.tokens import algorithms
@@ -38,8 +39,18 @@ class TokenConfig(Config):
     algo: str = "grpo"  # one of ALGORITHMS (`vaco_jax.tokens.algorithms`)
     # `tis` and `mis`: one importance weight per token, or each sequence's product of ratios.
     is_level: str = "token"
-    # `vaco`: the TV filter's reference policy, `phase` (pi_T) or `behaviour` (beta).
-    tv_reference: str = "phase"
+    # The policy the trust regions of `vaco`, `grpo_tv_filter` and `dppo_*` measure the learner
+    # against: `behaviour` (beta, TVPO's and DPPO's bypass mode, as in the authors' research
+    # scripts; the ratio that varies at one gradient step per version) or `phase` (pi_T, the
+    # learner at the phase's start, verl's recomputed old policy).
+    tv_reference: str = "behaviour"
+    # `vaco` (TVPO): the TV estimate's scope, `prompt` (a token is kept while the batch's or
+    # its prompt group's TV is within the threshold, the authors' default) or `batch`.
+    tv_scope: str = "prompt"
+    # How `tv_delta` becomes a TV threshold (`losses.TV_DELTA_CONVENTIONS`): `budget` (the
+    # authors' code, threshold tv_delta / 2) or `tv` (tv_delta itself, as in results committed
+    # before 2026-11-25).
+    tv_delta_convention: str = "budget"
     layers: int = 2
     width: int = 64
     heads: int = 4
@@ -108,6 +119,8 @@ class TokenHParams(HParamsBase):
     first token) `in_flight`, the staleness bound `eta` for `bounded`, the probability `p` for
     `geometric`, unused for `empirical`."""
 
+    named_values = {"tv_delta": losses.TV_BUDGETS}
+
     learning_rate: Any = 3e-4  # 1e-3 is unstable on `add` from the warm start
     lag: Any = 0.0
     clip_eps: Any = 0.2
@@ -127,7 +140,18 @@ class TokenHParams(HParamsBase):
     bapo_low_end: Any = 0.9
     bapo_high_start: Any = 1.2  # bapo: the path of the upper ratio bound
     bapo_high_end: Any = 3.0
-    tv_delta: Any = 0.2  # vaco: the TV filter's threshold
+    # vaco, grpo_tv_filter: the TV budget, read under `tv_delta_convention`; the default is
+    # TVPO's language-model budget 0.015 (`losses.TV_BUDGETS` names the authors' values).
+    tv_delta: Any = 0.015
+    # vaco, dppo_*: the cap C of their truncated-IS weight sg(min(r, C)); the authors' scripts
+    # set 10000, which leaves the weight untruncated in practice.
+    trust_is_cap: Any = 1e4
+    dppo_delta_low: Any = 0.15  # dppo_binary_tv: how far p may fall (A <= 0) ...
+    dppo_delta_high: Any = 0.15  # ... or rise (A > 0) past its old value
+    dppo_kl_delta: Any = 0.05  # dppo_binary_kl: the bound of KL(Bernoulli(p_old) || Bernoulli(p))
+    # tba: the KL coefficient beta of trajectory balance, rewards divided by it (TBA's GSM8K
+    # launch script starts at 0.014; its linear decay is not reproduced).
+    tba_beta: Any = 0.014
     # vcpo*: the cap `C` of the sequence importance weight. Not `is_cap`: VCPO's sequence weight
     # is a product over tokens and its paper caps it at 8, while `is_cap` bounds the token weights
     # of tis / mis / decoupled_ppo at 2; one field would give one of them a wrong default.
@@ -151,6 +175,9 @@ def _validate_config(config: TokenConfig) -> None:
     check_choice("algo", config.algo, ALGORITHMS)
     check_choice("is_level", config.is_level, algorithms.IS_LEVELS)
     check_choice("tv_reference", config.tv_reference, algorithms.TV_REFERENCES)
+    check_choice("tv_scope", config.tv_scope, algorithms.TV_SCOPES)
+    check_choice("tv_delta_convention", config.tv_delta_convention,
+                 losses.TV_DELTA_CONVENTIONS)
     for field in ("task_size", "layers", "width", "heads", "context", "prompts", "group_size",
                   "buffer_capacity", "epochs", "minibatches", "num_updates", "eval_every",
                   "eval_prompts"):
@@ -169,6 +196,15 @@ def _validate_config(config: TokenConfig) -> None:
     if config.group_size < 2:
         raise ValueError(f"group_size={config.group_size} leaves group-relative advantages "
                          f"always 0; allowed: group_size >= 2")
+    algorithm = algorithms.ALGORITHMS[config.algo]
+    if (algorithm.trust_region_ratio and config.tv_reference == "phase"
+            and config.epochs * config.minibatches == 1):
+        raise ValueError(
+            f"algo={config.algo!r} with tv_reference='phase', epochs={config.epochs} and "
+            f"minibatches={config.minibatches} is refused: its trust region measures "
+            f"pi_theta/pi_T, which is exactly 1 at a phase's only gradient step, so it can "
+            f"never act; set tv_reference='behaviour' (it then measures pi_theta/beta) or take "
+            f"more than one step per version (epochs or minibatches > 1)")
     if config.batch_size % config.minibatches:
         raise ValueError(f"minibatches={config.minibatches} must divide prompts x group_size "
                          f"= {config.batch_size}")
@@ -196,7 +232,12 @@ HPARAM_RANGES = {
     "bapo_low_end": (0.0, 1.0, False, True),
     "bapo_high_start": (1.0, np.inf, True, False),
     "bapo_high_end": (1.0, np.inf, True, False),
-    "tv_delta": (0.0, 1.0, True, True),
+    "tv_delta": (0.0, 2.0, True, True),  # an L1 budget is at most 2
+    "trust_is_cap": (1.0, np.inf, True, False),
+    "dppo_delta_low": (0.0, 1.0, True, True),
+    "dppo_delta_high": (0.0, 1.0, True, True),
+    "dppo_kl_delta": (0.0, np.inf, True, False),
+    "tba_beta": (0.0, np.inf, False, False),
     "vcpo_is_cap": (1.0, np.inf, True, False),
     "ess_target": (0.0, 1.0, False, True),
 }

@@ -44,7 +44,8 @@ METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "versio
            "version_gap_max", "tv_backward", "tv_forward", "ess_ratio", "grad_norm",
            "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss", "diverged",
            # the ESS learning-rate factor sqrt(min(1, ess / ess_target)), NaN without ESS scaling
-           "ess_lr_scale") + STABILISER_METRICS
+           "ess_lr_scale") + STABILISER_METRICS + tuple(
+               phase.acted_name(m) for m in phase.MECHANISM_FRACTIONS)
 
 
 @struct.dataclass
@@ -57,6 +58,7 @@ class TokenState:
     update: jax.Array  # int32, updates done
     diverged: jax.Array  # bool
     diverged_at: jax.Array  # int32, 1-based number of the first non-finite update, -1 if none
+    reference: Any = None  # the warm start's parameters, kept for algorithms that read them
 
 
 @struct.dataclass
@@ -73,6 +75,8 @@ class Batch:
     entropy: jax.Array  # behaviour entropy per token
     behaviour_version: jax.Array  # [N, L] int32, each token's own
     version_gap: jax.Array  # [N, L] float, versions between the phase's learner and each token
+    group: jax.Array  # [N] int32, the prompt each sequence answers
+    reference_log_prob: jax.Array | None  # under the reference policy, for algorithms that read it
 
 
 def _kl(log_ratio: jax.Array, mask: jax.Array) -> jax.Array:
@@ -130,7 +134,8 @@ class TokenTrainer(Trainer):
                           buffer=init_buffer(params, cfg.buffer_capacity),
                           per_actor_lags=per_actor, key=key,
                           update=jnp.zeros((), jnp.int32), diverged=jnp.zeros((), bool),
-                          diverged_at=jnp.full((), -1, jnp.int32))
+                          diverged_at=jnp.full((), -1, jnp.int32),
+                          reference=params if self.algorithm.needs_reference else None)
 
     # ------------------------------------------------------------------------ generation
     def collect(self, state: TokenState, key: jax.Array,
@@ -213,11 +218,17 @@ class TokenTrainer(Trainer):
             log_staleness=log_staleness.reshape(cfg.prompts, cfg.group_size),
             scale_by_std=cfg.scale_advantages_by_std,
             sequence_grad_sq_norms=grad_sq_norms)).reshape(-1)
+        reference_log_prob = None
+        if self.algorithm.needs_reference:
+            reference_log_prob, _ = self.policy.response_log_probs(
+                state.reference, prompt, samples.response, hp.temperature)
         return Batch(prompt=prompt, response=samples.response, mask=samples.mask,
                      behaviour_log_prob=samples.log_prob, phase_log_prob=phase_log_prob,
                      advantages=advantages, reward=reward, entropy=samples.entropy,
                      behaviour_version=versions,
-                     version_gap=(state.buffer.latest_version - versions).astype(jnp.float32))
+                     version_gap=(state.buffer.latest_version - versions).astype(jnp.float32),
+                     group=jnp.repeat(jnp.arange(cfg.prompts, dtype=jnp.int32), cfg.group_size),
+                     reference_log_prob=reference_log_prob)
 
     # ------------------------------------------------------------------------ optimisation
     def terms(self, params, mb: Batch, hp: TokenHParams) -> TokenTerms:
@@ -227,9 +238,12 @@ class TokenTrainer(Trainer):
                                                      hp.temperature)
         return TokenTerms(log_prob=log_prob, behaviour_log_prob=mb.behaviour_log_prob,
                           phase_log_prob=mb.phase_log_prob, advantages=mb.advantages,
-                          mask=mb.mask, version_gap=mb.version_gap,
+                          mask=mb.mask, version_gap=mb.version_gap, group=mb.group,
+                          reward=mb.reward, reference_log_prob=mb.reference_log_prob,
+                          num_groups=cfg.prompts,
                           aggregation=self.algorithm.aggregation or cfg.aggregation,
-                          is_level=cfg.is_level, tv_reference=cfg.tv_reference)
+                          is_level=cfg.is_level, tv_reference=cfg.tv_reference,
+                          tv_scope=cfg.tv_scope, tv_delta_convention=cfg.tv_delta_convention)
 
     def _loss(self, params, mb: Batch, hp: TokenHParams):
         t = self.terms(params, mb, hp)
@@ -275,7 +289,8 @@ class TokenTrainer(Trainer):
         (params, opt_state), metrics = phase.scan_epochs(
             minibatch_step, (state.params, state.opt_state),
             lambda epoch_key: self._minibatches(batch, epoch_key), key, self.config.epochs)
-        return params, opt_state, jax.tree.map(jnp.nanmean, metrics)
+        return params, opt_state, {**jax.tree.map(jnp.nanmean, metrics),
+                                   **phase.acted_shares(metrics)}
 
     def update(self, state: TokenState, hp: TokenHParams) -> tuple[TokenState, dict]:
         """One generation and one optimisation phase; a non-finite result freezes the run."""
