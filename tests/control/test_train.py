@@ -332,6 +332,27 @@ def test_options_are_validated_before_compilation(field, value, allowed):
         ControlTrainer(TOY.replace(**{field: value}))
 
 
+@pytest.mark.parametrize("algo,tv_reference,message", [
+    ("vaco", "phase", "its TV filter measures pi_theta/pi_T .* set tv_reference='behaviour'"),
+    ("vaco_filter_only", "phase", "its TV filter measures pi_theta/pi_T"),
+    ("ppo_recompute", "phase", "its clip bounds pi_theta/pi_T.* use algo='ppo'"),
+    ("vaco_realign_only", "behaviour", "its clip bounds pi_theta/pi_T")])
+def test_a_trust_region_that_cannot_act_at_one_step_per_phase_is_refused(algo, tv_reference,
+                                                                         message):
+    one_step = TOY.replace(algo=algo, tv_reference=tv_reference, epochs=1, minibatches=1)
+    with pytest.raises(ValueError, match=f"algo='{algo}' with epochs=1 and minibatches=1 is "
+                                         f"refused: {message}"):
+        ControlTrainer(one_step)
+    ControlTrainer(one_step.replace(epochs=2))  # a second step lets the ratio move
+    if algo.startswith("vaco") and tv_reference == "phase":  # the behaviour ratio moves at once
+        ControlTrainer(one_step.replace(tv_reference="behaviour"))
+
+
+def test_tv_delta_convention_is_validated_before_compilation():
+    with pytest.raises(ValueError, match="tv_delta_convention='l1' .* allowed values: budget, tv"):
+        ControlTrainer(TOY.replace(tv_delta_convention="l1"))
+
+
 # ---------------------------------------------------------------- adaptive KL coefficient
 
 

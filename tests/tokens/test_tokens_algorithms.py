@@ -351,6 +351,19 @@ def test_at_a_phase_first_step_tis_cispo_and_decoupled_ppo_take_one_gradient(lag
     assert max(jax.tree.leaves(differences)) > 1e-4
 
 
+def test_vaco_at_its_defaults_filters_stale_tokens_and_keeps_fresh_ones(lagged_batches):
+    """The token defaults (one step per version, TVPO's budget 0.015, the behaviour ratio):
+    the filter acts on a stale batch and never on a fresh one's first step."""
+    states, batches = lagged_batches
+    trainer = TokenTrainer(TINY.replace(algo="vaco", minibatches=1), PARAMS)
+    shares = []
+    for index in (0, 1):
+        state, batch = jax.tree.map(lambda x: x[index], (states, batches))
+        shares.append(float(trainer._loss(state.params, batch, TokenHParams())[1]
+                            ["filter_fraction"]))
+    assert shares[0] == 0.0 and shares[1] > 0.05
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_trains_without_nan_at_lag_zero_and_at_lag_three(lagged_batches, algo):

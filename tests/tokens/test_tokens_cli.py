@@ -41,3 +41,27 @@ def test_unknown_algorithm_is_rejected_by_the_parser(capsys):
     with pytest.raises(SystemExit):
         main(["tokens", "--algo", "ppo"])
     assert "invalid choice: 'ppo'" in capsys.readouterr().err
+
+
+def test_the_authors_budgets_go_by_name_on_the_command_line_and_in_experiments():
+    import argparse
+
+    from vaco_jax import experiment
+    from vaco_jax.cli.common import hparam_type
+    from vaco_jax.control.config import ControlHParams
+    from vaco_jax.tokens.config import TokenHParams
+
+    assert hparam_type(TokenHParams)("tv_delta=tvpo_lm") == ("tv_delta", 0.015)
+    assert hparam_type(ControlHParams)("tv_delta=vaco_mujoco") == ("tv_delta", 0.2)
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match="tv_delta needs a number or one of vaco_mujoco, tvpo_lm, "
+                             "tvpo_lm_tight, got 'paper'"):
+        hparam_type(TokenHParams)("tv_delta=paper")
+    with pytest.raises(argparse.ArgumentTypeError, match="is_cap needs a number, got 'big'"):
+        hparam_type(TokenHParams)("is_cap=big")
+    parsed = experiment.parse_experiment(
+        'name = "budgets"\ntestbed = "tokens"\ntasks = ["add"]\nalgos = ["vaco"]\nseeds = 1\n'
+        '[lag]\nmodel = "fixed"\nlevels = [0]\n'
+        '[hparams]\ntv_delta = ["tvpo_lm_tight", "tvpo_lm", 0.1]\n')
+    group = parsed.groups[0]
+    assert sorted({r.hparams["tv_delta"] for r in group.runs}) == [0.01, 0.015, 0.1]

@@ -14,6 +14,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vaco_jax.core.config import Config
+from vaco_jax.core.phase import MECHANISM_FRACTIONS, acted_name
+from vaco_jax.report.markdown import MECHANISM_WORDS
+from vaco_jax.report.metrics import mechanism_name
 from vaco_jax.run import testbeds
 from vaco_jax.run.driver import Driver, TrainingResult
 
@@ -92,9 +95,29 @@ def summary(result: TrainingResult, out: str) -> str:
                      f"{note}")
     if ref is not None:
         lines.append(f"  reference {ref.score:g}: {ref.meaning}")
+    lines += _stabilisers(result.table(), cfg.algo)
     lines.append(f"results: {out}/metrics.csv, {out}/metrics.parquet, {out}/config.json, "
                  f"{out}/status.json, checkpoint in {out}/checkpoint/")
     return "\n".join(lines)
+
+
+def _stabilisers(table, algo: str) -> list[str]:
+    """For each clip, filter, mask or truncation the algorithm has: the share of samples it
+    touched and of gradient steps at which it acted, over every seed; a run in which it never
+    acted tested the algorithm without it, which the reader must know."""
+    lines = []
+    for fraction in MECHANISM_FRACTIONS:
+        acted = acted_name(fraction)
+        if acted not in table or not table[acted].notna().any():
+            continue
+        words = MECHANISM_WORDS[mechanism_name(fraction)]
+        share = float(table[acted].mean())
+        if share == 0:
+            lines.append(f"  {words}: never acted (these runs are {algo} without it)")
+        else:
+            lines.append(f"  {words}: touched {float(table[fraction].mean()):.1%} of samples, "
+                         f"acted at {share:.0%} of gradient steps")
+    return lines
 
 
 def next_steps(result: TrainingResult, out: str) -> str:

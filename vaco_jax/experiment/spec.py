@@ -202,9 +202,15 @@ def _hparam_values(table: Mapping[str, Any],
     if "lag" in table:
         raise ValueError("lag is set by [lag] levels, not as a hyper-parameter")
     testbed.hparams.create(**{n: 0.0 for n in table})  # names only: rejects unknown ones
-    value_of = testbed.hparams.value_of
-    return {n: tuple(value_of(n, x) for x in _values(n, v)) if isinstance(v, list) else
-            value_of(n, _values(n, v)[0]) for n, v in table.items()}
+
+    def numbers(name: str, value: Any) -> tuple[float, ...]:
+        # A name a field takes (`HParamsBase.named_values`) stands for its number.
+        named = [testbed.hparams.value_of(name, v) if isinstance(v, str) else v
+                 for v in (value if isinstance(value, list) else [value])]
+        return tuple(float(x) for x in _values(name, named if isinstance(value, list)
+                                                else named[0]))
+    return {n: numbers(n, v) if isinstance(v, list) else numbers(n, v)[0]
+            for n, v in table.items()}
 
 
 def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]:

@@ -11,7 +11,10 @@ Ratios, as they are named below:
 - the behaviour ratio `pi_theta / beta`: learner over the policy that generated the token (stale
   by the generator's lag, and in bfloat16 under `bf16_behaviour`);
 - the phase ratio `pi_theta / pi_T`, `pi_T` being the learner at the start of the phase;
-- the staleness `pi_T / beta`, the behaviour ratio at the phase's first step.
+- the staleness `pi_T / beta`, the behaviour ratio at the phase's first step;
+- the trust-region ratio `pi_theta / reference` of `vaco` (the authors' TVPO), `grpo_tv_filter`
+  and `dppo_*`, the reference being `tv_reference`: beta by default (the authors' bypass mode),
+  or pi_T, refused at one gradient step per version, where that ratio is 1.
 
 Hooks for algorithms that need more (VCPO): an entry's `advantages` receives `AdvantageInputs`,
 which carries each sequence's log staleness and, on demand, the squared norms of each sequence's
