@@ -352,7 +352,8 @@ def test_report_md_has_title_table_rows_and_figure_links(report):
     assert "| 4 | vaco[tv_delta=0.1] | ppo |" in text
     assert (
         "| variant | lag | runs per task | hopper IQM [95% CI] | hopper AUC IQM [95% CI] | "
-        "walker IQM [95% CI] | walker AUC IQM [95% CI] |"
+        "hopper raw final return IQM [95% CI] | walker IQM [95% CI] | walker AUC IQM [95% CI] | "
+        "walker raw final return IQM [95% CI] |"
     ) in text
     for c in summary["task_cells"]:
         if c["task"] == "hopper":
@@ -587,15 +588,48 @@ def test_fraction_figure_of_the_control_table_draws_filter_and_clip(report, figu
     assert figure.get_suptitle().startswith("Share of samples filtered, clipped")
 
 
-def test_staleness_figure_of_the_control_table_has_score_ess_and_grad_norm_rows(report, figures):
+def test_staleness_figure_of_the_control_table_has_score_ess_and_grad_norm_rows_per_task(
+    report, figures
+):
     axes = panels(figures["fig_staleness_diagnostics"])
-    assert len(axes) == 3 * len(LAGS)
+    assert len(axes) == 3 * len(TASKS) * len(LAGS)
     assert [ax.get_ylabel() for ax in axes[:: len(LAGS)]] == [
-        "normalised return", "ESS ratio", "gradient norm (log)"
+        f"{task}\n{row}" for task in TASKS
+        for row in ("normalised return", "ESS ratio", "gradient norm (log)")
     ]
-    assert [ax.get_yscale() for ax in axes] == ["linear"] * 4 + ["log"] * 2
+    assert [ax.get_yscale() for ax in axes] == (["linear"] * 4 + ["log"] * 2) * len(TASKS)
     _, summary = report
     assert len(summary["ess_collapse"]["runs"]) == len(RUNS)
+
+
+def test_staleness_medians_are_per_task(report, figures, runs):
+    """The thick line of ppo at lag 4 in walker's score row is the median of walker's runs
+    alone, not of every task's."""
+    axes = panels(figures["fig_staleness_diagnostics"])
+    walker_score_at_4 = axes[3 * len(LAGS) + 1]
+    (median,) = [line for line in walker_score_at_4.lines if line.get_label() == "ppo"]
+    _, summary = report
+    initial, reference = hand_normalisation()["walker"]
+    walker = np.array([filled(eval_returns("walker", "ppo", 4.0, s)) for s in SEEDS])
+    expected = np.median((walker - initial) / (reference - initial), axis=0)
+    assert median.get_ydata() == pytest.approx(expected)
+
+
+def test_gradient_norm_axis_is_clipped_to_its_1st_to_99th_percentile(runs, tmp_path):
+    """One run's gradient norm diverging to 1e9 at its last evaluation (under 1% of the
+    task's points) leaves the axis at the other runs' scale."""
+    last = (runs["run_id"] == run_id(*DIVERGED)) & (runs["update"] == UPDATES[-1])
+    exploding = runs.assign(grad_norm=np.where(last, 1e9, 1.0 + runs["grad_norm"]))
+    figures = {}
+    with drawn_figures(figures):
+        write_report(exploding[exploding["task"] == "hopper"], tmp_path,
+                     final_fraction=FINAL_FRACTION, reps=20)
+    axes = panels(figures["fig_staleness_diagnostics"])
+    low, high = axes[-1].get_ylim()
+    values = exploding.loc[exploding["task"] == "hopper", "grad_norm"]
+    assert (low, high) == pytest.approx(
+        (np.percentile(values, 1) / 1.5, np.percentile(values, 99) * 1.5))
+    assert high < 10
 
 
 # A token-testbed-like table: held-out accuracy at sampled responses, the ESS ratio NaN at the

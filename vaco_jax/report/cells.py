@@ -36,8 +36,9 @@ class Cell:
     ``condition`` is what a baseline must share besides the lag level: the lag model and the
     forward setting (``lag_model``, ``epochs``, ``minibatches``); ``hparams`` the values of the
     swept hyper-parameters its runs set (NaN, unset, left out). ``runs`` holds the paired
-    runs with a ``slot`` column (their row in the matrices); ``scores`` and ``auc`` are
-    ``[runs per task, num_tasks]``.
+    runs with a ``slot`` column (their row in the matrices); ``scores`` and ``auc`` (normalised),
+    ``raw_scores`` (final scores in the testbed's units) and ``gains`` and ``auc_gains`` (raw
+    final score and raw AUC less the run's first evaluation) are ``[runs per task, num_tasks]``.
     """
 
     variant: str
@@ -50,6 +51,9 @@ class Cell:
     runs: pd.DataFrame
     scores: np.ndarray
     auc: np.ndarray
+    raw_scores: np.ndarray
+    gains: np.ndarray
+    auc_gains: np.ndarray
 
 
 def _paired(cell_runs: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
@@ -93,6 +97,9 @@ def cells(run_table: pd.DataFrame, tasks: Sequence[str]) -> tuple[list[Cell], li
                 runs=paired,
                 scores=_matrix(paired, "final_score", tasks),
                 auc=_matrix(paired, "auc", tasks),
+                raw_scores=_matrix(paired, "raw_final", tasks),
+                gains=_matrix(paired, "gain", tasks),
+                auc_gains=_matrix(paired, "auc_gain", tasks),
             )
         )
     return complete, incomplete
@@ -112,9 +119,24 @@ def _bootstrap_interval(
     return _interval(estimate)
 
 
-def cell_summary(cell: Cell, reps: int, seed: int) -> dict[str, Any]:
-    """A cell's run counts and the interval of every aggregate of its final scores and of the
-    IQM of its AUC."""
+def _raw_by_task(
+    raw_scores: np.ndarray, initial: np.ndarray, tasks: Sequence[str], reps: int, seed: int
+) -> dict[str, dict[str, Any]]:
+    """Per task, in the testbed's units: the mean first evaluation and the final score's IQM with
+    its interval. Normalised numbers pooled over tasks have no raw twin (tasks differ in units),
+    so the raw ones beside them are per task."""
+    return {
+        task: {
+            "initial": float(initial[:, m].mean()),
+            "iqm": _bootstrap_interval(raw_scores[:, [m]], stats.aggregate_iqm, reps, seed),
+        }
+        for m, task in enumerate(tasks)
+    }
+
+
+def cell_summary(cell: Cell, tasks: Sequence[str], reps: int, seed: int) -> dict[str, Any]:
+    """A cell's run counts, the interval of every aggregate of its final scores and of the IQM of
+    its AUC, and per task its raw initial and final scores (``raw``)."""
     return {
         "variant": cell.variant,
         "algo": cell.algo,
@@ -127,6 +149,7 @@ def cell_summary(cell: Cell, reps: int, seed: int) -> dict[str, Any]:
             for key, (_, aggregate) in AGGREGATES.items()
         },
         "auc_iqm": _bootstrap_interval(cell.auc, stats.aggregate_iqm, reps, seed),
+        "raw": _raw_by_task(cell.raw_scores, cell.raw_scores - cell.gains, tasks, reps, seed),
     }
 
 
@@ -145,7 +168,9 @@ def task_summaries(
     records = []
     for (variant, lag, task), runs in run_table.groupby(["variant", "lag", "task"], sort=True):
         ordered = runs.sort_values(["seed", "run_id"])
-        scores, auc = (ordered[[column]].to_numpy() for column in ("final_score", "auc"))
+        scores, auc, raw = (
+            ordered[[column]].to_numpy() for column in ("final_score", "auc", "raw_final")
+        )
         records.append({
             "variant": variant,
             "algo": str(ordered["algo"].iloc[0]),
@@ -155,6 +180,8 @@ def task_summaries(
             "iqm": _bootstrap_interval(scores, stats.aggregate_iqm, reps, seed),
             "mean": _bootstrap_interval(scores, stats.aggregate_mean, reps, seed),
             "auc_iqm": _bootstrap_interval(auc, stats.aggregate_iqm, reps, seed),
+            "raw_initial": float(ordered["raw_initial"].mean()),
+            "raw_iqm": _bootstrap_interval(raw, stats.aggregate_iqm, reps, seed),
         })
     return records
 
@@ -201,23 +228,23 @@ def improvements(
     return records
 
 
-def learning_curve(
-    cell: Cell, table: pd.DataFrame, tasks: Sequence[str], reps: int, seed: int
+def _learning_curve(
+    paired: pd.DataFrame, table: pd.DataFrame, tasks: Sequence[str], reps: int, seed: int
 ) -> dict[str, np.ndarray]:
     """IQM normalised score with its interval at up to ``CURVE_POINTS`` env-step values.
 
     Runs are interpolated linearly onto the union of their evaluation steps, up
     to the shortest run's last step so that no run is extrapolated.
     """
-    rows = table[table["run_id"].isin(cell.runs["run_id"])]
+    rows = table[table["run_id"].isin(paired["run_id"])]
     by_run = dict(tuple(rows.groupby("run_id")))
     end = min(run["env_steps"].max() for run in by_run.values())
     grid = np.unique(rows["env_steps"].to_numpy(dtype=float))
     grid = grid[grid <= end]
     grid = grid[np.unique(np.linspace(0, len(grid) - 1, min(len(grid), CURVE_POINTS)).round().astype(int))]
-    curves = np.empty((cell.scores.shape[0], len(tasks), len(grid)))
+    curves = np.empty((int(paired["slot"].max()) + 1, len(tasks), len(grid)))
     column = {task: m for m, task in enumerate(tasks)}
-    for run in cell.runs.itertuples():
+    for run in paired.itertuples():
         points = by_run[run.run_id]
         curves[run.slot, column[run.task]] = np.interp(grid, points["env_steps"], points["score"])
     estimates = np.array(
@@ -230,3 +257,16 @@ def learning_curve(
     )
     point, low, high = estimates.T
     return {"env_steps": grid, "point": point, "low": low, "high": high}
+
+
+def task_learning_curves(
+    run_table: pd.DataFrame, table: pd.DataFrame, reps: int, seed: int
+) -> dict[tuple[str, float, str], dict[str, np.ndarray]]:
+    """Per (variant, lag, task), every run of the task: its IQM learning curve. Per task, as
+    an IQM over tasks of which one saturates and one does not draws a plateau neither has."""
+    return {
+        (str(variant), float(lag), str(task)): _learning_curve(
+            _paired(runs, [task]), table, [task], reps, seed
+        )
+        for (variant, lag, task), runs in run_table.groupby(["variant", "lag", "task"], sort=True)
+    }

@@ -2,7 +2,10 @@
 
 Each figure function returns a matplotlib ``Figure``, built without pyplot so that no figure
 stays registered once the report is written, or a ``Skipped`` saying why the runs table has no
-data for it. Variants keep one colour across every figure of a report.
+data for it. A variant keeps one ``LineStyle`` across every figure of a report: its algorithm's
+colour and its swept setting's line style and marker, so that twenty variants read as ten
+colours in two styles rather than twenty shades. Lag levels sit at evenly spaced positions
+labelled with their values: a linear lag axis crowds 0, 1 and 2 against 32.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import EngFormatter, MaxNLocator
 
 from vaco_jax.report.cells import AGGREGATES, CONFIDENCE
 from vaco_jax.report.metrics import FRACTION_METRICS
@@ -35,6 +40,71 @@ def variant_colours(labels: Sequence[str]) -> dict[str, Any]:
     colours."""
     palette = matplotlib.colormaps["tab10" if len(labels) <= 10 else "tab20"]
     return {v: palette(i % palette.N) for i, v in enumerate(labels)}
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = "osD^v<>p"
+
+
+@dataclasses.dataclass(frozen=True)
+class LineStyle:
+    """How a variant is drawn: ``colour`` its algorithm's, ``linestyle`` and ``marker`` its
+    ``setting``'s (the bracketed part of its name, the values it sweeps; empty for none)."""
+
+    algo: str
+    setting: str
+    colour: Any
+    linestyle: str
+    marker: str
+
+    def line(self) -> dict[str, Any]:
+        """Keyword arguments of ``Axes.plot`` and ``Axes.errorbar``."""
+        return {"color": self.colour, "linestyle": self.linestyle, "marker": self.marker}
+
+
+def split_variant(variant: str) -> tuple[str, str]:
+    """``("vaco", "learning_rate=0.0003")`` of ``vaco[learning_rate=0.0003]``."""
+    algo, _, setting = variant.partition("[")
+    return algo, setting.removesuffix("]")
+
+
+def variant_styles(variants: Sequence[str]) -> dict[str, LineStyle]:
+    """Each variant's style: one colour per algorithm, one line style and marker per setting."""
+    parts = {v: split_variant(v) for v in variants}
+    colours = variant_colours(sorted({algo for algo, _ in parts.values()}))
+    settings = sorted({setting for _, setting in parts.values()})
+    index = {setting: i for i, setting in enumerate(settings)}
+    return {
+        v: LineStyle(algo, setting, colours[algo], LINE_STYLES[index[setting] % len(LINE_STYLES)],
+                     MARKERS[index[setting] % len(MARKERS)])
+        for v, (algo, setting) in parts.items()
+    }
+
+
+def style_legend(
+    figure: Figure, styles: Mapping[str, LineStyle], *, settings: bool = True,
+    extra: Sequence[tuple[Any, str]] = (),
+) -> None:
+    """One legend below all panels: each variant where no algorithm has two, else each
+    algorithm's colour and (with ``settings``) each setting's line style, then ``extra``
+    (handle, label) entries such as event markers."""
+    def proxy(colour: Any, linestyle: str = "-", marker: str = "") -> Line2D:
+        return Line2D([], [], color=colour, linestyle=linestyle, marker=marker)
+
+    algos = {s.algo for s in styles.values()}
+    if len(algos) == len(styles):
+        entries = [(proxy(s.colour, s.linestyle, s.marker), v) for v, s in styles.items()]
+    else:
+        colours = {s.algo: s.colour for s in styles.values()}
+        entries = [(proxy(colours[a]), a) for a in sorted(colours)]
+        if settings:
+            kinds = {s.setting: s for s in styles.values()}
+            entries += [(proxy("dimgrey", kinds[k].linestyle, kinds[k].marker), k or "(default)")
+                        for k in sorted(kinds)]
+    entries += list(extra)
+    if entries:
+        handles, labels = zip(*entries)
+        _legend_below(figure, list(handles), list(labels))
 
 
 def new_figure(
@@ -64,12 +134,14 @@ def shared_legend(figure: Figure, axes: Sequence[Axes], order: Sequence[str]) ->
             entries.setdefault(label, handle)
     labels = [label for label in order if label in entries]
     if labels:
-        handles = [entries[label] for label in labels]
-        # As many columns as fit the figure's width (about 0.09 in a character at this size).
-        column_width = 0.6 + 0.09 * max(len(label) for label in labels)
-        fitting = max(1, int(figure.get_figwidth() // column_width))
-        figure.legend(handles, labels, loc="outside lower center",
-                      ncols=min(len(labels), 4, fitting))
+        _legend_below(figure, [entries[label] for label in labels], labels)
+
+
+def _legend_below(figure: Figure, handles: Sequence[Any], labels: Sequence[str]) -> None:
+    # As many columns as fit the figure's width (about 0.09 in a character at this size).
+    column_width = 0.6 + 0.09 * max(len(label) for label in labels)
+    fitting = max(1, int(figure.get_figwidth() // column_width))
+    figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6, fitting))
 
 
 def error_bars(intervals: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -78,8 +150,15 @@ def error_bars(intervals: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np
     return point, np.stack([point - low, high - point])
 
 
-def _lag_axis(ax: Axes, lags: Sequence[float]) -> None:
-    ax.set_xticks(lags, [f"{lag:g}" for lag in lags])
+def lag_positions(lags: Sequence[float]) -> dict[float, int]:
+    """Each lag level's x position: evenly spaced categories, in order."""
+    return {lag: i for i, lag in enumerate(lags)}
+
+
+def lag_axis(ax: Axes, lags: Sequence[float]) -> None:
+    """Categorical lag levels labelled with their values."""
+    ax.set_xticks(range(len(lags)), [f"{lag:g}" for lag in lags])
+    ax.set_xlim(-0.4, len(lags) - 0.6)
     ax.set_xlabel("lag level")
     ax.grid(alpha=0.3)
 
@@ -88,76 +167,88 @@ def _plot_against_lag(
     ax: Axes,
     summaries: Sequence[Mapping[str, Any]],
     key: str,
-    colours: Mapping[str, Any],
+    styles: Mapping[str, LineStyle],
     lags: Sequence[float],
 ) -> None:
     """One line per variant of ``summary[key]`` with its interval as error bars."""
-    span = (max(lags) - min(lags)) or 1.0
-    for i, (variant, colour) in enumerate(colours.items()):
+    position = lag_positions(lags)
+    for variant, style in styles.items():
         rows = sorted((s for s in summaries if s["variant"] == variant), key=lambda s: s["lag"])
         if not rows:
             continue
-        # Shifted sideways a little per variant so that error bars at one lag do not overlap.
-        dodge = 0.012 * span * (i - (len(colours) - 1) / 2)
         point, error = error_bars([s[key] for s in rows])
-        x = np.array([s["lag"] for s in rows]) + dodge
-        ax.errorbar(x, point, yerr=error, marker="o", capsize=3, color=colour, label=variant)
-    _lag_axis(ax, lags)
+        x = [position[s["lag"]] for s in rows]
+        ax.errorbar(x, point, yerr=error, capsize=2, markersize=4, linewidth=1.2,
+                    elinewidth=0.8, alpha=0.85, label=variant, **style.line())
+    lag_axis(ax, lags)
 
 
 def figure_aggregates(
-    summaries: Sequence[Mapping[str, Any]], colours: Mapping[str, Any], lags: Sequence[float]
+    summaries: Sequence[Mapping[str, Any]], styles: Mapping[str, LineStyle], lags: Sequence[float]
 ) -> Figure:
     figure, axes = new_figure(len(AGGREGATES), max_cols=2)
     for ax, (key, (label, _)) in zip(axes, AGGREGATES.items()):
-        _plot_against_lag(ax, summaries, key, colours, lags)
+        _plot_against_lag(ax, summaries, key, styles, lags)
         ax.set_title(label + (" (lower is better)" if key == "optimality_gap" else ""))
         ax.set_ylabel(f"{label} of normalised final score")
     figure.suptitle(f"Final scores against lag ({CONFIDENCE:.0%} stratified bootstrap CIs)")
-    shared_legend(figure, axes, list(colours))
+    style_legend(figure, styles)
     return figure
 
 
+def steps_axis(ax: Axes, label: str) -> None:
+    """An axis of environment steps or samples, ticks short enough not to run together."""
+    ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.set_xlabel(label)
+
+
 def figure_curves(
-    curves: Mapping[tuple[str, float], Mapping[str, np.ndarray]],
-    colours: Mapping[str, Any],
+    curves: Mapping[tuple[str, float, str], Mapping[str, np.ndarray]],
+    tasks: Sequence[str],
+    styles: Mapping[str, LineStyle],
     lags: Sequence[float],
     score: Score,
 ) -> Figure:
-    # A shared score axis, so that panels compare across lag levels at a glance.
-    figure, axes = new_figure(len(lags), sharey=True)
-    for ax, lag in zip(axes, lags):
-        for variant, colour in colours.items():
-            curve = curves.get((variant, lag))
-            if curve is None:
-                continue
-            steps = curve["env_steps"]
-            ax.plot(steps, curve["point"], color=colour, label=variant)
-            ax.fill_between(steps, curve["low"], curve["high"], color=colour, alpha=0.2, lw=0)
-        ax.set_title(f"lag {lag:g}")
-        ax.set_xlabel(score.steps)
-        ax.set_ylabel(f"IQM normalised {score.name}")
-        ax.grid(alpha=0.3)
-    figure.suptitle(f"Learning curves (IQM over runs and tasks, shaded {CONFIDENCE:.0%} CI)")
-    shared_legend(figure, axes, list(colours))
+    """A row of panels per task, one per lag level."""
+    # A score axis shared along each task's row, so that lag levels compare at a glance.
+    figure, axes = new_figure(len(tasks) * len(lags), max_cols=len(lags), sharey="row")
+    grid = np.array(axes, dtype=object).reshape(len(tasks), len(lags))
+    for row_axes, task in zip(grid, tasks):
+        for ax, lag in zip(row_axes, lags):
+            for variant, style in styles.items():
+                curve = curves.get((variant, lag, task))
+                if curve is None:
+                    continue
+                steps = curve["env_steps"]
+                ax.plot(steps, curve["point"], color=style.colour, linestyle=style.linestyle,
+                        label=variant)
+                ax.fill_between(steps, curve["low"], curve["high"], color=style.colour,
+                                alpha=0.12, lw=0)
+            ax.set_title(f"lag {lag:g}" if len(tasks) == 1 else f"{task}, lag {lag:g}")
+            steps_axis(ax, score.steps)
+            ax.grid(alpha=0.3)
+        row_axes[0].set_ylabel(f"IQM normalised {score.name}")
+    figure.suptitle(f"Learning curves per task (IQM over runs, shaded {CONFIDENCE:.0%} CI)")
+    style_legend(figure, styles)
     return figure
 
 
 def figure_auc(
-    summaries: Sequence[Mapping[str, Any]], colours: Mapping[str, Any], lags: Sequence[float]
+    summaries: Sequence[Mapping[str, Any]], styles: Mapping[str, LineStyle], lags: Sequence[float]
 ) -> Figure:
     figure, (ax,) = new_figure(1, panel_size=(6.5, 4.2))
-    _plot_against_lag(ax, summaries, "auc_iqm", colours, lags)
+    _plot_against_lag(ax, summaries, "auc_iqm", styles, lags)
     ax.set_ylabel("IQM of normalised AUC")
     ax.set_title(f"Area under the learning curve ({CONFIDENCE:.0%} CIs)")
-    shared_legend(figure, [ax], list(colours))
+    style_legend(figure, styles)
     return figure
 
 
 def figure_tasks(
     task_summaries: Sequence[Mapping[str, Any]],
     tasks: Sequence[str],
-    colours: Mapping[str, Any],
+    styles: Mapping[str, LineStyle],
     lags: Sequence[float],
 ) -> Figure:
     figure, axes = new_figure(
@@ -168,16 +259,18 @@ def figure_tasks(
         for column, task in enumerate(tasks):
             ax = axes[row * len(tasks) + column]
             summaries = [s for s in task_summaries if s["task"] == task]
-            _plot_against_lag(ax, summaries, key, colours, lags)
+            _plot_against_lag(ax, summaries, key, styles, lags)
             ax.set_title(task)
             ax.set_ylabel(label)
+            if row == 0:
+                ax.set_xlabel("")
     figure.suptitle(f"Final score and AUC against lag, per task ({CONFIDENCE:.0%} bootstrap CIs)")
-    shared_legend(figure, axes, list(colours))
+    style_legend(figure, styles)
     return figure
 
 
 def figure_fractions(
-    means: pd.DataFrame, colours: Mapping[str, Any], lags: Sequence[float]
+    means: pd.DataFrame, styles: Mapping[str, LineStyle], lags: Sequence[float]
 ) -> Figure | Skipped:
     drawn = [m for m in means.columns if means[m].notna().any()]
     if not drawn:
@@ -185,47 +278,71 @@ def figure_fractions(
     figure, axes = new_figure(len(drawn), max_cols=2)
     for ax, metric in zip(axes, drawn):
         by_variant = means[metric].dropna()
-        for variant, colour in colours.items():
+        position = lag_positions(lags)
+        for variant, style in styles.items():
             if variant in by_variant.index.get_level_values("variant"):
                 series = by_variant.loc[variant]
-                ax.plot(series.index, series.to_numpy(), marker="o", color=colour, label=variant)
-        _lag_axis(ax, lags)
+                ax.plot([position[lag] for lag in series.index], series.to_numpy(),
+                        label=variant, **style.line())
+        lag_axis(ax, lags)
         ax.set_ylabel(f"{FRACTION_METRICS[metric].lower()} (mean over runs and training)")
         ax.set_title(FRACTION_METRICS[metric])
     figure.suptitle("Share of samples filtered, clipped, truncated, masked or dropped against lag")
-    shared_legend(figure, axes, list(colours))
+    style_legend(figure, styles)
     return figure
+
+
+def _short_label(baseline: str, focus: str) -> str:
+    """The baseline's name without the setting it shares with the focus variant: ``ppo_kl``
+    against ``vaco[learning_rate=0.0003]`` for ``ppo_kl[learning_rate=0.0003]``."""
+    algo, setting = split_variant(baseline)
+    shared = set(split_variant(focus)[1].split(","))
+    own = [part for part in setting.split(",") if part and part not in shared]
+    return f"{algo}[{','.join(own)}]" if own else algo
 
 
 def figure_improvement(
     improvements: Sequence[Mapping[str, Any]],
     focus_algo: str,
-    colours: Mapping[str, Any],
+    styles: Mapping[str, LineStyle],
     lags: Sequence[float],
 ) -> Figure | Skipped:
+    """One row of panels per focus variant, one column per lag, a bar per baseline labelled
+    with what tells it apart from the focus variant, coloured by the baseline's algorithm;
+    each row as tall as its bars need."""
     if not improvements:
         return Skipped(
             f"no lag has complete cells of both {focus_algo!r} and another algorithm"
         )
     panel_lags = [lag for lag in lags if any(r["lag"] == lag for r in improvements)]
-    single_focus = len({r["variant"] for r in improvements}) == 1
-    labels = [r["baseline"] if single_focus else f"{r['variant']} vs {r['baseline']}"
-              for r in improvements]
-    bars = max(sum(r["lag"] == lag for r in improvements) for lag in panel_lags)
-    # Wide enough for the bar labels beside a 3.5-inch plot (about 0.08 in a character).
-    width = 3.5 + 0.08 * max(len(label) for label in labels)
-    figure, axes = new_figure(len(panel_lags), panel_size=(width, 0.9 + 0.4 * bars), max_cols=2)
-    for ax, lag in zip(axes, panel_lags):
-        at_lag = [i for i, r in enumerate(improvements) if r["lag"] == lag]
-        point, error = error_bars([improvements[i]["probability"] for i in at_lag])
-        positions = np.arange(len(at_lag))[::-1]
-        # Coloured by the focus variant, to tell several of them apart.
-        bar_colours = [colours[improvements[i]["variant"]] for i in at_lag]
-        ax.barh(positions, point, xerr=error, capsize=3, color=bar_colours, alpha=0.8)
-        ax.set_yticks(positions, [labels[i] for i in at_lag])
-        ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
-        ax.set_xlim(0.0, 1.0)
+    focus_variants = sorted({r["variant"] for r in improvements})
+    bars = {
+        focus: max(sum(r["variant"] == focus and r["lag"] == lag for r in improvements)
+                   for lag in panel_lags)
+        for focus in focus_variants
+    }
+    labels = [_short_label(r["baseline"], r["variant"]) for r in improvements]
+    # Beside a 2.6-inch plot, about 0.08 inch a label character; about 0.27 inch a bar.
+    width = (2.6 + 0.08 * max(len(label) for label in labels)) * len(panel_lags)
+    heights = [0.7 + 0.27 * bars[focus] for focus in focus_variants]
+    figure = Figure(figsize=(width, sum(heights) + 0.6), layout="constrained")
+    grid = figure.subplots(len(focus_variants), len(panel_lags), squeeze=False, sharex=True,
+                           gridspec_kw={"height_ratios": heights})
+    for row, focus in enumerate(focus_variants):
+        for ax, lag in zip(grid[row], panel_lags):
+            at_lag = [i for i, r in enumerate(improvements)
+                      if r["lag"] == lag and r["variant"] == focus]
+            point, error = error_bars([improvements[i]["probability"] for i in at_lag])
+            positions = np.arange(len(at_lag))[::-1]
+            colours = [styles[improvements[i]["baseline"]].colour for i in at_lag]
+            ax.barh(positions, point, xerr=error, capsize=2, color=colours, alpha=0.8)
+            ax.set_yticks(positions, [labels[i] for i in at_lag])
+            ax.set_ylim(-0.6, bars[focus] - 0.4)
+            ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
+            ax.set_xlim(0.0, 1.0)
+            ax.set_title(f"{focus}, lag {lag:g}", fontsize="medium")
+    for ax in grid[-1]:
         ax.set_xlabel(f"P({focus_algo} > baseline)")
-        ax.set_title(f"lag {lag:g}")
-    figure.suptitle(f"Probability of improvement of {focus_algo} ({CONFIDENCE:.0%} CIs)")
+    figure.suptitle(f"Probability of improvement of {focus_algo} over each baseline at the same "
+                    f"setting ({CONFIDENCE:.0%} CIs)")
     return figure

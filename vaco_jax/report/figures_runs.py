@@ -15,15 +15,29 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullFormatter
 
 from vaco_jax.report.cells import CONFIDENCE
-from vaco_jax.report.figures import Skipped, error_bars, new_figure, shared_legend, variant_colours
+from vaco_jax.report.figures import (
+    LineStyle,
+    Skipped,
+    error_bars,
+    new_figure,
+    shared_legend,
+    steps_axis,
+    style_legend,
+    variant_colours,
+)
 from vaco_jax.report.metrics import FRACTION_METRICS, OFF_POLICY_METRICS, summary_column
 from vaco_jax.report.runs_table import Score, variant_names
 
 STALENESS_METRICS = {"ess_ratio": "ESS ratio", "grad_norm": "gradient norm (log)"}
 """Per-update metrics drawn over training beside the score, per run, if present."""
 LOG_SCALE_METRICS = ("grad_norm",)
+"""Heavy-tailed metrics: log scale, and y limits at their finite 1st to 99th percentile so that
+one diverging run does not stretch the axis to 1e9."""
+AXIS_PERCENTILES = (1.0, 99.0)
 EVENT_MARKERS = {
     "collapse": ("evaluated_score", "collapse_env_steps", "score", "x"),
     "ESS warning (drop rule)": ("ess_ratio", "drop_warning_env_steps", "ess_ratio", "v"),
@@ -57,7 +71,7 @@ def _event_points(
 
 
 def _staleness_rows(table: pd.DataFrame, score: Score) -> dict[str, tuple[str, str]]:
-    """Panel row -> (column of the per-run lines, column of the median line): the score
+    """Metric -> (column of the per-run lines, column of the median line): the score
     (runs left NaN after diverging, the median over runs carried forward), then each finite
     ``STALENESS_METRICS`` column."""
     present = [m for m in STALENESS_METRICS if m in table.columns and table[m].notna().any()]
@@ -66,9 +80,18 @@ def _staleness_rows(table: pd.DataFrame, score: Score) -> dict[str, tuple[str, s
     }
 
 
+def _percentile_limits(values: pd.Series) -> tuple[float, float] | None:
+    """Log-axis y limits around the finite positive values' 1st to 99th percentile."""
+    finite = values[np.isfinite(values) & (values > 0)]
+    if finite.empty:
+        return None
+    low, high = np.percentile(finite, AXIS_PERCENTILES)
+    return low / 1.5, high * 1.5
+
+
 def _mark_events(
     ax: Axes, rows: pd.DataFrame, events: pd.DataFrame | None, run_column: str,
-    colours: Mapping[str, Any],
+    styles: Mapping[str, LineStyle],
 ) -> None:
     for label, (row_column, steps_column, value_column, marker) in EVENT_MARKERS.items():
         if events is None or row_column != run_column:
@@ -76,52 +99,69 @@ def _mark_events(
         points = _event_points(rows, events, steps_column, value_column)
         ax.scatter(
             points["env_steps"], points["value"], marker=marker, s=28, zorder=3,
-            color=[colours[v] for v in points["variant"]],
+            color=[styles[v].colour for v in points["variant"]],
         )
-        ax.scatter([], [], marker=marker, color="grey", label=label)
 
 
 def _staleness_panel(
     ax: Axes, at_lag: pd.DataFrame, events: pd.DataFrame | None, columns: tuple[str, str],
-    colours: Mapping[str, Any],
+    styles: Mapping[str, LineStyle],
 ) -> None:
-    """Each run's line (thin) and the median over runs (thick) of each variant at one lag."""
+    """Each run's line (thin) and the median over runs (thick) of each variant at one lag and
+    task: a median over tasks would average two curves of different shapes into neither."""
     run_column, median_column = columns
     for variant, runs in at_lag.groupby("variant", sort=True):
-        ax.plot(*_runs_as_one_line(runs, run_column), color=colours[variant], lw=0.6, alpha=0.3)
+        style = styles[variant]
+        ax.plot(*_runs_as_one_line(runs, run_column), color=style.colour, lw=0.6, alpha=0.3)
         median = runs.groupby("env_steps")[median_column].median()
-        ax.plot(median.index, median.to_numpy(), color=colours[variant], lw=2, label=variant)
-    _mark_events(ax, at_lag, events, run_column, colours)
+        ax.plot(median.index, median.to_numpy(), color=style.colour, linestyle=style.linestyle,
+                lw=2, label=variant)
+    _mark_events(ax, at_lag, events, run_column, styles)
     if run_column in LOG_SCALE_METRICS:
         ax.set_yscale("log")
+        # Labels at each minor tick of a narrow clipped range run into each other.
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.grid(alpha=0.3)
 
 
 def figure_staleness(
     table: pd.DataFrame,
     events: pd.DataFrame | None,
-    colours: Mapping[str, Any],
+    styles: Mapping[str, LineStyle],
     lags: Sequence[float],
     score: Score,
 ) -> Figure | Skipped:
-    rows = _staleness_rows(table, score)
-    if len(rows) == 1:
+    """Per task (its rows together) and metric a row of panels, one per lag level."""
+    metrics = _staleness_rows(table, score)
+    if len(metrics) == 1:
         return Skipped(f"the runs table has no finite {' or '.join(STALENESS_METRICS)}")
+    tasks = sorted(table["task"].astype(str).unique())
+    rows = [(task, label) for task in tasks for label in metrics]
     figure, axes = new_figure(
         len(rows) * len(lags), panel_size=(4.2, 2.8), max_cols=len(lags), sharex=True,
         sharey="row",
     )
     grid = np.array(axes, dtype=object).reshape(len(rows), len(lags))
-    for row_axes, (label, columns) in zip(grid, rows.items()):
+    for row_axes, (task, label) in zip(grid, rows):
+        of_task = table[table["task"] == task]
         for ax, lag in zip(row_axes, lags):
-            _staleness_panel(ax, table[table["lag"] == lag], events, columns, colours)
-        row_axes[0].set_ylabel(label)
+            _staleness_panel(ax, of_task[of_task["lag"] == lag], events, metrics[label], styles)
+        row_axes[0].set_ylabel(label if len(tasks) == 1 else f"{task}\n{label}")
+        run_column = metrics[label][0]
+        limits = _percentile_limits(of_task[run_column]) if run_column in LOG_SCALE_METRICS \
+            else None
+        if limits is not None:
+            row_axes[0].set_ylim(*limits)
     for ax, lag in zip(grid[0], lags):
         ax.set_title(f"lag {lag:g}")
     for ax in grid[-1]:
-        ax.set_xlabel(score.steps)
-    figure.suptitle("Over training: each run (thin) and the median over runs (thick)")
-    shared_legend(figure, axes, [*colours, *EVENT_MARKERS])
+        steps_axis(ax, score.steps)
+    figure.suptitle("Over training: each run (thin) and the median over its task's runs (thick); "
+                    "gradient norms clipped to their 1st to 99th percentile")
+    markers = [(Line2D([], [], color="grey", marker=marker, linestyle=""), label)
+               for label, (*_, marker) in EVENT_MARKERS.items()]
+    style_legend(figure, {v: styles[v] for v in sorted(table["variant"].unique())},
+                 extra=markers)
     return figure
 
 
@@ -211,7 +251,7 @@ def figure_forward_lag(
 
 
 def figure_off_policy(
-    run_table: pd.DataFrame, colours: Mapping[str, Any], lags: Sequence[float]
+    run_table: pd.DataFrame, styles: Mapping[str, LineStyle], lags: Sequence[float]
 ) -> Figure | Skipped:
     means = {m: summary_column(m, "mean") for m in OFF_POLICY_AXES}
     drawn = [m for m, c in means.items() if c in run_table.columns and run_table[c].notna().any()]
@@ -222,15 +262,15 @@ def figure_off_policy(
     for ax, metric in zip(axes, drawn):
         for (variant, lag), runs in run_table.groupby(["variant", "lag"], sort=True):
             ax.scatter(
-                runs[means[metric]], runs["final_score"], color=colours[variant],
+                runs[means[metric]], runs["final_score"], color=styles[variant].colour,
                 marker=markers[lag], alpha=0.8, label=variant,
             )
         ax.set_xlabel(f"{OFF_POLICY_METRICS[metric]} (run mean over updates)")
         ax.set_title(f"Final score against measured {OFF_POLICY_METRICS[metric]}")
     axes[0].set_ylabel("final normalised score")
-    lag_labels = [f"lag {lag:g}" for lag in lags]
-    for lag, label in zip(lags, lag_labels):  # marker key: empty grey series
-        axes[0].scatter([], [], color="grey", marker=markers[lag], label=label)
+    lag_markers = [(Line2D([], [], color="grey", marker=markers[lag], linestyle=""), f"lag {lag:g}")
+                   for lag in lags]
     figure.suptitle("Final score per run against measured off-policyness")
-    shared_legend(figure, axes, [*colours, *lag_labels])
+    # Colour is the algorithm and marker the lag: a variant's swept setting is not told apart.
+    style_legend(figure, styles, settings=False, extra=lag_markers)
     return figure

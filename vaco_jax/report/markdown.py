@@ -17,6 +17,15 @@ def _fmt_interval(interval: Mapping[str, float]) -> str:
     return f"{_fmt(interval['point'])} [{_fmt(interval['low'])}, {_fmt(interval['high'])}]"
 
 
+def _fmt_kept(interval: Mapping[str, float | None] | None) -> str:
+    """A kept share, or why it has none: a ratio over no gain means nothing."""
+    if interval is None:
+        return "undefined (no synchronous gain)"
+    if interval["low"] is None or interval["high"] is None:
+        return f"{_fmt(interval['point'])} [unbounded]"
+    return _fmt_interval(interval)  # type: ignore[arg-type]
+
+
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
@@ -89,16 +98,25 @@ def _md_normalisation(summary: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _raw_header(summary: Mapping[str, Any], what: str) -> str:
+    """A raw column's header; with several tasks its entries list them in this order."""
+    tasks = list(summary["normalisation"])
+    per_task = f" ({' / '.join(tasks)})" if len(tasks) > 1 else ""
+    return f"raw {what} {summary['score']['name']}{per_task}"
+
+
 def _md_scores(summary: Mapping[str, Any]) -> list[str]:
     header = [
         "variant", "lag", "runs per task", "IQM [95% CI]", "median", "mean", "optimality gap",
-        "AUC IQM [95% CI]",
+        "AUC IQM [95% CI]", _raw_header(summary, "initial"), _raw_header(summary, "final IQM"),
     ]
     rows = [
         [
             c["variant"], f"{c['lag']:g}", c["runs_per_task"], _fmt_interval(c["iqm"]),
             _fmt(c["median"]["point"]), _fmt(c["mean"]["point"]),
             _fmt(c["optimality_gap"]["point"]), _fmt_interval(c["auc_iqm"]),
+            " / ".join(_fmt(r["initial"]) for r in c["raw"].values()),
+            " / ".join(_fmt(r["iqm"]["point"]) for r in c["raw"].values()),
         ]
         for c in summary["cells"]
     ]
@@ -112,7 +130,9 @@ def _md_scores(summary: Mapping[str, Any]) -> list[str]:
         "",
         *_md_table(header, rows),
         "",
-        "Intervals of the median, mean and optimality gap are in `summary.json`.",
+        f"Normalised scores beside the raw ones, in the testbed's units ({summary['score']['name']}): "
+        "the runs' mean first evaluation and the IQM of their final scores (per task; its "
+        "interval, and those of the median, mean and optimality gap, are in `summary.json`).",
         "",
         *left_out,
         *([""] if left_out else []),
@@ -124,8 +144,10 @@ def _md_task_scores(summary: Mapping[str, Any]) -> list[str]:
     if not rows_in:
         return []
     tasks = list(summary["normalisation"])
+    name = summary["score"]["name"]
     header = ["variant", "lag", "runs per task"] + [
-        f"{task} {measure}" for task in tasks for measure in ("IQM [95% CI]", "AUC IQM [95% CI]")
+        f"{task} {measure}" for task in tasks
+        for measure in ("IQM [95% CI]", "AUC IQM [95% CI]", f"raw final {name} IQM [95% CI]")
     ]
     by_cell: dict[tuple[str, float], dict[str, Mapping[str, Any]]] = {}
     for r in rows_in:
@@ -137,7 +159,7 @@ def _md_task_scores(summary: Mapping[str, Any]) -> list[str]:
             str(per_task[task]["runs"]) if task in per_task else "0" for task in tasks)
         rows.append([variant, f"{lag:g}", runs] + [
             _fmt_interval(per_task[task][key]) if task in per_task else "-"
-            for task in tasks for key in ("iqm", "auc_iqm")
+            for task in tasks for key in ("iqm", "auc_iqm", "raw_iqm")
         ])
     return [
         "## Final scores per task",
@@ -171,6 +193,58 @@ def _md_improvement(summary: Mapping[str, Any]) -> list[str]:
         "",
         *_md_table(["lag", focus, "baseline", "P(X > Y) [95% CI]"], rows),
         "",
+    ]
+
+
+def _md_kept_gain(summary: Mapping[str, Any]) -> list[str]:
+    """The study's headline: the share of its synchronous gain each method keeps under lag."""
+    lines = ["## Share of the synchronous gain kept", ""]
+    kept = summary["kept_gain"]
+    if "skipped" in kept:
+        return lines + [f"Not computed: {kept['skipped']}.", ""]
+    name = summary["score"]["name"]
+    figure = summary["figures"].get("fig_kept_gain", {})
+    image = [f"![{figure['caption']}]({figure['png']})", ""] if "png" in figure else []
+    header = ["task", "variant", "lag", "runs", f"raw initial {name}", f"raw final {name} IQM",
+              f"raw synchronous gain", "kept gain [95% CI]", "AUC kept gain [95% CI]"]
+    rows = [
+        [r["task"], r["variant"], f"{r['lag']:g}", r["runs"], _fmt(r["raw_initial"]),
+         _fmt(r["raw_final_iqm"]), _fmt(r["raw_sync_gain"]), _fmt_kept(r["kept"]),
+         _fmt_kept(r["auc_kept"])]
+        for r in kept["tasks"]
+    ]
+    pooled = [
+        [r["variant"], f"{r['lag']:g}", r["runs_per_task"], _fmt_kept(r["kept"]),
+         _fmt_kept(r["auc_kept"])]
+        for r in kept["pooled"]
+    ]
+    pooled_lines = [
+        "Pooled over tasks (IQM over every task's runs, paired across tasks as in the final-score "
+        "table; near 1 rather than exactly 1 at lag 0):",
+        "",
+        *_md_table(["variant", "lag", "runs per task", "kept gain [95% CI]",
+                    "AUC kept gain [95% CI]"], pooled),
+        "",
+    ] if pooled else []
+    return lines + [
+        f"Each method (a variant: an algorithm at its swept values) is set against its own "
+        f"synchronous runs on the same task. A run's gain is its final {name} less its first "
+        f"evaluation (the initial policy), in the testbed's units; the synchronous gain is the "
+        f"IQM of the gains of the method's lag-0 runs on the task; a run keeps its gain over the "
+        f"synchronous gain (1: all of it, 0: none, below 0: it ended worse than it started). "
+        f"The kept gain is the IQM of the runs' shares, 1 at lag 0 by construction, with a "
+        f"{summary['confidence']:.0%} percentile interval from {summary['reps']} stratified "
+        f"bootstrap resamples of both the lagged and the synchronous runs, so that the noise of "
+        f"the synchronous gain is in it. The AUC kept gain is the same share of the mean {name} "
+        f"over training less the first evaluation: lag that slows learning costs there even "
+        f"where the end point catches up. Where the synchronous gain is not positive (the method "
+        f"did not learn without lag) the share is undefined; where some resample's is not, the "
+        f"interval is unbounded.",
+        "",
+        *image,
+        *_md_table(header, rows),
+        "",
+        *pooled_lines,
     ]
 
 
@@ -356,6 +430,7 @@ def _md_figures(summary: Mapping[str, Any]) -> list[str]:
 def markdown(summary: Mapping[str, Any]) -> str:
     sections = [
         [f"# {summary['title']}", ""],
+        _md_kept_gain(summary),
         _md_overview(summary),
         _md_normalisation(summary),
         _md_scores(summary),

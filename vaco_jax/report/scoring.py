@@ -112,16 +112,29 @@ def collapse_events(
                                score_column="reference_fraction", thresholds=thresholds)
 
 
+def _run_auc(table: pd.DataFrame, column: str) -> pd.Series:
+    """Per run: the area under ``column`` over training progress in [0, 1]."""
+    return table.groupby("run_id")[[column, "env_steps"]].apply(
+        lambda run: float(stats.area_under_curve(run[column], run["env_steps"]))
+    )
+
+
 def run_table(table: pd.DataFrame, final: pd.Series, references: pd.DataFrame) -> pd.DataFrame:
     """One row per run: its last row of ``table`` plus ``final_score``, the normalised ``final``
-    (``final_scores``), and ``auc``."""
+    (``final_scores``), and ``auc``; and in the testbed's own units (un-normalised) its first
+    evaluation ``raw_initial``, ``raw_final`` (``final``), ``raw_auc`` (its mean score over
+    training, the area under its curve) and the gains over its first evaluation, ``gain`` and
+    ``auc_gain``, that the kept share of the synchronous gain divides (``kept_gain``)."""
     runs = table.groupby("run_id").tail(1).set_index("run_id")
     task = references.loc[runs["task"]]
+    runs["raw_final"] = final.reindex(runs.index)
     runs["final_score"] = stats.normalize_scores(
-        final.reindex(runs.index).to_numpy(), task["initial"].to_numpy(),
-        task["reference"].to_numpy(),
+        runs["raw_final"].to_numpy(), task["initial"].to_numpy(), task["reference"].to_numpy(),
     )
-    runs["auc"] = table.groupby("run_id")[["score", "env_steps"]].apply(
-        lambda run: float(stats.area_under_curve(run["score"], run["env_steps"]))
-    )
+    runs["auc"] = _run_auc(table, "score")
+    # check_runs guarantees that each run's first evaluation is at env_steps 0.
+    runs["raw_initial"] = table.groupby("run_id")["filled_score"].first()
+    runs["raw_auc"] = _run_auc(table, "filled_score")
+    runs["gain"] = runs["raw_final"] - runs["raw_initial"]
+    runs["auc_gain"] = runs["raw_auc"] - runs["raw_initial"]
     return runs.reset_index()

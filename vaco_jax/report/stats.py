@@ -68,6 +68,15 @@ def aggregate_median(scores: np.ndarray) -> np.ndarray | np.floating:
     return np.median(_task_means(scores), axis=-1)
 
 
+def _interquartile_mean(values: np.ndarray, axis: int) -> np.ndarray:
+    """Mean along ``axis`` of the values left once ``floor(0.25 * n)`` of the ``n`` sorted values
+    are cut from each end."""
+    ordered = np.moveaxis(np.sort(values, axis=axis), axis, -1)
+    count = ordered.shape[-1]
+    cut = int(IQM_TRIM * count)
+    return ordered[..., cut : count - cut].mean(axis=-1)
+
+
 def aggregate_iqm(scores: np.ndarray) -> np.ndarray | np.floating:
     """Interquartile mean: mean of the middle 50% of all pooled scores (runs and tasks).
 
@@ -75,10 +84,37 @@ def aggregate_iqm(scores: np.ndarray) -> np.ndarray | np.floating:
     scores, the same count as ``scipy.stats.trim_mean(scores, 0.25, axis=None)``,
     which is ``rliable.metrics.aggregate_iqm``.
     """
-    pooled = np.sort(_pooled(_score_matrix(scores)), axis=-1)
-    count = pooled.shape[-1]
-    cut = int(IQM_TRIM * count)
-    return pooled[..., cut : count - cut].mean(axis=-1)
+    return _interquartile_mean(_pooled(_score_matrix(scores)), axis=-1)
+
+
+def task_iqm(scores: np.ndarray) -> np.ndarray:
+    """Interquartile mean over the runs of each task: ``[..., runs, tasks] -> [..., tasks]``."""
+    return _interquartile_mean(_score_matrix(scores), axis=-2)
+
+
+def kept_gain(gains: np.ndarray, sync_gains: np.ndarray) -> np.ndarray | np.floating:
+    """IQM over runs and tasks of each run's share of the synchronous gain it kept.
+
+    ``gains`` ``[..., n, num_tasks]`` are the runs' improvements over their initial score and
+    ``sync_gains`` ``[..., n_sync, num_tasks]`` those of the synchronous runs of the same method;
+    each gain is divided by its task's ``task_iqm`` of ``sync_gains``. Dividing every run of a
+    task by one positive number commutes with the trimming, so a task's kept gain is exactly
+    ``task_iqm(gains) / task_iqm(sync_gains)`` and identical samples keep exactly 1. A share of
+    a gain that is not positive means nothing: the result is NaN wherever some task's
+    synchronous IQM gain is 0 or below (a bootstrap interval with such a resample is NaN too).
+    Shapes as ``probability_of_improvement``'s, so ``stratified_bootstrap_ci_pair`` resamples
+    both samples.
+    """
+    gains = _score_matrix(gains, "gains")
+    denominator = task_iqm(sync_gains)
+    if gains.shape[-1] != denominator.shape[-1]:
+        raise ValueError(
+            f"gains and sync_gains must have the same num_tasks (last axis), got "
+            f"{gains.shape[-1]} and {denominator.shape[-1]}"
+        )
+    learned = denominator > 0
+    shares = gains / np.where(learned, denominator, 1.0)[..., None, :]
+    return np.where(learned.all(axis=-1), aggregate_iqm(shares), np.nan)
 
 
 def aggregate_mean(scores: np.ndarray) -> np.ndarray | np.floating:

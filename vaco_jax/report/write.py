@@ -18,7 +18,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from vaco_jax.report import cells, collapse, figures, figures_runs, metrics, scoring
+from vaco_jax.report import (
+    cells,
+    collapse,
+    figures,
+    figures_heatmap,
+    figures_runs,
+    kept_gain,
+    metrics,
+    scoring,
+)
 from vaco_jax.report import markdown as report_markdown
 from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, check_runs, hp_columns
 from vaco_jax.run import io
@@ -36,23 +45,24 @@ class ReportData:
     ``table`` is the scored evaluations (``scoring.with_scores``), ``run_table`` one row per run
     with its off-policy summaries and its stabilisers' mean fractions and acted shares,
     ``events`` each run's collapse and ESS warnings (None without ``ess_ratio``), ``curves`` the
-    learning curve of each complete (variant, lag) and ``colours`` each variant's colour, the
-    same in every figure.
+    learning curve of each (variant, lag, task), ``styles`` each variant's line style, the
+    same in every figure, and ``kept_gain`` the summary of ``kept_gain.summary``.
     """
 
     score: Score
     focus_algo: str
     tasks: Sequence[str]
     lags: Sequence[float]
-    colours: Mapping[str, Any]
+    styles: Mapping[str, figures.LineStyle]
     table: pd.DataFrame
     run_table: pd.DataFrame
     events: pd.DataFrame | None
     cell_summaries: Sequence[Mapping[str, Any]]
     task_summaries: Sequence[Mapping[str, Any]]
     improvements: Sequence[Mapping[str, Any]]
-    curves: Mapping[tuple[str, float], Mapping[str, np.ndarray]]
+    curves: Mapping[tuple[str, float, str], Mapping[str, np.ndarray]]
     fraction_means: pd.DataFrame
+    kept_gain: Mapping[str, Any]
 
 
 def _figure_builders(
@@ -61,36 +71,41 @@ def _figure_builders(
     """File stem -> (caption, drawing function) of every figure, in report order.
 
     The per-task figure is drawn only for several tasks: with one, it is the aggregate figure.
+    The kept-gain heatmap comes first: it is the study's answer.
     """
-    colours, lags, score, focus_algo = data.colours, data.lags, data.score, data.focus_algo
+    styles, lags, score, focus_algo = data.styles, data.lags, data.score, data.focus_algo
     per_task = {
         "fig_tasks": (
             "Final score and AUC against lag, per task",
-            lambda: figures.figure_tasks(data.task_summaries, data.tasks, colours, lags),
+            lambda: figures.figure_tasks(data.task_summaries, data.tasks, styles, lags),
         ),
     } if len(data.tasks) > 1 else {}
     return {
+        "fig_kept_gain": (
+            "Share of the synchronous gain each method keeps, per task and lag",
+            lambda: figures_heatmap.figure_kept_gain(data.kept_gain, lags),
+        ),
         "fig_aggregates": (
             "Aggregate final scores against lag",
-            lambda: figures.figure_aggregates(data.cell_summaries, colours, lags),
+            lambda: figures.figure_aggregates(data.cell_summaries, styles, lags),
         ),
         **per_task,
         "fig_learning_curves": (
-            "IQM learning curves per lag level",
-            lambda: figures.figure_curves(data.curves, colours, lags, score),
+            "IQM learning curves per task and lag level",
+            lambda: figures.figure_curves(data.curves, data.tasks, styles, lags, score),
         ),
         "fig_staleness_diagnostics": (
             f"Normalised {score.name}, ESS ratio and gradient norm over training, per run and "
             "median, with each run's collapse and ESS warning marked",
-            lambda: figures_runs.figure_staleness(data.table, data.events, colours, lags, score),
+            lambda: figures_runs.figure_staleness(data.table, data.events, styles, lags, score),
         ),
         "fig_auc": (
             "IQM of the area under the learning curve against lag",
-            lambda: figures.figure_auc(data.cell_summaries, colours, lags),
+            lambda: figures.figure_auc(data.cell_summaries, styles, lags),
         ),
         "fig_filter_clip": (
             "Filtered, clipped, truncated, masked and dropped fractions against lag",
-            lambda: figures.figure_fractions(data.fraction_means, colours, lags),
+            lambda: figures.figure_fractions(data.fraction_means, styles, lags),
         ),
         "fig_forward_lag": (
             "Final score, clip and filter fractions and forward TV against epochs x minibatches",
@@ -100,11 +115,11 @@ def _figure_builders(
         ),
         "fig_score_vs_off_policy": (
             "Final score per run against measured backward TV, behaviour KL and mean version gap",
-            lambda: figures_runs.figure_off_policy(data.run_table, colours, lags),
+            lambda: figures_runs.figure_off_policy(data.run_table, styles, lags),
         ),
         "fig_probability_of_improvement": (
             f"Probability of improvement of {focus_algo} over each baseline",
-            lambda: figures.figure_improvement(data.improvements, focus_algo, colours, lags),
+            lambda: figures.figure_improvement(data.improvements, focus_algo, styles, lags),
         ),
     }
 
@@ -240,26 +255,27 @@ def write_report(
         .join(metrics.run_mechanisms(table), on="run_id")
     )
     complete, incomplete = cells.cells(run_table, tasks)
-    cell_summaries = [cells.cell_summary(cell, reps, seed) for cell in complete]
+    cell_summaries = [cells.cell_summary(cell, tasks, reps, seed) for cell in complete]
     task_summaries = cells.task_summaries(run_table, tasks, reps, seed)
     improvements = cells.improvements(complete, focus_algo, reps, seed)
     overview = _run_overview(table, run_table)
+    kept = kept_gain.summary(run_table, complete, tasks, overview["lags"], reps, seed)
     events = scoring.collapse_events(table, references, score, collapse_thresholds)
     data = ReportData(
         score=score,
         focus_algo=focus_algo,
         tasks=tasks,
         lags=overview["lags"],
-        colours=figures.variant_colours(sorted(run_table["variant"].unique())),
+        styles=figures.variant_styles(sorted(run_table["variant"].unique())),
         table=table,
         run_table=run_table,
         events=events,
         cell_summaries=cell_summaries,
         task_summaries=task_summaries,
         improvements=improvements,
-        curves={(c.variant, c.lag): cells.learning_curve(c, table, tasks, reps, seed)
-                for c in complete},
+        curves=cells.task_learning_curves(run_table, table, reps, seed),
         fraction_means=metrics.fraction_means(table),
+        kept_gain=kept,
     )
 
     out = Path(out_dir)
@@ -291,6 +307,7 @@ def write_report(
             }
             for task, row in references.iterrows()
         },
+        "kept_gain": kept,
         "cells": cell_summaries,
         "task_cells": task_summaries,
         "incomplete_cells": incomplete,

@@ -1,0 +1,150 @@
+"""The headline of a lag study: the share of its synchronous gain a method keeps under lag.
+
+A method is a variant (an algorithm and its swept hyper-parameter values), judged against its
+own synchronous runs (lag 0) on the same task, so that a method that learns little without lag
+is not credited for losing little with it:
+
+- A run's gain is its final score less its first evaluation (the initial policy or warm start),
+  in the testbed's own units; its AUC gain is its mean score over training (the area under its
+  learning curve, training progress in [0, 1]) less the same first evaluation, so that learning
+  slowed by lag costs too, not only a lower end point.
+- The synchronous gain of a (variant, task) is the IQM of the gains of its lag-0 runs.
+- A run's kept gain is its gain divided by the synchronous gain of its variant and task: 1 keeps
+  all of it, 0 none, below 0 ends worse than it started.
+- The kept gain of a (variant, task, lag) is the IQM of its runs' kept gains, so it equals the
+  IQM of their gains over the synchronous one, and exactly 1 at lag 0. Its 95% percentile
+  interval draws both the lagged and the synchronous runs with replacement
+  (``stats.stratified_bootstrap_ci_pair`` of ``stats.kept_gain``), so that the noise of the
+  denominator is in it. With several tasks the pooled kept gain is the IQM over the runs of
+  every task (runs paired across tasks as in ``cells``; about 1 at lag 0, as the pooled IQM of
+  per-task shares need not be exactly 1).
+- Where the synchronous gain is not positive (the method did not learn without lag) the share
+  is undefined, recorded as such and never printed as a number; where it is positive but some
+  bootstrap resample's is not, the interval is unbounded (its ends are null).
+
+A study without a lag-0 level has no synchronous runs to divide by, and skips all of this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vaco_jax.report import stats
+from vaco_jax.report.cells import CONFIDENCE, Cell
+
+SYNC_LAG = 0.0
+MEASURES = {"kept": "gain", "auc_kept": "auc_gain"}
+"""Each kept share's key -> the run-table column of the gain it divides."""
+
+
+def skip_reason(lags: Sequence[float]) -> str | None:
+    """Why the study has no kept gain, or None where it has one."""
+    if SYNC_LAG not in lags:
+        return "the study has no synchronous (lag 0) runs to measure the kept gain against"
+    if len(lags) < 2:
+        return "the study has no lag level besides lag 0"
+    return None
+
+
+def _kept_interval(
+    gains: np.ndarray, sync_gains: np.ndarray, reps: int, seed: int
+) -> dict[str, float | None]:
+    point, low, high = stats.stratified_bootstrap_ci_pair(
+        gains, sync_gains, stats.kept_gain, reps=reps, confidence=CONFIDENCE, seed=seed
+    )
+    # JSON has no NaN: an end of an unbounded interval is null.
+    return {"point": point, **{k: v if np.isfinite(v) else None
+                               for k, v in (("low", low), ("high", high))}}
+
+
+def _kept_shares(
+    lagged: dict[str, np.ndarray], sync: dict[str, np.ndarray], reps: int, seed: int
+) -> dict[str, Any]:
+    """``kept`` and ``auc_kept`` of one (variant, lag), each an interval or None where the
+    synchronous gain is not positive (``undefined`` then says which)."""
+    record: dict[str, Any] = {"undefined": None}
+    for key, column in MEASURES.items():
+        sync_gain = stats.task_iqm(sync[column])
+        if np.all(sync_gain > 0):
+            record[key] = _kept_interval(lagged[column], sync[column], reps, seed)
+        else:
+            record[key] = None
+            record["undefined"] = "no synchronous gain (IQM gain at lag 0 not positive)"
+    return record
+
+
+def task_kept_gains(
+    run_table: pd.DataFrame, lags: Sequence[float], reps: int, seed: int
+) -> list[dict[str, Any]]:
+    """Per (variant, task, lag), every run of the task counted: the kept gain and AUC kept gain
+    with their intervals, and beside them the raw (un-normalised) numbers they come from: the
+    lagged runs' mean first evaluation and IQM final score, and the synchronous IQM gain.
+    Variants without lag-0 runs on a task are left out of that task."""
+    records = []
+    for (variant, task), runs in run_table.groupby(["variant", "task"], sort=True):
+        sync_runs = runs[runs["lag"] == SYNC_LAG]
+        if sync_runs.empty:
+            continue
+        sync = {c: sync_runs[[c]].to_numpy() for c in MEASURES.values()}
+        for lag in (lag for lag in lags if lag in set(runs["lag"])):
+            lagged_runs = runs[runs["lag"] == lag]
+            lagged = {c: lagged_runs[[c]].to_numpy() for c in MEASURES.values()}
+            records.append({
+                "variant": variant,
+                "algo": str(runs["algo"].iloc[0]),
+                "task": str(task),
+                "lag": float(lag),
+                "runs": len(lagged_runs),
+                "sync_runs": len(sync_runs),
+                "raw_initial": float(lagged_runs["raw_initial"].mean()),
+                "raw_final_iqm": float(stats.aggregate_iqm(lagged_runs[["raw_final"]].to_numpy())),
+                "raw_sync_gain": float(stats.task_iqm(sync["gain"])[0]),
+                "raw_sync_auc_gain": float(stats.task_iqm(sync["auc_gain"])[0]),
+                **_kept_shares(lagged, sync, reps, seed),
+            })
+    return records
+
+
+def pooled_kept_gains(
+    complete: Sequence[Cell], tasks: Sequence[str], reps: int, seed: int
+) -> list[dict[str, Any]]:
+    """Per (variant, lag) with runs on every task at that lag and at lag 0: the kept gain and
+    AUC kept gain pooled over tasks. Empty with one task, where it is the task's own."""
+    if len(tasks) < 2:
+        return []
+    sync_cells = {c.variant: c for c in complete if c.lag == SYNC_LAG}
+    records = []
+    for cell in complete:
+        sync = sync_cells.get(cell.variant)
+        if sync is None:
+            continue
+        records.append({
+            "variant": cell.variant,
+            "algo": cell.algo,
+            "lag": cell.lag,
+            "runs_per_task": int(cell.gains.shape[0]),
+            **_kept_shares(
+                {"gain": cell.gains, "auc_gain": cell.auc_gains},
+                {"gain": sync.gains, "auc_gain": sync.auc_gains}, reps, seed,
+            ),
+        })
+    return records
+
+
+def summary(
+    run_table: pd.DataFrame, complete: Sequence[Cell], tasks: Sequence[str],
+    lags: Sequence[float], reps: int, seed: int,
+) -> dict[str, Any]:
+    """``summary.json``'s ``kept_gain``: the skip reason, or the per-task and pooled records."""
+    reason = skip_reason(lags)
+    if reason is not None:
+        return {"skipped": reason}
+    return {
+        "sync_lag": SYNC_LAG,
+        "tasks": task_kept_gains(run_table, lags, reps, seed),
+        "pooled": pooled_kept_gains(complete, tasks, reps, seed),
+    }
