@@ -36,6 +36,7 @@ METRICS = (
 FINAL_FRACTION = 0.4  # the last 2 of 5 evaluation points
 REPS = 200
 FIGURES = (
+    "fig_kept_gain",
     "fig_aggregates",
     "fig_tasks",
     "fig_learning_curves",
@@ -278,6 +279,38 @@ def test_task_figure_has_a_score_and_an_auc_panel_per_task(report, figures):
     walker_ppo = [task_cell(summary, "ppo", lag, "walker")["iqm"]["point"] for lag in LAGS]
     (bars,) = [b for b in axes[1].containers if b.get_label() == "ppo"]
     assert bars.lines[0].get_ydata() == pytest.approx(walker_ppo)
+
+
+def test_line_figures_colour_algorithms_style_settings_on_evenly_spaced_lags(figures):
+    """Variants of one algorithm share its colour and differ in line style; lag levels sit at
+    0, 1, ... without sideways shifts, labelled with their values."""
+    for stem in ("fig_tasks", "fig_aggregates", "fig_auc"):
+        ax = panels(figures[stem])[-1]  # a bottom panel: the others share its tick labels
+        lines = {bars.get_label(): bars.lines[0] for bars in ax.containers}
+        assert set(lines) == set(VARIANTS)
+        for line in lines.values():
+            assert list(line.get_xdata()) == [0, 1]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "4"]
+        first, second = lines["vaco[tv_delta=0.1]"], lines["vaco[tv_delta=0.2]"]
+        assert first.get_color() == second.get_color()
+        assert first.get_linestyle() != second.get_linestyle()
+        assert lines["ppo"].get_color() != lines["impala"].get_color()
+        (legend,) = figures[stem].legends
+        assert [t.get_text() for t in legend.get_texts()] == [
+            "impala", "ppo", "vaco", "(default)", "tv_delta=0.1", "tv_delta=0.2"]
+
+
+def test_probability_of_improvement_figure_has_short_labels_and_rows_as_tall_as_their_bars(
+    figures,
+):
+    figure = figures["fig_probability_of_improvement"]
+    axes = panels(figure)
+    assert [ax.get_title() for ax in axes] == [
+        f"vaco[tv_delta={delta}], lag {lag:g}" for delta in ("0.1", "0.2") for lag in LAGS]
+    for ax in axes:
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["impala", "ppo"]  # top down
+    # Two rows of two bars: under four inches, not a fixed page.
+    assert figure.get_figheight() == pytest.approx(2 * (0.7 + 0.27 * 2) + 0.6)
 
 
 def test_probability_of_improvement_matches_hand_computation(report):

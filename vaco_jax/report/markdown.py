@@ -99,16 +99,17 @@ def _md_normalisation(summary: Mapping[str, Any]) -> list[str]:
 
 
 def _raw_header(summary: Mapping[str, Any], what: str) -> str:
-    """A raw column's header; with several tasks its entries list them in this order."""
+    """A raw column's header, ``what`` with ``{name}`` the score's; with several tasks its
+    entries list them in the order the header names."""
     tasks = list(summary["normalisation"])
     per_task = f" ({' / '.join(tasks)})" if len(tasks) > 1 else ""
-    return f"raw {what} {summary['score']['name']}{per_task}"
+    return f"raw {what.format(name=summary['score']['name'])}{per_task}"
 
 
 def _md_scores(summary: Mapping[str, Any]) -> list[str]:
     header = [
         "variant", "lag", "runs per task", "IQM [95% CI]", "median", "mean", "optimality gap",
-        "AUC IQM [95% CI]", _raw_header(summary, "initial"), _raw_header(summary, "final IQM"),
+        "AUC IQM [95% CI]", _raw_header(summary, "initial {name}"), _raw_header(summary, "final {name} IQM"),
     ]
     rows = [
         [
