@@ -281,7 +281,7 @@ def test_task_figure_has_a_score_and_an_auc_panel_per_task(report, figures):
     assert bars.lines[0].get_ydata() == pytest.approx(walker_ppo)
 
 
-def test_line_figures_colour_algorithms_style_settings_on_evenly_spaced_lags(figures):
+def test_line_figures_colour_algorithms_style_settings_on_evenly_spaced_lags(report, figures):
     """Variants of one algorithm share its colour and differ in line style; lag levels sit at
     0, 1, ... without sideways shifts, labelled with their values."""
     for stem in ("fig_tasks", "fig_aggregates", "fig_auc"):
@@ -301,7 +301,7 @@ def test_line_figures_colour_algorithms_style_settings_on_evenly_spaced_lags(fig
 
 
 def test_probability_of_improvement_figure_has_short_labels_and_rows_as_tall_as_their_bars(
-    figures,
+    report, figures,
 ):
     figure = figures["fig_probability_of_improvement"]
     axes = panels(figure)
@@ -437,9 +437,11 @@ def test_given_references_unequal_counts_and_rewrites(runs, tmp_path):
                 if (c["variant"], c["lag"], c["task"]) == ("impala", 4.0, "walker")]
     text = (tmp_path / "report.md").read_text()
     assert text != "stale" and "impala at lag 4 has no run on walker" in text
-    iqm, auc = (task_cell(summary, "impala", 4.0, "hopper")[key] for key in ("iqm", "auc_iqm"))
+    iqm, auc, raw = (task_cell(summary, "impala", 4.0, "hopper")[key]
+                     for key in ("iqm", "auc_iqm", "raw_iqm"))
     assert (f"| impala | 4 | 3 / 0 | {iqm['point']:.3f} [{iqm['low']:.3f}, {iqm['high']:.3f}] | "
-            f"{auc['point']:.3f} [{auc['low']:.3f}, {auc['high']:.3f}] | - | - |") in text
+            f"{auc['point']:.3f} [{auc['low']:.3f}, {auc['high']:.3f}] | "
+            f"{raw['point']:.3f} [{raw['low']:.3f}, {raw['high']:.3f}] | - | - | - |") in text
     assert "| impala | 0 | 3 / 2 |" in text
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 

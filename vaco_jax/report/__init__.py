@@ -3,7 +3,9 @@ report, for either testbed (a ``Score`` says what the evaluations measure).
 
 ``runs_table`` holds the table's schema and checks, ``scoring`` normalises evaluations into
 scores, ``cells`` pairs runs into (variant, lag) cells and bootstraps their summaries,
-``metrics`` summarises training metrics, ``figures`` and ``figures_runs`` draw, ``markdown``
+``kept_gain`` measures the share of its synchronous gain each method keeps under lag,
+``metrics`` summarises training metrics, ``figures``, ``figures_heatmap`` and ``figures_runs``
+draw, ``markdown``
 writes ``report.md``, ``collapse`` asks whether the ESS falls before the score collapses,
 ``stats`` holds the aggregates and bootstraps, and ``write`` runs it all: ``write_report``.
 ``run_figures`` draws the figures of a single run's folder instead (``vaco-jax report RUN_DIR``).

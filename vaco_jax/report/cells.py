@@ -161,7 +161,8 @@ def task_summaries(
     Pooled aggregates can hide a task: one task at its maximum at every lag and another that
     degrades average to a mild slope. A task's entry is what the report of that task's runs
     alone gives (every run of the task, same bootstrap seed), so it exists even where the
-    variant has no runs on another task yet.
+    variant has no runs on another task yet. Beside the normalised scores, in the testbed's
+    units: the mean first evaluation (``raw_initial``) and the final score's IQM (``raw_iqm``).
     """
     if len(tasks) < 2:
         return []

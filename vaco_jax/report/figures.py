@@ -43,7 +43,9 @@ def variant_colours(labels: Sequence[str]) -> dict[str, Any]:
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
-MARKERS = "osD^v<>p"
+MARKERS = "osD^v<>"
+"""Settings take (line style, marker) pairs in turn; as 4 and 7 share no factor, the first 28
+settings each get their own pair."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +62,10 @@ class LineStyle:
     def line(self) -> dict[str, Any]:
         """Keyword arguments of ``Axes.plot`` and ``Axes.errorbar``."""
         return {"color": self.colour, "linestyle": self.linestyle, "marker": self.marker}
+
+    def curve(self) -> dict[str, Any]:
+        """The same for a curve of many points: a marker on every fifth, small."""
+        return {**self.line(), "markevery": 5, "markersize": 4}
 
 
 def split_variant(variant: str) -> tuple[str, str]:
@@ -144,6 +150,23 @@ def _legend_below(figure: Figure, handles: Sequence[Any], labels: Sequence[str])
     figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6, fitting))
 
 
+AXIS_PERCENTILES = (1.0, 99.0)
+"""Where a heavy-tailed axis ends: one diverging run must not squash every other."""
+
+
+def percentile_limits(values: pd.Series, *, log: bool) -> tuple[float, float] | None:
+    """Axis limits a little beyond the finite values' 1st to 99th percentile (the positive
+    ones, on a log axis); None without such values."""
+    finite = values[np.isfinite(values) & ((values > 0) if log else True)]
+    if finite.empty:
+        return None
+    low, high = np.percentile(finite, AXIS_PERCENTILES)
+    if log:
+        return low / 1.5, high * 1.5
+    margin = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
+    return low - margin, high + margin
+
+
 def error_bars(intervals: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np.ndarray]:
     """Points ``[n]`` and matplotlib's asymmetric error bars ``[2, n]``."""
     point, low, high = (np.array([i[k] for i in intervals]) for k in ("point", "low", "high"))
@@ -221,8 +244,7 @@ def figure_curves(
                 if curve is None:
                     continue
                 steps = curve["env_steps"]
-                ax.plot(steps, curve["point"], color=style.colour, linestyle=style.linestyle,
-                        label=variant)
+                ax.plot(steps, curve["point"], label=variant, **style.curve())
                 ax.fill_between(steps, curve["low"], curve["high"], color=style.colour,
                                 alpha=0.12, lw=0)
             ax.set_title(f"lag {lag:g}" if len(tasks) == 1 else f"{task}, lag {lag:g}")
@@ -276,9 +298,9 @@ def figure_fractions(
     if not drawn:
         return Skipped(f"the runs table has no finite {' or '.join(FRACTION_METRICS)}")
     figure, axes = new_figure(len(drawn), max_cols=2)
+    position = lag_positions(lags)
     for ax, metric in zip(axes, drawn):
         by_variant = means[metric].dropna()
-        position = lag_positions(lags)
         for variant, style in styles.items():
             if variant in by_variant.index.get_level_values("variant"):
                 series = by_variant.loc[variant]
@@ -288,7 +310,9 @@ def figure_fractions(
         ax.set_ylabel(f"{FRACTION_METRICS[metric].lower()} (mean over runs and training)")
         ax.set_title(FRACTION_METRICS[metric])
     figure.suptitle("Share of samples filtered, clipped, truncated, masked or dropped against lag")
-    style_legend(figure, styles)
+    # Only the variants drawn: an algorithm without these stabilisers has no line to find.
+    drawn_variants = set(means[drawn].dropna(how="all").index.get_level_values("variant"))
+    style_legend(figure, {v: s for v, s in styles.items() if v in drawn_variants})
     return figure
 
 
@@ -307,42 +331,56 @@ def figure_improvement(
     styles: Mapping[str, LineStyle],
     lags: Sequence[float],
 ) -> Figure | Skipped:
-    """One row of panels per focus variant, one column per lag, a bar per baseline labelled
-    with what tells it apart from the focus variant, coloured by the baseline's algorithm;
-    each row as tall as its bars need."""
+    """One column of panels per lag and a bar per (focus variant, baseline), coloured by the
+    baseline's algorithm and labelled with what tells the baseline apart from the focus
+    variant; a row of panels per focus variant where each has several baselines (else one row,
+    each bar labelled with its focus variant's setting too); each row as tall as its bars."""
     if not improvements:
         return Skipped(
             f"no lag has complete cells of both {focus_algo!r} and another algorithm"
         )
     panel_lags = [lag for lag in lags if any(r["lag"] == lag for r in improvements)]
     focus_variants = sorted({r["variant"] for r in improvements})
-    bars = {
-        focus: max(sum(r["variant"] == focus and r["lag"] == lag for r in improvements)
+
+    def bar_count(focus: str | None) -> int:
+        return max(sum(focus in (None, r["variant"]) and r["lag"] == lag for r in improvements)
                    for lag in panel_lags)
-        for focus in focus_variants
-    }
-    labels = [_short_label(r["baseline"], r["variant"]) for r in improvements]
-    # Beside a 2.6-inch plot, about 0.08 inch a label character; about 0.27 inch a bar.
-    width = (2.6 + 0.08 * max(len(label) for label in labels)) * len(panel_lags)
-    heights = [0.7 + 0.27 * bars[focus] for focus in focus_variants]
+
+    per_focus = min(bar_count(focus) for focus in focus_variants) > 1
+    rows: list[str | None] = list(focus_variants) if per_focus else [None]
+    labels = [
+        _short_label(r["baseline"], r["variant"]) if per_focus
+        else f"{split_variant(r['variant'])[1] or r['variant']}: "
+             f"{_short_label(r['baseline'], r['variant'])}"
+        for r in improvements
+    ]
+    titles = [f"{focus}, lag {lag:g}" if focus else f"lag {lag:g}"
+              for focus in rows for lag in panel_lags]
+    suptitle = (f"Probability of improvement P({focus_algo} > baseline) at the same setting "
+                f"({CONFIDENCE:.0%} CIs)")
+    # Beside a 2.6-inch plot, about 0.08 inch a label character; about 0.27 inch a bar; and
+    # wide enough for the titles.
+    width = max(max(2.6 + 0.08 * max(len(label) for label in labels),
+                    0.08 * max(len(title) for title in titles)) * len(panel_lags),
+                0.1 * len(suptitle))
+    heights = [0.7 + 0.27 * bar_count(focus) for focus in rows]
     figure = Figure(figsize=(width, sum(heights) + 0.6), layout="constrained")
-    grid = figure.subplots(len(focus_variants), len(panel_lags), squeeze=False, sharex=True,
+    grid = figure.subplots(len(rows), len(panel_lags), squeeze=False, sharex=True,
                            gridspec_kw={"height_ratios": heights})
-    for row, focus in enumerate(focus_variants):
+    for row, focus in enumerate(rows):
         for ax, lag in zip(grid[row], panel_lags):
             at_lag = [i for i, r in enumerate(improvements)
-                      if r["lag"] == lag and r["variant"] == focus]
+                      if r["lag"] == lag and focus in (None, r["variant"])]
             point, error = error_bars([improvements[i]["probability"] for i in at_lag])
             positions = np.arange(len(at_lag))[::-1]
             colours = [styles[improvements[i]["baseline"]].colour for i in at_lag]
             ax.barh(positions, point, xerr=error, capsize=2, color=colours, alpha=0.8)
             ax.set_yticks(positions, [labels[i] for i in at_lag])
-            ax.set_ylim(-0.6, bars[focus] - 0.4)
+            ax.set_ylim(-0.6, bar_count(focus) - 0.4)
             ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
             ax.set_xlim(0.0, 1.0)
-            ax.set_title(f"{focus}, lag {lag:g}", fontsize="medium")
+            ax.set_title(f"{focus}, lag {lag:g}" if focus else f"lag {lag:g}", fontsize="medium")
     for ax in grid[-1]:
         ax.set_xlabel(f"P({focus_algo} > baseline)")
-    figure.suptitle(f"Probability of improvement of {focus_algo} over each baseline at the same "
-                    f"setting ({CONFIDENCE:.0%} CIs)")
+    figure.suptitle(suptitle)
     return figure

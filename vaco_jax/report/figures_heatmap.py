@@ -64,7 +64,8 @@ def figure_kept_gain(kept_gain: Mapping[str, Any], lags: Sequence[float]) -> Fig
     rows = max(len(order) for order in orders.values())
     label_width = 0.075 * max(len(v) for order in orders.values() for v in order)
     panel_width = label_width + 1.05 * len(lags)
-    figure = Figure(figsize=(len(tasks) * panel_width + 1.2, 1.5 + 0.42 * rows),
+    # At least wide enough for the title and tall enough for the colour bar's label.
+    figure = Figure(figsize=(max(7.5, len(tasks) * panel_width + 1.2), max(4.0, 1.5 + 0.42 * rows)),
                     layout="constrained")
     axes = figure.subplots(1, len(tasks), squeeze=False)[0]
     norm = Normalize(*COLOUR_RANGE, clip=False)
@@ -93,8 +94,8 @@ def figure_kept_gain(kept_gain: Mapping[str, Any], lags: Sequence[float]) -> Fig
     figure.colorbar(image, ax=list(axes), extend="both", shrink=min(1.0, 6.0 / rows + 0.3),
                     label="share of the synchronous gain kept (IQM)")
     figure.suptitle(
-        "Share of the synchronous gain kept: (final - initial) / IQM synchronous (final - initial)"
-        f"\nIQM over runs [{CONFIDENCE:.0%} CI]; rows by mean over lags > 0, best first; "
+        f"Share of the synchronous gain kept, IQM over runs [{CONFIDENCE:.0%} CI]\n"
+        "(final - initial) / synchronous (final - initial); best mean over lags > 0 first; "
         "grey: undefined"
     )
     return figure

@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from vaco_jax.report.cells import CONFIDENCE
 from vaco_jax.report.figures import (
@@ -24,6 +24,7 @@ from vaco_jax.report.figures import (
     Skipped,
     error_bars,
     new_figure,
+    percentile_limits,
     shared_legend,
     steps_axis,
     style_legend,
@@ -35,9 +36,8 @@ from vaco_jax.report.runs_table import Score, variant_names
 STALENESS_METRICS = {"ess_ratio": "ESS ratio", "grad_norm": "gradient norm (log)"}
 """Per-update metrics drawn over training beside the score, per run, if present."""
 LOG_SCALE_METRICS = ("grad_norm",)
-"""Heavy-tailed metrics: log scale, and y limits at their finite 1st to 99th percentile so that
-one diverging run does not stretch the axis to 1e9."""
-AXIS_PERCENTILES = (1.0, 99.0)
+"""Heavy-tailed metrics: log scale, and y limits at their finite 1st to 99th percentile
+(``percentile_limits``) so that one diverging run does not stretch the axis to 1e9."""
 EVENT_MARKERS = {
     "collapse": ("evaluated_score", "collapse_env_steps", "score", "x"),
     "ESS warning (drop rule)": ("ess_ratio", "drop_warning_env_steps", "ess_ratio", "v"),
@@ -80,15 +80,6 @@ def _staleness_rows(table: pd.DataFrame, score: Score) -> dict[str, tuple[str, s
     }
 
 
-def _percentile_limits(values: pd.Series) -> tuple[float, float] | None:
-    """Log-axis y limits around the finite positive values' 1st to 99th percentile."""
-    finite = values[np.isfinite(values) & (values > 0)]
-    if finite.empty:
-        return None
-    low, high = np.percentile(finite, AXIS_PERCENTILES)
-    return low / 1.5, high * 1.5
-
-
 def _mark_events(
     ax: Axes, rows: pd.DataFrame, events: pd.DataFrame | None, run_column: str,
     styles: Mapping[str, LineStyle],
@@ -114,13 +105,18 @@ def _staleness_panel(
         style = styles[variant]
         ax.plot(*_runs_as_one_line(runs, run_column), color=style.colour, lw=0.6, alpha=0.3)
         median = runs.groupby("env_steps")[median_column].median()
-        ax.plot(median.index, median.to_numpy(), color=style.colour, linestyle=style.linestyle,
-                lw=2, label=variant)
+        ax.plot(median.index, median.to_numpy(), lw=2, label=variant, **style.curve())
     _mark_events(ax, at_lag, events, run_column, styles)
     if run_column in LOG_SCALE_METRICS:
         ax.set_yscale("log")
-        # Labels at each minor tick of a narrow clipped range run into each other.
+        # A clipped range often spans less than a decade: label 1, 2 and 5 of each, plainly,
+        # and leave the minor ticks unlabelled so that they do not run into each other.
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
+    elif run_column == "ess_ratio":
+        # A ratio in [0, 1]: runs at 1 throughout must not turn into an axis of 1 +- 1e-7.
+        ax.set_ylim(0.0, 1.05)
     ax.grid(alpha=0.3)
 
 
@@ -137,9 +133,10 @@ def figure_staleness(
         return Skipped(f"the runs table has no finite {' or '.join(STALENESS_METRICS)}")
     tasks = sorted(table["task"].astype(str).unique())
     rows = [(task, label) for task in tasks for label in metrics]
+    # At least 8 inches wide in all, for the title and the legend of a single lag level.
     figure, axes = new_figure(
-        len(rows) * len(lags), panel_size=(4.2, 2.8), max_cols=len(lags), sharex=True,
-        sharey="row",
+        len(rows) * len(lags), panel_size=(max(4.2, 8.0 / len(lags)), 2.8), max_cols=len(lags),
+        sharex=True, sharey="row",
     )
     grid = np.array(axes, dtype=object).reshape(len(rows), len(lags))
     for row_axes, (task, label) in zip(grid, rows):
@@ -148,16 +145,16 @@ def figure_staleness(
             _staleness_panel(ax, of_task[of_task["lag"] == lag], events, metrics[label], styles)
         row_axes[0].set_ylabel(label if len(tasks) == 1 else f"{task}\n{label}")
         run_column = metrics[label][0]
-        limits = _percentile_limits(of_task[run_column]) if run_column in LOG_SCALE_METRICS \
-            else None
+        limits = percentile_limits(of_task[run_column], log=True) \
+            if run_column in LOG_SCALE_METRICS else None
         if limits is not None:
             row_axes[0].set_ylim(*limits)
     for ax, lag in zip(grid[0], lags):
         ax.set_title(f"lag {lag:g}")
     for ax in grid[-1]:
         steps_axis(ax, score.steps)
-    figure.suptitle("Over training: each run (thin) and the median over its task's runs (thick); "
-                    "gradient norms clipped to their 1st to 99th percentile")
+    figure.suptitle("Over training: each run (thin) and the median over its task's runs (thick)"
+                    "\ngradient-norm axes at their finite 1st to 99th percentile")
     markers = [(Line2D([], [], color="grey", marker=marker, linestyle=""), label)
                for label, (*_, marker) in EVENT_MARKERS.items()]
     style_legend(figure, {v: styles[v] for v in sorted(table["variant"].unique())},
@@ -265,12 +262,17 @@ def figure_off_policy(
                 runs[means[metric]], runs["final_score"], color=styles[variant].colour,
                 marker=markers[lag], alpha=0.8, label=variant,
             )
+        # Behaviour KL runs to hundreds in a run that diverges; the axis keeps the others'.
+        limits = percentile_limits(run_table[means[metric]], log=False)
+        if limits is not None:
+            ax.set_xlim(*limits)
         ax.set_xlabel(f"{OFF_POLICY_METRICS[metric]} (run mean over updates)")
         ax.set_title(f"Final score against measured {OFF_POLICY_METRICS[metric]}")
     axes[0].set_ylabel("final normalised score")
     lag_markers = [(Line2D([], [], color="grey", marker=markers[lag], linestyle=""), f"lag {lag:g}")
                    for lag in lags]
-    figure.suptitle("Final score per run against measured off-policyness")
+    figure.suptitle("Final score per run against measured off-policyness (x axes at the runs' "
+                    "1st to 99th percentile)")
     # Colour is the algorithm and marker the lag: a variant's swept setting is not told apart.
     style_legend(figure, styles, settings=False, extra=lag_markers)
     return figure

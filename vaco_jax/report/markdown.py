@@ -109,7 +109,8 @@ def _raw_header(summary: Mapping[str, Any], what: str) -> str:
 def _md_scores(summary: Mapping[str, Any]) -> list[str]:
     header = [
         "variant", "lag", "runs per task", "IQM [95% CI]", "median", "mean", "optimality gap",
-        "AUC IQM [95% CI]", _raw_header(summary, "initial {name}"), _raw_header(summary, "final {name} IQM"),
+        "AUC IQM [95% CI]", _raw_header(summary, "initial {name}"),
+        _raw_header(summary, "final {name} IQM"),
     ]
     rows = [
         [
@@ -131,9 +132,10 @@ def _md_scores(summary: Mapping[str, Any]) -> list[str]:
         "",
         *_md_table(header, rows),
         "",
-        f"Normalised scores beside the raw ones, in the testbed's units ({summary['score']['name']}): "
-        "the runs' mean first evaluation and the IQM of their final scores (per task; its "
-        "interval, and those of the median, mean and optimality gap, are in `summary.json`).",
+        "Normalised scores beside the raw ones, in the testbed's units "
+        f"({summary['score']['name']}): the runs' mean first evaluation and the IQM of their "
+        "final scores (per task; its interval, and those of the median, mean and optimality "
+        "gap, are in `summary.json`).",
         "",
         *left_out,
         *([""] if left_out else []),
@@ -207,7 +209,7 @@ def _md_kept_gain(summary: Mapping[str, Any]) -> list[str]:
     figure = summary["figures"].get("fig_kept_gain", {})
     image = [f"![{figure['caption']}]({figure['png']})", ""] if "png" in figure else []
     header = ["task", "variant", "lag", "runs", f"raw initial {name}", f"raw final {name} IQM",
-              f"raw synchronous gain", "kept gain [95% CI]", "AUC kept gain [95% CI]"]
+              "raw synchronous gain", "kept gain [95% CI]", "AUC kept gain [95% CI]"]
     rows = [
         [r["task"], r["variant"], f"{r['lag']:g}", r["runs"], _fmt(r["raw_initial"]),
          _fmt(r["raw_final_iqm"]), _fmt(r["raw_sync_gain"]), _fmt_kept(r["kept"]),
