@@ -211,8 +211,10 @@ def test_final_score_tables_carry_raw_scores(report):
 def test_heatmap_has_a_panel_per_task_with_rows_sorted_by_mean_kept_gain(report):
     _, summary, figures = report
     figure = figures["fig_kept_gain"]
-    task_a, task_b = (ax for ax in panels(figure) if ax.get_title())
-    assert [task_a.get_title(), task_b.get_title()] == ["task_a", "task_b"]
+    task_a, task_a_auc, task_b, task_b_auc = (ax for ax in panels(figure) if ax.get_title())
+    assert [ax.get_title() for ax in (task_a, task_a_auc, task_b, task_b_auc)] == [
+        f"{task}: {measure}" for task in ("task_a", "task_b")
+        for measure in ("final score", "AUC")]
     # task_a at lag 4: vaco 0.75, ppo 0.5, spo 0.5 (ties by name); impala undefined, last.
     rows = [t.get_text() for t in task_a.get_yticklabels()]
     assert rows == ["vaco", "ppo", "spo", "impala"]
@@ -222,6 +224,12 @@ def test_heatmap_has_a_panel_per_task_with_rows_sorted_by_mean_kept_gain(report)
     kept = task_record(summary, "ppo", "task_a", 4.0)["kept"]
     assert f"{kept['point']:.2f}\n[{kept['low']:.2f}, {kept['high']:.2f}]" in texts
     assert "undefined:\nno sync gain" in texts and "0.50\n[unbounded]" in texts
+    # The AUC panel keeps the final score's row order and writes the AUC's shares.
+    auc = task_record(summary, "ppo", "task_a", 4.0)["auc_kept"]
+    ppo_row = [t.get_text() for t in task_a_auc.texts][2:4]  # texts by row, then lag
+    assert ppo_row[0].startswith("1.00\n")
+    assert ppo_row[1] == f"{auc['point']:.2f}\n[{auc['low']:.2f}, {auc['high']:.2f}]"
+    assert auc["point"] == pytest.approx(0.25)
     # The colour bar is labelled.
     assert any(ax.get_ylabel() == "share of the synchronous gain kept (IQM)"
                for ax in figure.axes)
@@ -230,17 +238,22 @@ def test_heatmap_has_a_panel_per_task_with_rows_sorted_by_mean_kept_gain(report)
 
 
 def test_row_order_puts_the_best_mean_over_lagged_levels_first():
-    def record(variant, lag, point):
-        kept = None if point is None else {"point": point, "low": 0.0, "high": 1.0}
-        return {"variant": variant, "lag": lag, "kept": kept}
+    def record(variant, lag, point, auc=0.5):
+        def share(value):
+            return None if value is None else {"point": value, "low": 0.0, "high": 1.0}
+        return {"variant": variant, "lag": lag, "kept": share(point), "auc_kept": share(auc)}
 
     records = [
         record("a", 0.0, 1.0), record("a", 4.0, 0.2), record("a", 8.0, 0.9),   # mean 0.55
         record("b", 0.0, 1.0), record("b", 4.0, 0.8), record("b", 8.0, 0.4),   # mean 0.6
-        record("c", 0.0, None), record("c", 4.0, None),
+        record("c", 0.0, None), record("c", 4.0, None, None),
         record("d", 0.0, 1.0), record("d", 4.0, 1.2),
+        # Tied with d on the final score; keeps less of its AUC gain, so it comes after d.
+        record("e", 0.0, 1.0, 1.0), record("e", 4.0, 1.2, 0.3),
+        # Lag 0 does not count: 1 there by construction.
+        record("f", 0.0, 9.0), record("f", 4.0, 0.1),
     ]
-    assert figures_heatmap.row_order(records) == ["d", "b", "a", "c"]
+    assert figures_heatmap.row_order(records) == ["d", "e", "b", "a", "f", "c"]
 
 
 def test_without_lag_zero_the_kept_gain_is_skipped_and_says_why(tmp_path):

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.colors import Colormap, Normalize
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
 
 from vaco_jax.report.cells import CONFIDENCE
 from vaco_jax.report.figures import Skipped
@@ -33,19 +35,27 @@ def _colour_map() -> Colormap:
 
 def row_order(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """The variants of one task's records, best first by their mean kept gain over the lag
-    levels above 0 (lag 0 is 1 by construction); variants without a synchronous gain last."""
-    means: dict[str, float] = {}
-    for variant in sorted({r["variant"] for r in records}):
-        points = [r["kept"]["point"] for r in records
-                  if r["variant"] == variant and r["lag"] != SYNC_LAG and r["kept"] is not None]
-        means[variant] = float(np.mean(points)) if points else -np.inf
-    return sorted(means, key=lambda v: -means[v])
+    levels above 0 (lag 0 is 1 by construction), ties (several methods that all reach the
+    maximum) broken by their mean AUC kept gain; variants without a synchronous gain last."""
+    def mean_over_lags(variant: str, key: str) -> float:
+        points = [r[key]["point"] for r in records
+                  if r["variant"] == variant and r["lag"] != SYNC_LAG and r[key] is not None]
+        return float(np.mean(points)) if points else -np.inf
+
+    variants = sorted({r["variant"] for r in records})
+    return sorted(variants, key=lambda v: (-mean_over_lags(v, "kept"),
+                                           -mean_over_lags(v, "auc_kept")))
 
 
-def _cell_text(record: Mapping[str, Any] | None) -> str:
+MEASURES = {"kept": "final score", "auc_kept": "AUC"}
+"""The kept shares drawn side by side for each task: of the end point, and of the area, which
+also shows learning that lag slowed."""
+
+
+def _cell_text(record: Mapping[str, Any] | None, key: str) -> str:
     if record is None:
         return ""
-    kept = record["kept"]
+    kept = record[key]
     if kept is None:
         return "undefined:\nno sync gain"
     if kept["low"] is None or kept["high"] is None:
@@ -53,49 +63,60 @@ def _cell_text(record: Mapping[str, Any] | None) -> str:
     return f"{kept['point']:.2f}\n[{kept['low']:.2f}, {kept['high']:.2f}]"
 
 
+def _panel(
+    ax: Axes, by_cell: Mapping[tuple[str, float], Mapping[str, Any]], order: Sequence[str],
+    key: str, lags: Sequence[float], norm: Normalize,
+) -> AxesImage:
+    """One task's kept shares of one measure: a row per variant in ``order``, a column per lag."""
+    def point(variant: str, lag: float) -> float:
+        record = by_cell.get((variant, lag))
+        return np.nan if record is None or record[key] is None else record[key]["point"]
+
+    values = np.array([[point(v, lag) for lag in lags] for v in order])
+    ax.set_facecolor(UNDEFINED_COLOUR)
+    image = ax.imshow(values, cmap=_colour_map(), norm=norm, aspect="auto")
+    for i, variant in enumerate(order):
+        for j, lag in enumerate(lags):
+            dark = np.isfinite(values[i, j]) and abs(norm(values[i, j]) - 0.5) > 0.35
+            ax.text(j, i, _cell_text(by_cell.get((variant, lag)), key), ha="center",
+                    va="center", fontsize=7, color="white" if dark else "black")
+    ax.set_xticks(range(len(lags)), [f"{lag:g}" for lag in lags])
+    ax.set_yticks(range(len(order)), order)
+    ax.set_xlabel("lag level")
+    ax.tick_params(length=0)
+    return image
+
+
 def figure_kept_gain(kept_gain: Mapping[str, Any], lags: Sequence[float]) -> Figure | Skipped:
-    """One panel per task: methods as rows sorted by ``row_order``, lag levels as columns, each
-    cell coloured by its IQM kept gain with the value and its interval written in it."""
+    """A row of two panels per task, the kept share of the final score and of the AUC: methods
+    as rows in ``row_order`` (by the final score's, in both panels), lag levels as columns,
+    each cell coloured by its IQM kept share with the value and its interval written in it."""
     if "skipped" in kept_gain:
         return Skipped(kept_gain["skipped"])
     records = kept_gain["tasks"]
     tasks = sorted({r["task"] for r in records})
     orders = {task: row_order([r for r in records if r["task"] == task]) for task in tasks}
-    rows = max(len(order) for order in orders.values())
     label_width = 0.075 * max(len(v) for order in orders.values() for v in order)
-    panel_width = label_width + 1.05 * len(lags)
+    heights = [1.0 + 0.42 * len(orders[task]) for task in tasks]
     # At least wide enough for the title and tall enough for the colour bar's label.
-    figure = Figure(figsize=(max(7.5, len(tasks) * panel_width + 1.2), max(4.0, 1.5 + 0.42 * rows)),
-                    layout="constrained")
-    axes = figure.subplots(1, len(tasks), squeeze=False)[0]
+    figure = Figure(figsize=(max(7.5, label_width + 2.6 * len(lags) + 1.6),
+                             max(4.0, 1.0 + sum(heights))), layout="constrained")
+    grid = figure.subplots(len(tasks), len(MEASURES), squeeze=False, sharey="row",
+                           gridspec_kw={"height_ratios": heights})
     norm = Normalize(*COLOUR_RANGE, clip=False)
-    cmap = _colour_map()
-    image = None
-    for ax, task in zip(axes, tasks):
-        order = orders[task]
+    for row_axes, task in zip(grid, tasks):
         by_cell = {(r["variant"], r["lag"]): r for r in records if r["task"] == task}
-        values = np.array([[np.nan if by_cell.get((v, lag)) is None
-                            or by_cell[(v, lag)]["kept"] is None
-                            else by_cell[(v, lag)]["kept"]["point"] for lag in lags]
-                           for v in order])
-        ax.set_facecolor(UNDEFINED_COLOUR)
-        image = ax.imshow(values, cmap=cmap, norm=norm, aspect="auto")
-        for i, variant in enumerate(order):
-            for j, lag in enumerate(lags):
-                value = values[i, j]
-                dark = np.isfinite(value) and abs(norm(value) - 0.5) > 0.35
-                ax.text(j, i, _cell_text(by_cell.get((variant, lag))), ha="center", va="center",
-                        fontsize=7, color="white" if dark else "black")
-        ax.set_xticks(range(len(lags)), [f"{lag:g}" for lag in lags])
-        ax.set_yticks(range(len(order)), order)
-        ax.set_xlabel("lag level")
-        ax.set_title(task)
-        ax.tick_params(length=0)
-    figure.colorbar(image, ax=list(axes), extend="both", shrink=min(1.0, 6.0 / rows + 0.3),
+        for ax, (key, measure) in zip(row_axes, MEASURES.items()):
+            image = _panel(ax, by_cell, orders[task], key, lags, norm)
+            ax.set_title(f"{task}: {measure}", fontsize="medium")
+        row_axes[1].tick_params(labelleft=False)
+    figure.colorbar(image, ax=grid.ravel().tolist(), extend="both",
+                    shrink=min(1.0, 6.0 / sum(len(o) for o in orders.values()) + 0.3),
                     label="share of the synchronous gain kept (IQM)")
     figure.suptitle(
-        f"Share of the synchronous gain kept, IQM over runs [{CONFIDENCE:.0%} CI]\n"
-        "(final - initial) / synchronous (final - initial); best mean over lags > 0 first; "
-        "grey: undefined"
+        f"Share of the synchronous gain kept, IQM over runs [{CONFIDENCE:.0%} CI]: "
+        "(score - initial) / synchronous (score - initial)\n"
+        "AUC: the mean score over training; rows by mean kept final score over lags > 0, "
+        "best first; grey: undefined"
     )
     return figure
