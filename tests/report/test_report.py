@@ -903,6 +903,17 @@ def test_forward_lag_figure_draws_the_hand_computed_means(forward_report):
     assert y[0] > y[1] > y[3]
 
 
+def test_figures_against_lag_are_skipped_at_a_single_lag_level(forward_report):
+    summary, _ = forward_report
+    reason = ("the study has a single lag level (0), so nothing varies along a lag axis; the "
+              "tables give these numbers")
+    for stem in ("fig_aggregates", "fig_auc", "fig_filter_clip"):
+        assert summary["figures"][stem]["skipped"] == reason
+    assert "png" in summary["figures"]["fig_learning_curves"]
+    assert summary["kept_gain"] == {
+        "skipped": "the study has no lag level besides lag 0"}
+
+
 def test_forward_lag_figure_is_skipped_at_one_setting(report):
     _, summary = report
     assert summary["figures"]["fig_forward_lag"]["skipped"] == (

@@ -214,7 +214,7 @@ def _md_kept_gain(summary: Mapping[str, Any]) -> list[str]:
         [r["task"], r["variant"], f"{r['lag']:g}", r["runs"], _fmt(r["raw_initial"]),
          _fmt(r["raw_final_iqm"]), _fmt(r["raw_sync_gain"]), _fmt_kept(r["kept"]),
          _fmt_kept(r["auc_kept"])]
-        for r in kept["tasks"]
+        for r in sorted(kept["tasks"], key=lambda r: r["task"])
     ]
     pooled = [
         [r["variant"], f"{r['lag']:g}", r["runs_per_task"], _fmt_kept(r["kept"]),

@@ -65,19 +65,33 @@ class ReportData:
     kept_gain: Mapping[str, Any]
 
 
-def _figure_builders(
-    data: ReportData,
-) -> dict[str, tuple[str, Callable[[], Figure | figures.Skipped]]]:
+Draw = Callable[[], Figure | figures.Skipped]
+"""Draws one figure of a report, or says why it has none."""
+
+
+def _figure_builders(data: ReportData) -> dict[str, tuple[str, Draw]]:
     """File stem -> (caption, drawing function) of every figure, in report order.
 
     The per-task figure is drawn only for several tasks: with one, it is the aggregate figure.
-    The kept-gain heatmap comes first: it is the study's answer.
+    The kept-gain heatmap comes first: it is the study's answer. The figures against lag are
+    skipped at a single lag level, where they would stack every variant at one point.
     """
     styles, lags, score, focus_algo = data.styles, data.lags, data.score, data.focus_algo
+
+    def against_lag(draw: Draw) -> Draw:
+        if len(lags) > 1:
+            return draw
+        return lambda: figures.Skipped(
+            f"the study has a single lag level ({lags[0]:g}), so nothing varies along a lag "
+            "axis; the tables give these numbers"
+        )
+
     per_task = {
         "fig_tasks": (
             "Final score and AUC against lag, per task",
-            lambda: figures.figure_tasks(data.task_summaries, data.tasks, styles, lags),
+            against_lag(
+                lambda: figures.figure_tasks(data.task_summaries, data.tasks, styles, lags)
+            ),
         ),
     } if len(data.tasks) > 1 else {}
     return {
@@ -87,7 +101,7 @@ def _figure_builders(
         ),
         "fig_aggregates": (
             "Aggregate final scores against lag",
-            lambda: figures.figure_aggregates(data.cell_summaries, styles, lags),
+            against_lag(lambda: figures.figure_aggregates(data.cell_summaries, styles, lags)),
         ),
         **per_task,
         "fig_learning_curves": (
@@ -96,16 +110,16 @@ def _figure_builders(
         ),
         "fig_staleness_diagnostics": (
             f"Normalised {score.name}, ESS ratio and gradient norm over training, per run and "
-            "median, with each run's collapse and ESS warning marked",
+            "median per task, with each run's collapse and ESS warning marked",
             lambda: figures_runs.figure_staleness(data.table, data.events, styles, lags, score),
         ),
         "fig_auc": (
             "IQM of the area under the learning curve against lag",
-            lambda: figures.figure_auc(data.cell_summaries, styles, lags),
+            against_lag(lambda: figures.figure_auc(data.cell_summaries, styles, lags)),
         ),
         "fig_filter_clip": (
             "Filtered, clipped, truncated, masked and dropped fractions against lag",
-            lambda: figures.figure_fractions(data.fraction_means, styles, lags),
+            against_lag(lambda: figures.figure_fractions(data.fraction_means, styles, lags)),
         ),
         "fig_forward_lag": (
             "Final score, clip and filter fractions and forward TV against epochs x minibatches",
