@@ -146,8 +146,12 @@ def shared_legend(figure: Figure, axes: Sequence[Axes], order: Sequence[str]) ->
 def _legend_below(figure: Figure, handles: Sequence[Any], labels: Sequence[str]) -> None:
     # As many columns as fit the figure's width (about 0.09 in a character at this size).
     column_width = 0.6 + 0.09 * max(len(label) for label in labels)
-    fitting = max(1, int(figure.get_figwidth() // column_width))
-    figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6, fitting))
+    columns = min(len(labels), 6, max(1, int(figure.get_figwidth() // column_width)))
+    # The figure leaves room for two rows of entries; a longer legend adds its own height
+    # rather than squashing the panels.
+    rows = math.ceil(len(labels) / columns)
+    figure.set_figheight(figure.get_figheight() + 0.25 * max(0, rows - 2))
+    figure.legend(handles, labels, loc="outside lower center", ncols=columns)
 
 
 AXIS_PERCENTILES = (1.0, 99.0)
@@ -173,12 +177,12 @@ def error_bars(intervals: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np
     return point, np.stack([point - low, high - point])
 
 
-def lag_positions(lags: Sequence[float]) -> dict[float, int]:
+def _lag_positions(lags: Sequence[float]) -> dict[float, int]:
     """Each lag level's x position: evenly spaced categories, in order."""
     return {lag: i for i, lag in enumerate(lags)}
 
 
-def lag_axis(ax: Axes, lags: Sequence[float]) -> None:
+def _lag_axis(ax: Axes, lags: Sequence[float]) -> None:
     """Categorical lag levels labelled with their values."""
     ax.set_xticks(range(len(lags)), [f"{lag:g}" for lag in lags])
     ax.set_xlim(-0.4, len(lags) - 0.6)
@@ -194,7 +198,7 @@ def _plot_against_lag(
     lags: Sequence[float],
 ) -> None:
     """One line per variant of ``summary[key]`` with its interval as error bars."""
-    position = lag_positions(lags)
+    position = _lag_positions(lags)
     for variant, style in styles.items():
         rows = sorted((s for s in summaries if s["variant"] == variant), key=lambda s: s["lag"])
         if not rows:
@@ -203,7 +207,7 @@ def _plot_against_lag(
         x = [position[s["lag"]] for s in rows]
         ax.errorbar(x, point, yerr=error, capsize=2, markersize=4, linewidth=1.2,
                     elinewidth=0.8, alpha=0.85, label=variant, **style.line())
-    lag_axis(ax, lags)
+    _lag_axis(ax, lags)
 
 
 def figure_aggregates(
@@ -298,7 +302,7 @@ def figure_fractions(
     if not drawn:
         return Skipped(f"the runs table has no finite {' or '.join(FRACTION_METRICS)}")
     figure, axes = new_figure(len(drawn), max_cols=2)
-    position = lag_positions(lags)
+    position = _lag_positions(lags)
     for ax, metric in zip(axes, drawn):
         by_variant = means[metric].dropna()
         for variant, style in styles.items():
@@ -306,7 +310,7 @@ def figure_fractions(
                 series = by_variant.loc[variant]
                 ax.plot([position[lag] for lag in series.index], series.to_numpy(),
                         label=variant, **style.line())
-        lag_axis(ax, lags)
+        _lag_axis(ax, lags)
         ax.set_ylabel(f"{FRACTION_METRICS[metric].lower()} (mean over runs and training)")
         ax.set_title(FRACTION_METRICS[metric])
     figure.suptitle("Share of samples filtered, clipped, truncated, masked or dropped against lag")
