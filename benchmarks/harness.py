@@ -22,6 +22,7 @@ import dataclasses
 import datetime
 import os
 import platform
+import re
 import resource
 import statistics
 import sys
@@ -199,6 +200,24 @@ class Compiled:
         if carry_on:
             self.args = self.program.advance(self.args, out)
         return elapsed
+
+
+_WHILE = re.compile(r"\bwhile\(")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+
+
+def xla_counts(executable: Any) -> dict[str, Any]:
+    """XLA's cost analysis of a compiled program (floating-point operations, bytes accessed,
+    transcendentals per call), the loops left in its optimised module and their known trip
+    counts. XLA counts the body of a loop once, whatever its trip count."""
+    cost = executable.cost_analysis()
+    cost = (cost[0] if cost else {}) if isinstance(cost, (list, tuple)) else (cost or {})
+    text = executable.as_text()
+    return {"flops": float(cost.get("flops", 0.0)),
+            "bytes": float(cost.get("bytes accessed", 0.0)),
+            "transcendentals": float(cost.get("transcendentals", 0.0)),
+            "while_loops": len(_WHILE.findall(text)),
+            "loop_trip_counts": sorted(int(n) for n in _TRIP_COUNT.findall(text))}
 
 
 def timed_rounds(programs: list[Compiled], *, repeats: int,

@@ -35,18 +35,25 @@ def hparams_for(config: ControlConfig, num_seeds: int, **values: float) -> Contr
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_seeds,)), hp)
 
 
-def initial_state(config: ControlConfig, num_seeds: int) -> tuple[ControlTrainer, ControlHParams, Any]:
+def initial_state(config: ControlConfig, num_seeds: int,
+                  abstract: bool = False) -> tuple[ControlTrainer, ControlHParams, Any]:
     """A trainer of `config` and the initial training state of `num_seeds` runs. Every program
     of one config starts from this same state (and its compiled `init` program is shared through
-    the benchmark run's compilation cache)."""
+    the benchmark run's compilation cache). `abstract`: the state's shapes and dtypes only
+    (`jax.ShapeDtypeStruct`s, nothing computed or allocated), enough to lower and compile a
+    program without running it (`benchmarks/roofline.py`)."""
     trainer = ControlTrainer(config)
     hp = hparams_for(config, num_seeds)
-    return trainer, hp, jax.jit(jax.vmap(trainer.init))(seed_keys(num_seeds), hp)
+    init = jax.vmap(trainer.init)
+    keys = seed_keys(num_seeds)
+    return trainer, hp, jax.eval_shape(init, keys, hp) if abstract else jax.jit(init)(keys, hp)
 
 
-def env_program(config: ControlConfig, num_seeds: int, updates: int) -> Program:
-    """`updates` rollouts' worth of random-action steps of `config`'s environments."""
-    trainer, _, state = initial_state(config, num_seeds)
+def env_program(config: ControlConfig, num_seeds: int, updates: int,
+                abstract: bool = False) -> Program:
+    """`updates` rollouts' worth of random-action steps of `config`'s environments (`abstract`:
+    arguments are shapes only, see `initial_state`)."""
+    trainer, _, state = initial_state(config, num_seeds, abstract)
     env, num_envs, length = trainer.env, config.num_envs, config.rollout_length
 
     def one_rollout(episodes: EpisodeState, key: jax.Array):
@@ -82,9 +89,11 @@ def env_program(config: ControlConfig, num_seeds: int, updates: int) -> Program:
                    steps_per_call=num_seeds * updates * config.steps_per_update)
 
 
-def train_program(config: ControlConfig, num_seeds: int, updates: int) -> Program:
-    """`updates` training updates of `num_seeds` runs of `config` per call."""
-    trainer, hp, state = initial_state(config, num_seeds)
+def train_program(config: ControlConfig, num_seeds: int, updates: int,
+                  abstract: bool = False) -> Program:
+    """`updates` training updates of `num_seeds` runs of `config` per call (`abstract`: arguments
+    are shapes only, see `initial_state`)."""
+    trainer, hp, state = initial_state(config, num_seeds, abstract)
 
     def chunk(state, hp):
         return jax.lax.scan(lambda s, _: trainer.update(s, hp), state, None, length=updates)
@@ -95,12 +104,13 @@ def train_program(config: ControlConfig, num_seeds: int, updates: int) -> Progra
 
 
 def collect_program(config: ControlConfig, num_seeds: int, updates: int,
-                    state: Any | None = None) -> Program:
-    """`updates` rollouts per call from `state` (default: the initial state). Nothing is pushed
-    into the policy buffer, so a `state` taken from training keeps its versions and lags."""
+                    state: Any | None = None, abstract: bool = False) -> Program:
+    """`updates` rollouts per call from `state` (default: the initial state, shapes only if
+    `abstract`). Nothing is pushed into the policy buffer, so a `state` taken from training
+    keeps its versions and lags."""
     trainer, hp = ControlTrainer(config), hparams_for(config, num_seeds)
     if state is None:
-        _, _, state = initial_state(config, num_seeds)
+        _, _, state = initial_state(config, num_seeds, abstract)
 
     def chunk(state, hp):
         def one(state, _):

@@ -43,6 +43,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small task and grids (minutes on CPU)")
+    p.add_argument("--preset", default=None, choices=("quick", "full", "gpu", "tiny"),
+                   help="settings preset (default: full, or quick with --quick); gpu and tiny "
+                        "are the GPU campaign's sizes and its dry run (benchmarks/gpu_campaign.py)")
     p.add_argument("--only", default=",".join(suites.BENCHMARKS),
                    help="comma-separated sub-benchmarks to run")
     p.add_argument("--out", default=None,
@@ -61,6 +64,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="seconds to wait for other processes to leave the CPU before timing")
     p.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)  # child process
     args = p.parse_args(argv)
+    if args.quick and args.preset not in (None, "quick"):
+        p.error("--quick is --preset quick; give one of them")
     unknown = set(args.only.split(",")) - set(suites.BENCHMARKS)
     if unknown:
         p.error(f"unknown sub-benchmark(s) {sorted(unknown)}; choose from "
@@ -69,7 +74,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def settings_from(args: argparse.Namespace) -> suites.Settings:
-    settings = suites.presets(jax.default_backend())["quick" if args.quick else "full"]
+    settings = suites.presets(jax.default_backend())[preset_name(args)]
     base = settings.base
     if args.env is not None:
         base = base.replace(env=args.env)
@@ -83,9 +88,13 @@ def settings_from(args: argparse.Namespace) -> suites.Settings:
     return dataclasses.replace(settings, **changes)
 
 
-def default_out(quick: bool) -> Path:
+def preset_name(args: argparse.Namespace) -> str:
+    return args.preset or ("quick" if args.quick else "full")
+
+
+def default_out(preset: str) -> Path:
     date = datetime.date.today().isoformat()
-    suffix = "-quick" if quick else ""
+    suffix = "" if preset == "full" else f"-{preset}"
     name = f"{jax.default_backend()}-{date}{suffix}.json"
     return Path(__file__).resolve().parent / "results" / name
 
@@ -113,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(json.dumps(suites.memory_probe(json.loads(args.memory_probe))), flush=True)
         return {}
     settings = settings_from(args)
-    out = Path(args.out) if args.out else default_out(args.quick)
+    out = Path(args.out) if args.out else default_out(preset_name(args))
     if not args.append and not args.overwrite:
         existing = [str(p) for p in (out, args.markdown) if p is not None and Path(p).exists()]
         if existing:

@@ -67,7 +67,8 @@ def _base(env: str, num_envs: int, rollout_length: int, epochs: int, minibatches
 
 
 def presets(backend: str) -> dict[str, Settings]:
-    """`quick` (minutes on a CPU), and `full` sized for the backend it runs on."""
+    """`quick` (minutes on a CPU), `full` sized for the backend it runs on, and the campaign's
+    `gpu` and `tiny` (`campaign_presets`)."""
     quick = Settings(
         name="quick", base=_base("inverted_double_pendulum", 32, 16, 2, 2, (32, 32), 4),
         updates_per_call=4, repeats=16, sync_algos=("ppo",), async_grid=(("ppo", 4),),
@@ -96,7 +97,28 @@ def presets(backend: str) -> dict[str, Settings]:
             seeds_num_envs=1024, memory_grid=((1, 4), (1, 16), (1, 64), (4, 16), (16, 16)),
             memory_chunks=3, compile_env="ant", compile_num_envs=4096, measure_eval=True,
             max_wait_s=60.0)
-    return {"quick": quick, "full": full}
+    return {"quick": quick, "full": full, **campaign_presets()}
+
+
+def campaign_presets() -> dict[str, Settings]:
+    """The GPU campaign's sizes (`benchmarks/gpu_campaign.py`), whatever the backend: `gpu`, the
+    accelerator targets (`ant`, 4096 environments; asynchrony at K = 16 with `gather`, against
+    the same algorithm synchronous; 1 to 64 seeds of 1024 environments) with few compilations,
+    since each MJX program compiles for minutes and a lease is short; and `tiny`, every
+    sub-benchmark of it on the pure-JAX toy task in seconds, the campaign's dry run on a CPU."""
+    gpu = Settings(
+        name="gpu", base=_base("ant", 4096, 32, 4, 16, (64, 64), 16), updates_per_call=4,
+        repeats=5, sync_algos=("ppo", "vaco"), async_grid=(("vaco", 16),),
+        breakdown_async=("vaco", 16), actings=("gather",), seed_counts=(1, 4, 16, 64),
+        seeds_num_envs=1024, memory_grid=((1, 16), (16, 16)), memory_chunks=3,
+        compile_env="ant", compile_num_envs=4096, brax_timed_epochs=3, measure_eval=False,
+        max_wait_s=5.0)
+    tiny = dataclasses.replace(
+        gpu, name="tiny", base=_base("toy_reach", 8, 4, 1, 2, (8,), 4), updates_per_call=1,
+        repeats=2, async_grid=(("vaco", 4),), breakdown_async=("vaco", 4), seed_counts=(1, 2),
+        seeds_num_envs=8, memory_grid=((1, 4),), memory_chunks=2, compile_env="toy_reach",
+        compile_num_envs=8, brax_timed_epochs=1, max_wait_s=0.0)
+    return {"gpu": gpu, "tiny": tiny}
 
 
 ProgramKey = tuple[str, ControlConfig, int]  # (program kind, config, number of seeds)

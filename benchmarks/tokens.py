@@ -69,27 +69,38 @@ class Settings:
     repeats: int  # timed calls of each program after its warm-up call
     seed_counts: tuple[int, ...]
     max_wait_s: float  # longest wait for other processes to leave the CPU before timing
+    capacity_s: float = 240.0  # time box of the search for the largest model and batch
+    capacity_doublings: int = 6  # most doublings of width, then of prompts, in that search
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 def presets(backend: str) -> dict[str, Settings]:
-    """`quick` (fewer timed calls and seeds) and `full`, sized for the backend it runs on; on a
-    CPU compiling their 11 or 12 programs takes most of either (25 minutes under heavy load)."""
+    """`quick` (fewer timed calls and seeds) and `full`, sized for the backend it runs on (on a
+    CPU compiling their 11 or 12 programs takes most of either, 25 minutes under heavy load);
+    `gpu` (the accelerator sizes on any backend) and `tiny` (the GPU campaign's dry run)."""
     quick = Settings(name="quick", config=TokenConfig(), batches_per_call=8, updates_per_call=4,
                      repeats=8, seed_counts=(1, 4), max_wait_s=0.0)
     if backend == "cpu":  # the testbed's defaults, at which the worked example learns
         full = dataclasses.replace(quick, name="full", batches_per_call=16, updates_per_call=8,
                                    repeats=15, seed_counts=(1, 4, 16), max_wait_s=30.0)
-    else:
-        full = dataclasses.replace(
-            quick, name="full",
-            config=TokenConfig(task_size=4, context=32, prompts=64, group_size=16, layers=4,
-                               width=256, heads=8),
-            batches_per_call=8, updates_per_call=4, repeats=10, seed_counts=(1, 4, 16, 64),
-            max_wait_s=60.0)
-    return {"quick": quick, "full": full}
+    # The accelerator sizes; `gpu` is also the GPU campaign's (`benchmarks/gpu_campaign.py`).
+    gpu = dataclasses.replace(
+        quick, name="gpu",
+        config=TokenConfig(task_size=4, context=32, prompts=64, group_size=16, layers=4,
+                           width=256, heads=8),
+        batches_per_call=8, updates_per_call=4, repeats=10, seed_counts=(1, 4, 16, 64),
+        max_wait_s=5.0)
+    if backend != "cpu":
+        full = dataclasses.replace(gpu, name="full", max_wait_s=60.0)
+    # The campaign's dry run: every part in seconds on a CPU.
+    tiny = dataclasses.replace(
+        quick, name="tiny",
+        config=TokenConfig(layers=1, width=16, heads=2, prompts=2, group_size=2),
+        batches_per_call=1, updates_per_call=1, repeats=2, seed_counts=(1, 2), capacity_s=60.0,
+        capacity_doublings=1)
+    return {"quick": quick, "full": full, "gpu": gpu, "tiny": tiny}
 
 
 # ----------------------------------------------------------------------------------- programs
@@ -154,6 +165,23 @@ def update_program(config: TokenConfig, num_seeds: int, updates: int) -> harness
 
 
 # ----------------------------------------------------------------------------------- measurements
+def flops_fields(compiled: harness.Compiled, summary: dict[str, Any]) -> dict[str, Any]:
+    """XLA's count of the program's operations per call, the rate its fastest call reached, and
+    the model FLOPs utilisation against the device's published peak for fp32 matrix products
+    (`benchmarks/roofline.py`; None on a device it does not know). XLA counts a loop's body
+    once: for a program that keeps a loop (generation decodes token by token) the count, and so
+    the utilisation, is a lower bound, which `loops_counted_once` says."""
+    from benchmarks import roofline
+
+    counts = harness.xla_counts(compiled.executable)
+    per_s = counts["flops"] * summary["steps_per_s"] / summary["steps_per_call"]
+    peak = roofline.peak_for(jax.devices()[0].device_kind)
+    return {"xla_flops_per_call": counts["flops"], "xla_bytes_per_call": counts["bytes"],
+            "flops_per_s": per_s, "loops_counted_once": counts["while_loops"] > 0,
+            "peak_flops": None if peak is None else peak.matrix_flops,
+            "mfu": None if peak is None else per_s / peak.matrix_flops}
+
+
 def throughput(settings: Settings, log) -> dict[str, Any]:
     """The forward pass, then generation and whole updates of every acting, all timed in the
     same rounds."""
@@ -171,6 +199,8 @@ def throughput(settings: Settings, log) -> dict[str, Any]:
     timed = dict(zip(programs, harness.timed_rounds(list(programs.values()),
                                                     repeats=settings.repeats,
                                                     max_wait_s=settings.max_wait_s)))
+    for name, summary in timed.items():
+        summary.update(flops_fields(programs[name], summary))
     forward = timed["forward"]
     rows = {}
     for row, _, _ in ACTINGS:
@@ -201,7 +231,50 @@ def seeds(settings: Settings, log) -> dict[str, Any]:
                      for n, summary in timed.items()}}
 
 
-PARTS = {"throughput": throughput, "seeds": seeds}
+def capacity(settings: Settings, log) -> dict[str, Any]:
+    """The largest model, then the largest batch, whose whole update compiles and runs: the
+    width doubled (layers and heads kept) until an update fails (out of memory, typically
+    RESOURCE_EXHAUSTED), then the prompts doubled at the preset's model, each fitting size timed
+    over a few calls. Time-boxed (`capacity_s`): a search stopped by time says so, and its
+    largest size is then only the largest tried."""
+    began = time.monotonic()
+    out: dict[str, Any] = {}
+    for ladder, field in (("model", "width"), ("batch", "prompts")):
+        tries, value, stopped = [], getattr(settings.config, field), "doublings"
+        for _ in range(settings.capacity_doublings + 1):
+            if time.monotonic() - began > settings.capacity_s:
+                stopped = "time"
+                break
+            config = settings.config.replace(**{field: value})
+            log(f"capacity: update with {field}={value}")
+            try:
+                validate(config)
+                compiled = harness.Compiled(update_program(config, 1, 1))
+                [summary] = harness.timed_rounds([compiled], repeats=2, max_wait_s=0.0)
+                tries.append({field: value, "fits": True, "tokens_per_s": summary["steps_per_s"],
+                              "compile_s": compiled.lower_s + compiled.compile_s,
+                              "params": _param_count(config),
+                              "device_memory": summary["device_memory"]})
+            except Exception as error:  # noqa: BLE001  (the failure is the measurement)
+                tries.append({field: value, "fits": False,
+                              "error": f"{type(error).__name__}: {str(error)[:400]}"})
+                stopped = "failure"
+                break
+            finally:
+                jax.clear_caches()
+            value *= 2
+        fitting = [t[field] for t in tries if t["fits"]]
+        out[ladder] = {"field": field, "tries": tries, "stopped_by": stopped,
+                       "largest_fitting": max(fitting) if fitting else None}
+    return out
+
+
+def _param_count(config: TokenConfig) -> int:
+    shapes = jax.eval_shape(TokenPolicy(config.model_spec).init, jax.random.PRNGKey(0))
+    return int(sum(x.size for x in jax.tree.leaves(shapes)))
+
+
+PARTS = {"throughput": throughput, "seeds": seeds, "capacity": capacity}
 
 
 # ----------------------------------------------------------------------------------- tables
@@ -242,6 +315,23 @@ def markdown(results: dict[str, Any]) -> str:
                          table),
                   "", "Ratios are medians over rounds of per-round ratios (programs timed in "
                   "alternating calls)."]
+        if "mfu" in forward:
+            mfu = [["forward pass", _tflops(forward), _mfu(forward)]]
+            mfu += [[f"{part}, {row}", _tflops(r[part]), _mfu(r[part])]
+                    for row, r in t["rows"].items() for part in ("generate", "update")]
+            lines += ["", "#### Model FLOPs utilisation (XLA's count of each program)", "",
+                      _table(["program", "TFLOP/s", "MFU"], mfu),
+                      "", "`*`: the program keeps a loop (token-by-token decoding), whose body "
+                      "XLA counts once: a lower bound."]
+    if "capacity" in parts:
+        for ladder, r in parts["capacity"].items():
+            if ladder == "wall_s":
+                continue
+            tries = ", ".join(f"{t[r['field']]}: " + (f"{_rate(t['tokens_per_s'])} tok/s"
+                                                        if t["fits"] else "fails")
+                              for t in r["tries"])
+            lines.append(f"- largest {ladder} ({r['field']}): {r['largest_fitting']} "
+                         f"(stopped by {r['stopped_by']}; {tries})")
     if "seeds" in parts:
         rows = parts["seeds"]["rows"]
         table = [[n, _rate(r["steps_per_s"]), _rate(r["steps_per_s_median"]),
@@ -252,6 +342,15 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _tflops(m: dict[str, Any]) -> str:
+    return f"{m['flops_per_s'] / 1e12:.2f}" + ("*" if m.get("loops_counted_once") else "")
+
+
+def _mfu(m: dict[str, Any]) -> str:
+    return "-" if m.get("mfu") is None else f"{100 * m['mfu']:.1f}%" + (
+        "*" if m.get("loops_counted_once") else "")
+
+
 # ----------------------------------------------------------------------------------- main
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
@@ -259,8 +358,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="every row, with fewer timed calls and seeds 1 and 4")
-    p.add_argument("--only", default=",".join(PARTS),
-                   help=f"comma-separated parts to run, of {', '.join(PARTS)}")
+    p.add_argument("--preset", default=None, choices=("quick", "full", "gpu", "tiny"),
+                   help="settings preset (default: full, or quick with --quick)")
+    p.add_argument("--only", default="throughput,seeds",
+                   help=f"comma-separated parts to run, of {', '.join(PARTS)} (capacity: the "
+                        f"largest model and batch that fit, for accelerators)")
     p.add_argument("--out", default=None, help="results JSON (default "
                    "benchmarks/results/tokens/<backend>-<date>[-quick].json)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
@@ -282,7 +384,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    settings = presets(jax.default_backend())["quick" if args.quick else "full"]
+    settings = presets(jax.default_backend())[preset_name(args)]
     changes = {f: getattr(args, f) for f in ("prompts", "group_size", "layers", "width", "heads",
                                              "task_size", "context", "buffer_capacity", "task")
                if getattr(args, f) is not None}
@@ -297,17 +399,21 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return dataclasses.replace(settings, **own)
 
 
-def default_out(quick: bool) -> Path:
+def preset_name(args: argparse.Namespace) -> str:
+    return args.preset or ("quick" if args.quick else "full")
+
+
+def default_out(preset: str) -> Path:
     name = f"{jax.default_backend()}-{datetime.date.today().isoformat()}"
     return (Path(__file__).resolve().parent / "results" / "tokens"
-            / f"{name}{'-quick' if quick else ''}.json")
+            / f"{name}{'' if preset == 'full' else '-' + preset}.json")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     settings = settings_from(args)
     validate(settings.config)
-    out = Path(args.out) if args.out else default_out(args.quick)
+    out = Path(args.out) if args.out else default_out(preset_name(args))
     if not args.overwrite:
         existing = [str(p) for p in (out, args.markdown) if p is not None and Path(p).exists()]
         if existing:

@@ -1,0 +1,435 @@
+"""The GPU campaign: everything a short GPU lease should measure, as steps of under 10 minutes.
+
+    python -m benchmarks.gpu_campaign --plan                    # steps, what each measures, budget
+    python -m benchmarks.gpu_campaign --step setup --out DIR    # one step (on the GPU machine)
+    python -m benchmarks.gpu_campaign --all --out DIR           # every step not yet in DIR
+    python -m benchmarks.gpu_campaign --all --sizes tiny --out /tmp/dry   # the dry run, on a CPU
+
+On the GPU machine `benchmarks/gpu_campaign.sh STEP ...` installs the carried wheels first and
+runs the steps (README: "The moment a GPU is available"). Each step writes `DIR/STEP.json`
+(beside the results files of the suites it runs) and is skipped when that file exists, so the
+campaign resumes step by step. Every step reuses the benchmark suites: `benchmarks/run.py`
+(preset `gpu`), `benchmarks/tokens.py` (preset `gpu`), the sweep machinery of `vaco-jax sweep`
+and `benchmarks/roofline.py`'s prediction. `--sizes tiny` runs the same steps at the presets
+`tiny` (the pure-JAX toy task, a one-layer token model, a toy sweep; Brax's trainer on
+`inverted_pendulum`, the cheapest MJX task, since Brax has no toy task), writing the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+PAPER_SWEEP = ROOT / "experiments" / "paper_lag_sweep.toml"
+DONE = ROOT / "benchmarks" / "results" / "gpu-campaign"  # the campaign's committed results
+BUDGET_S = 35 * 60  # device time the campaign's steps may take together
+STEP_LIMIT_S = 600  # one device command at most
+MACHINE_START_S = 90  # a cold machine's start, paid again when it went back between calls
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """What differs between the campaign (`gpu`) and its dry run (`tiny`)."""
+
+    name: str
+    preset: str  # of benchmarks/run.py and benchmarks/tokens.py
+    physics: tuple[tuple[str, tuple[int, ...]], ...]  # (task, environment counts) per step
+    brax_env: str | None  # None: the preset's task
+    sweep_groups: int  # the paper sweep's first groups run by `sweep_groups`
+    sweep_overrides: dict[str, str]  # TOML values replaced in the paper sweep (shorter runs)
+    plan_flags: tuple[str, ...]
+
+
+SIZES = {
+    "gpu": Sizes(
+        name="gpu", preset="gpu",
+        physics=(("ant", (4096, 16384)), ("humanoid", (4096,))), brax_env=None,
+        sweep_groups=2,
+        # 30 updates a run in 3 evaluation periods (chunks): the rate is read from the chunks
+        # after the first; the runs keep the paper's sizes, evaluation every 10 updates
+        # instead of 50 (so evaluation weighs 5 times more in R than in the sweep itself).
+        sweep_overrides={"total_steps": str(30 * 2048 * 32), "eval_every": "10"},
+        plan_flags=("--memory-budget", "70")),
+    "tiny": Sizes(
+        name="tiny", preset="tiny", physics=(("toy_reach", (8, 16)),),
+        brax_env="inverted_pendulum", sweep_groups=1,
+        sweep_overrides={"tasks": '["toy_reach"]', "seeds": "2", "levels": "[0, 2]",
+                         "epochs": "1", "minibatches": "2", "total_steps": str(3 * 2 * 8 * 4),
+                         "num_envs": "8", "rollout_length": "4", "buffer_capacity": "3",
+                         "episode_length": "20", "eval_every": "2", "num_eval_envs": "2",
+                         "actor_hidden": "[8]", "critic_hidden": "[8]"},
+        plan_flags=()),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    name: str
+    measures: str
+    expected_s: int  # device seconds on an H100, compilations included (an estimate)
+    run: Callable[["Context"], dict[str, Any]]
+    needs: tuple[str, ...] = ()  # steps whose JSON this one reads
+
+
+@dataclasses.dataclass
+class Context:
+    sizes: Sizes
+    out: Path
+    log: Callable[[str], None]
+
+    def read(self, step: str) -> dict[str, Any]:
+        """An earlier step's record: from this run's folder, else from the committed results
+        (a campaign resumed on a fresh machine)."""
+        for folder in (self.out, DONE):
+            if (folder / f"{step}.json").exists():
+                return json.loads((folder / f"{step}.json").read_text())["result"]
+        raise RuntimeError(f"step {step!r} has no result in {self.out} nor {DONE}: run it first")
+
+
+# ----------------------------------------------------------------------------------- steps
+def jax_check() -> dict[str, Any]:
+    """The JAX found against the package's tested range (pyproject.toml): outside it is a
+    warning, recorded, not a failure (the GPU image brings its own JAX)."""
+    import tomllib
+    from importlib import metadata
+
+    import jax
+
+    spec = next(d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "dependencies"] if re.match(r"jax[<>=]", d))
+    version = metadata.version("jax")
+    in_range, lower, upper = _in_range(version, spec)
+    warning = None if in_range else (
+        f"jax {version} is outside the tested range {spec!r} of pyproject.toml: results are "
+        f"recorded with this version, and any failure may be the version's")
+    if warning:
+        print(f"WARNING: {warning}", flush=True)
+    devices = [str(d) for d in jax.devices()]
+    print(f"jax {version}, backend {jax.default_backend()}, devices {devices}", flush=True)
+    return {"jax": version, "tested_range": spec, "in_tested_range": in_range,
+            "warning": warning, "backend": jax.default_backend(), "devices": devices,
+            "device_kind": jax.devices()[0].device_kind}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def _in_range(version: str, spec: str) -> tuple[bool, str | None, str | None]:
+    """Whether `version` meets `spec` (`name>=A,<B`), and its bounds."""
+    lower = re.search(r">=\s*([\d.]+)", spec)
+    upper = re.search(r"<\s*([\d.]+)", spec)
+    v = _version(version)
+    ok = ((lower is None or v >= _version(lower.group(1)))
+          and (upper is None or v < _version(upper.group(1))))
+    return ok, lower and lower.group(1), upper and upper.group(1)
+
+
+def step_setup(ctx: Context) -> dict[str, Any]:
+    from benchmarks import harness
+
+    result = {"jax_check": jax_check(), "machine": harness.machine()}
+    try:
+        smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        result["nvidia_smi"] = smi.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        result["nvidia_smi"] = None
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((1024, 1024))
+    result["smoke_matmul"] = float(jax.block_until_ready(x @ x)[0, 0])
+    for module in ("brax", "mujoco", "mujoco.mjx", "vaco_jax"):
+        __import__(module)  # fails the step if the install did not take
+    return result
+
+
+def _suite_process(module: str, out: Path, *args: str) -> dict[str, Any]:
+    """Runs a benchmark suite (`benchmarks.run`, `benchmarks.tokens`) in a process of its own,
+    so that each starts with the device's memory and the compilation cache to itself, and
+    returns its results file."""
+    command = [sys.executable, "-m", module, "--out", str(out), "--overwrite", *args]
+    done = subprocess.run(command, cwd=ROOT, check=False)
+    if done.returncode != 0 or not out.exists():
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode})")
+    return json.loads(out.read_text())
+
+
+def _run_py(ctx: Context, name: str, *args: str) -> dict[str, Any]:
+    return _suite_process("benchmarks.run", ctx.out / f"{name}.run.json",
+                          "--preset", ctx.sizes.preset, *args)
+
+
+def _physics(task_index: int) -> Callable[[Context], dict[str, Any]]:
+    def step(ctx: Context) -> dict[str, Any]:
+        task, counts = ctx.sizes.physics[task_index]
+        rows = []
+        for n in counts:
+            results = _run_py(ctx, f"physics_{task}_{n}", "--only", "env", "--env", task,
+                              "--num-envs", str(n))
+            env = results["benchmarks"]["env"]
+            rows.append({"num_envs": n, "error": env.get("error"),
+                         "env_steps_per_s": env.get("steps_per_s"),
+                         "sync_ppo_steps_per_s": (env.get("paired_sync_ppo") or {}).get(
+                             "steps_per_s"),
+                         "sync_ppo_over_env": env.get("sync_ppo_over_env_limit"),
+                         "compile_s": {k: (env.get(k) or {}).get("compile_s") for k in
+                                       ("paired_sync_ppo",)} | {"env": env.get("compile_s")},
+                         "file": f"physics_{task}_{n}.run.json"})
+        return {"task": task, "rows": rows}
+    return step
+
+
+def _suite(only: str, *extra: str) -> Callable[[Context], dict[str, Any]]:
+    def step(ctx: Context) -> dict[str, Any]:
+        args = ["--only", only, *extra]
+        if only == "brax" and ctx.sizes.brax_env:
+            args += ["--env", ctx.sizes.brax_env]
+        results = _run_py(ctx, only, *args)
+        return {"file": f"{only}.run.json", "result": results["benchmarks"][only]}
+    return step
+
+
+def _tokens(only: str) -> Callable[[Context], dict[str, Any]]:
+    def step(ctx: Context) -> dict[str, Any]:
+        name = f"tokens_{only.split(',')[0]}"
+        results = _suite_process("benchmarks.tokens", ctx.out / f"{name}.tokens.json",
+                                 "--preset", ctx.sizes.preset, "--only", only)
+        return {"file": f"{name}.tokens.json", "parts": results["parts"]}
+    return step
+
+
+def shortened_sweep(sizes: Sizes) -> str:
+    """The paper sweep's TOML with `sizes.sweep_overrides` put in place of its values."""
+    text = PAPER_SWEEP.read_text()
+    for key, value in sizes.sweep_overrides.items():
+        text, count = re.subn(rf"^{key}\s*=.*$", f"{key} = {value}", text, count=1,
+                              flags=re.MULTILINE)
+        if count != 1:
+            raise ValueError(f"{PAPER_SWEEP.name} has no line `{key} = ...` to override")
+    return text
+
+
+def step_sweep_groups(ctx: Context) -> dict[str, Any]:
+    """The first groups of the paper sweep, shortened, run by the sweep machinery itself; each
+    group's rate R from its chunks after the first (compilation and first-call set-up apart)."""
+    import shutil
+
+    from vaco_jax.experiment import parse_experiment, sweep
+    from vaco_jax.experiment.parts import NamedGroups
+
+    text = shortened_sweep(ctx.sizes)
+    (ctx.out / "sweep_shortened.toml").write_text(text)
+    experiment = parse_experiment(text, name="paper_lag_sweep_shortened")
+    groups = experiment.groups[:ctx.sizes.sweep_groups]
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"vaco_jax_campaign_sweep_{os.getpid()}"
+    shutil.rmtree(folder, ignore_errors=True)
+    chunks: dict[str, list[tuple[float, int]]] = {}
+    batches: dict[str, Any] = {}
+    started = time.perf_counter()
+
+    def on_chunk(batch, result) -> None:
+        batches[batch.name] = batch
+        chunks.setdefault(batch.name, []).append((time.perf_counter(), result.updates_done))
+
+    sweep(folder, experiment, part=NamedGroups(tuple(g.name for g in groups)), progress=False,
+          on_chunk=on_chunk)
+    rows = []
+    for name, batch in batches.items():
+        group = experiment.group(batch.group)
+        marks = chunks[name]
+        per_update = group.config.steps_per_update * batch.size
+        row = {"group": batch.group, "batch": name, "runs": batch.size,
+               "num_envs_per_run": group.config.num_envs, "chunks": len(marks),
+               "updates": marks[-1][1]}
+        if len(marks) >= 2:
+            (t0, u0), (t1, u1) = marks[0], marks[-1]
+            row["steps_per_s"] = (u1 - u0) * per_update / (t1 - t0)
+        rows.append(row)
+    shutil.rmtree(folder, ignore_errors=True)
+    rates = [r["steps_per_s"] for r in rows if "steps_per_s" in r]
+    return {"experiment": "paper_lag_sweep, shortened (sweep_shortened.toml)",
+            "overrides": ctx.sizes.sweep_overrides, "rows": rows,
+            "steps_per_s": sum(rates) / len(rates) if rates else None,
+            "wall_s": round(time.perf_counter() - started, 1),
+            "note": "R counts the environment steps of all runs of a batch together, evaluation "
+                    "included (every eval_every updates as overridden), compilation excluded"}
+
+
+def step_sweep_plan(ctx: Context) -> dict[str, Any]:
+    """`vaco-jax sweep ... --plan --steps-per-second R` of the whole paper sweep (the shortened
+    toy sweep in the dry run), R from `sweep_groups`; beside it the roofline's prediction."""
+    measured = ctx.read("sweep_groups")
+    rate = measured["steps_per_s"]
+    if not rate:
+        raise RuntimeError("sweep_groups measured no rate")
+    experiment = (str(PAPER_SWEEP) if ctx.sizes.name == "gpu"
+                  else str(ctx.out / "sweep_shortened.toml"))
+    command = [sys.executable, "-m", "vaco_jax.cli", "sweep", experiment, "--plan",
+               "--steps-per-second", f"{rate:.0f}", *ctx.sizes.plan_flags]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
+    plan = done.stdout.strip()
+    hours = re.search(r"= ([\d.,]+) (d|h|min|s),", plan)
+    return {"command": " ".join(["vaco-jax"] + command[3:]), "steps_per_s": rate,
+            "plan": plan.splitlines(), "estimate": hours.group(0) if hours else None,
+            "prediction": roofline_check(rate, measured)}
+
+
+def roofline_check(rate: float, measured: dict[str, Any]) -> dict[str, Any] | None:
+    """The roofline's predicted end-to-end rate of the measured groups' task (from
+    `benchmarks/results/roofline.json`, for this device) beside the measured R per run."""
+    path = ROOT / "benchmarks" / "results" / "roofline.json"
+    if not path.exists():
+        return None
+    import jax
+
+    from benchmarks import roofline
+
+    results = json.loads(path.read_text())
+    kind = jax.devices()[0].device_kind.lower()
+    hw = "h200" if "h200" in kind else "h100"
+    predicted = [{"env": row["env"], "physics_device": p["device"],
+                  "predicted_steps_per_s_per_run": p["steps_per_s"]}
+                 for row in (results.get("predictions") or roofline.predictions(results))[
+                     "control"] if row["hardware"] == hw for p in row["physics"]]
+    runs = measured["rows"][0]["runs"] if measured["rows"] else 1
+    return {"device_rates": hw, "measured_steps_per_s": rate, "runs_per_batch": runs,
+            "predicted": predicted,
+            "note": "the prediction is per program of one run's 2048 environments (vaco); the "
+                    "measured R is of a batch of runs vmapped together, of the groups run"}
+
+
+STEPS: tuple[Step, ...] = (
+    Step("setup", "install check, JAX version against pyproject.toml (warns), devices, imports",
+         60, step_setup),
+    Step("physics_ant", "raw MJX rate (random actions) and synchronous ppo, timed alternately: "
+         "ant at 4,096 and 16,384 environments", 300, _physics(0)),
+    Step("physics_humanoid", "raw MJX rate and synchronous ppo: humanoid at 4,096 environments",
+         200, _physics(1)),
+    Step("async_k16", "per-environment stale policies (vaco, uniform lags over K = 16, "
+         "gather) against vaco synchronous, ant 4,096", 200, _suite("async")),
+    Step("seeds", "1, 4, 16, 64 vmapped seeds of ant (1,024 environments each), total steps/s",
+         300, _suite("seeds")),
+    Step("brax", "Brax's PPO trainer on ant 4,096 at the same settings, against synchronous ppo",
+         200, _suite("brax")),
+    Step("tokens", "token testbed: forward, generated and trained tokens/s, stale policies, "
+         "seeds 1 to 64, MFU", 180, _tokens("throughput,seeds")),
+    Step("tokens_capacity", "largest token model (width doubled) and batch (prompts doubled) "
+         "whose update fits, time-boxed", 180, _tokens("capacity")),
+    Step("sweep_groups", "the paper sweep's first 2 groups (ant: ppo, ppo_recompute; 40 runs "
+         "of 2,048 environments each), 30 updates: R measured", 330, step_sweep_groups),
+    Step("sweep_plan", "`vaco-jax sweep paper_lag_sweep.toml --plan --steps-per-second R` and "
+         "the roofline's prediction beside R", 120, step_sweep_plan, needs=("sweep_groups",)),
+)
+_STEP_NAMES = [s.name for s in STEPS]
+
+
+def steps_for(sizes: Sizes) -> tuple[Step, ...]:
+    """The steps at `sizes`: the dry run's sizes name one physics task (the toy), so it runs one
+    physics step."""
+    physics = [f"physics_{task}" for task, _ in SIZES["gpu"].physics][len(sizes.physics):]
+    return tuple(s for s in STEPS if s.name not in physics)
+
+
+def plan_text(steps: Sequence[Step], budget_s: int = BUDGET_S) -> str:
+    total = sum(s.expected_s for s in steps)
+    width = max(len(s.name) for s in steps)
+    lines = [f"{'step':<{width}}  {'expected s':>10}  measures"]
+    lines += [f"{s.name:<{width}}  {s.expected_s:>10}  {s.measures}" for s in steps]
+    lines.append(f"{'total':<{width}}  {total:>10}  = {total / 60:.1f} min of device time "
+                 f"(budget {budget_s / 60:.0f} min; add about {MACHINE_START_S} s for each "
+                 f"call that finds the machine cold)")
+    return "\n".join(lines)
+
+
+def check_budget(steps: Sequence[Step], budget_s: int = BUDGET_S) -> None:
+    """Refuses a campaign whose expected steps exceed the budget, or one step the limit."""
+    total = sum(s.expected_s for s in steps)
+    if total > budget_s:
+        raise ValueError(f"the campaign's steps expect {total} s, over the budget of {budget_s} s")
+    long = [s.name for s in steps if s.expected_s > STEP_LIMIT_S]
+    if long:
+        raise ValueError(f"steps over the {STEP_LIMIT_S} s limit of one command: {long}")
+
+
+# ----------------------------------------------------------------------------------- main
+def run_step(step: Step, ctx: Context, overwrite: bool = False) -> dict[str, Any] | None:
+    """Runs `step` unless its JSON exists (then None); writes `STEP.json` with its wall time,
+    or with the error that stopped it (and re-raises)."""
+    from vaco_jax.run import io
+
+    path = ctx.out / f"{step.name}.json"
+    if path.exists() and not overwrite:
+        ctx.log(f"{step.name}: done already ({path}), skipped")
+        return None
+    ctx.log(f"{step.name}: {step.measures} (expected {step.expected_s} s on a GPU)")
+    began = time.perf_counter()
+    record: dict[str, Any] = {"step": step.name, "measures": step.measures,
+                              "sizes": ctx.sizes.name, "expected_s": step.expected_s}
+    try:
+        record["result"] = step.run(ctx)
+    except Exception as error:
+        record["error"] = f"{type(error).__name__}: {error}"
+        record["traceback"] = traceback.format_exc()[-4000:]
+        record["wall_s"] = round(time.perf_counter() - began, 1)
+        io.write_json(path.with_suffix(".failed.json"), record)
+        raise
+    record["wall_s"] = round(time.perf_counter() - began, 1)
+    io.write_json(path, record)
+    ctx.log(f"{step.name}: {record['wall_s']} s -> {path}")
+    return record
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--plan", action="store_true", help="print the steps and the budget, exit")
+    p.add_argument("--step", action="append", default=[], choices=_STEP_NAMES,
+                   help="run this step (repeatable)")
+    p.add_argument("--all", action="store_true", help="run every step not yet done")
+    p.add_argument("--sizes", default="gpu", choices=tuple(SIZES),
+                   help="gpu: the campaign; tiny: its dry run on a CPU")
+    p.add_argument("--out", default=None, help="results folder (one JSON per step)")
+    p.add_argument("--overwrite", action="store_true", help="run steps already done again")
+    args = p.parse_args(argv)
+    sizes = SIZES[args.sizes]
+    steps = steps_for(sizes)
+    print(plan_text(steps), flush=True)
+    check_budget(steps)
+    if args.plan:
+        return 0
+    if args.out is None or not (args.all or args.step):
+        p.error("give --out and --step NAME (or --all), or --plan")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[campaign {time.perf_counter() - start:6.0f} s] {message}", flush=True)
+
+    ctx = Context(sizes, out, log)
+    chosen = steps if args.all else [s for s in steps if s.name in args.step]
+    for step in chosen:
+        run_step(step, ctx, overwrite=args.overwrite)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

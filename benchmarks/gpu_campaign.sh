@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The GPU campaign on the GPU machine, one or more steps per call (each step under 10 minutes):
+#
+#     bash benchmarks/gpu_campaign.sh --plan            # the steps, their expected seconds, budget
+#     bash benchmarks/gpu_campaign.sh setup physics_ant  # install (once per machine), then steps
+#
+# Installs the wheels carried in .wheels/ (made here by benchmarks/gpu_wheels.sh) without any
+# index, and this package itself without its dependencies (the image's JAX is kept: the setup
+# step checks it against pyproject.toml and records it), then runs the steps with
+# `python -m benchmarks.gpu_campaign`. Results go to $OUT (the device's output folder) when it is
+# set, else to $CAMPAIGN_OUT or benchmarks/results/gpu-campaign; a step whose JSON is already in
+# benchmarks/results/gpu-campaign (copied back and committed) is skipped, so the campaign resumes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+DONE=benchmarks/results/gpu-campaign
+DEST=${OUT:-${CAMPAIGN_OUT:-$DONE}}
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if [ "${1:-}" = "--plan" ]; then exec "$PY" -m benchmarks.gpu_campaign --plan; fi
+if ! "$PY" -c "import brax, mujoco.mjx, gymnax" 2>/dev/null; then
+  ls .wheels/*.whl >/dev/null 2>&1 || { echo "no .wheels/: run benchmarks/gpu_wheels.sh here and carry .wheels" >&2; exit 2; }
+  "$PY" -m pip install -q --no-deps --no-index --no-compile --no-cache-dir .wheels/*.whl || exit 3
+fi
+"$PY" -c "import vaco_jax" 2>/dev/null || \
+  "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . || \
+  echo "pip install -e . failed: using the checkout through PYTHONPATH" >&2
+mkdir -p "$DEST"
+for step in "$@"; do
+  if [ -f "$DONE/$step.json" ] && [ "$DEST" != "$DONE" ]; then
+    echo "[campaign] $step: done already ($DONE/$step.json), skipped"; continue
+  fi
+  "$PY" -m benchmarks.gpu_campaign --step "$step" --out "$DEST" --sizes "${CAMPAIGN_SIZES:-gpu}" \
+    2>&1 | tee -a "$DEST/campaign.log" || exit 4
+done

@@ -1,0 +1,179 @@
+"""The GPU campaign (`benchmarks/gpu_campaign.py`) and the roofline (`benchmarks/roofline.py`):
+the plan's budget, the JAX check, the shortened sweep, the roofline's arithmetic and XLA's loop
+counting, and the dry run of every step on the CPU."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from engine_configs import TOY
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
+
+from benchmarks import gpu_campaign, roofline  # noqa: E402
+
+
+# ----------------------------------------------------------------------------------- the plan
+def test_plan_sums_the_steps_and_fits_the_budget():
+    steps = gpu_campaign.steps_for(gpu_campaign.SIZES["gpu"])
+    assert [s.name for s in steps] == [s.name for s in gpu_campaign.STEPS]
+    total = sum(s.expected_s for s in steps)
+    text = gpu_campaign.plan_text(steps)
+    assert f"total" in text and f"{total}" in text and f"{total / 60:.1f} min" in text
+    assert total <= gpu_campaign.BUDGET_S <= 35 * 60
+    assert all(s.expected_s <= gpu_campaign.STEP_LIMIT_S for s in steps)
+    gpu_campaign.check_budget(steps)
+    with pytest.raises(ValueError, match="over the budget"):
+        gpu_campaign.check_budget(steps, budget_s=total - 1)
+    long = [gpu_campaign.Step("long", "too long for one command", 601, lambda ctx: {})]
+    with pytest.raises(ValueError, match="limit of one command"):
+        gpu_campaign.check_budget(long)
+
+
+def test_dry_run_runs_one_physics_step_on_the_toy_task():
+    names = [s.name for s in gpu_campaign.steps_for(gpu_campaign.SIZES["tiny"])]
+    assert "physics_ant" in names and "physics_humanoid" not in names
+    assert gpu_campaign.SIZES["tiny"].physics == (("toy_reach", (8, 16)),)
+
+
+def test_jax_version_check_reads_the_tested_range():
+    spec = "jax>=0.10.2,<0.11"
+    assert gpu_campaign._in_range("0.10.2", spec)[0]
+    assert gpu_campaign._in_range("0.10.7", spec)[0]
+    assert not gpu_campaign._in_range("0.11.2", spec)[0]  # the GPU image's: warned, not failed
+    assert not gpu_campaign._in_range("0.9.9", spec)[0]
+    check = gpu_campaign.jax_check()
+    assert check["jax"] == jax.__version__ and check["devices"]
+    assert check["in_tested_range"] == (check["warning"] is None)
+
+
+def test_shortened_sweeps_keep_the_paper_sizes_or_shrink_them_all():
+    from vaco_jax.experiment import load_experiment, parse_experiment
+
+    paper = load_experiment(gpu_campaign.PAPER_SWEEP)
+    gpu = parse_experiment(gpu_campaign.shortened_sweep(gpu_campaign.SIZES["gpu"]))
+    assert [g.name for g in gpu.groups] == [g.name for g in paper.groups]
+    first, paper_first = gpu.groups[0].config, paper.groups[0].config
+    assert first.num_updates == 30 and first.eval_every == 10
+    assert first.replace(total_steps=paper_first.total_steps, eval_every=50) == paper_first
+    tiny = parse_experiment(gpu_campaign.shortened_sweep(gpu_campaign.SIZES["tiny"]))
+    assert {g.config.env for g in tiny.groups} == {"toy_reach"}
+    assert tiny.groups[0].config.num_envs == 8 and len(tiny.groups[0].runs) == 2 * 2
+
+
+# ----------------------------------------------------------------------------------- roofline
+def test_roofline_takes_the_larger_of_compute_and_memory_time():
+    r = roofline.roofline(flops=2e12, bytes_accessed=1e9, peak_flops=1e12, bandwidth=1e12)
+    assert r["compute_s"] == 2.0 and r["memory_s"] == 1e-3 and r["time_s"] == 2.0
+    assert r["bound"] == "compute" and r["intensity_flop_per_byte"] == 2000.0
+    r = roofline.roofline(flops=67e9, bytes_accessed=33.5e9, peak_flops=67e12, bandwidth=3.35e12)
+    assert r["bound"] == "memory" and math.isclose(r["time_s"], 0.01)
+    h100 = roofline.on_hardware({"flops": 67e12, "bytes": 0.0}, roofline.HARDWARE["h100"])
+    assert math.isclose(h100["fp32"]["time_s"], 1.0)
+    assert math.isclose(h100["matrix"]["time_s"], 67 / 494.7)
+
+
+def test_predicted_rate_adds_the_learner_to_the_physics():
+    # 65,536 steps at 819,200 steps/s of physics = 80 ms; 20 ms of learner: 100 ms an update.
+    p = roofline.predicted_rate(65_536, 819_200.0, 0.020)
+    assert math.isclose(p["physics_s"], 0.080) and math.isclose(p["update_s"], 0.100)
+    assert math.isclose(p["steps_per_s"], 655_360.0) and math.isclose(p["of_physics"], 0.8)
+
+
+def test_sweep_hours_take_the_slowest_part_at_each_tasks_rate():
+    parts = [{"ant": 3_600_000, "humanoid": 1_800_000}, {"ant": 7_200_000}]
+    rates = {"ant": 1000.0, "humanoid": 500.0}
+    assert roofline.sweep_hours(parts, rates) == 2.0  # (1 h + 1 h) and 2 h
+
+
+def test_paper_sweep_steps_are_split_over_parts_without_loss():
+    one, eight = roofline.sweep_steps(parts=1), roofline.sweep_steps(parts=8)
+    assert sum(one[0].values()) == 162_529_280_000  # the plan's total (experiments/README.md)
+    assert len(eight) == 8 and sum(sum(p.values()) for p in eight) == sum(one[0].values())
+    assert set(one[0]) == {"ant", "halfcheetah", "hopper", "humanoid", "walker2d"}
+
+
+def test_single_trip_config_does_the_same_work_in_one_step():
+    config = roofline.paper_config("ant", "vaco")
+    flat = roofline.single_trip(config)
+    assert config.num_envs == 2048 and config.rollout_length == 32 and config.epochs == 4
+    assert flat.num_envs * flat.rollout_length == config.num_envs * config.rollout_length
+    assert (flat.rollout_length, flat.epochs, flat.minibatches) == (1, 1, 1)
+    assert flat.tv_reference == "behaviour"  # the phase reference is refused at one step
+    assert flat.replace(num_envs=2048, rollout_length=32, epochs=4, minibatches=32,
+                        tv_reference=config.tv_reference) == config
+
+
+def test_xla_counts_a_loop_body_once():
+    """The limitation the roofline works around: a scan of 10 matrix products counts as one."""
+    def scanned(n):
+        return jax.jit(lambda x, w: jax.lax.scan(lambda c, _: (jnp.tanh(c @ w), None), x,
+                                                 None, length=n)[0])
+    x = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    once = roofline.xla_cost(scanned(1), x, x)
+    ten = roofline.xla_cost(scanned(10), x, x)
+    assert once["flops"] >= 2 * 64 ** 3 and once["while_loops"] == 0
+    assert ten["flops"] == once["flops"]  # not 10x
+    assert ten["while_loops"] == 1 and ten["loop_trip_counts"] == [10]
+
+
+def test_control_costs_split_the_update_into_environment_acting_and_learning():
+    counts = roofline.control_costs(TOY, log=lambda _: None)
+    c = counts["programs"]
+    assert 0 < c["env"]["flops"] < c["collect"]["flops"] < c["update"]["flops"]
+    per = counts["per_update"]
+    assert math.isclose(per["learning"]["flops"],
+                        TOY.epochs * (c["update"]["flops"] - c["collect"]["flops"]))
+    assert math.isclose(per["acting"]["bytes"], c["collect"]["bytes"] - c["env"]["bytes"])
+    assert counts["single_trip_config"]["num_envs"] == TOY.num_envs * TOY.rollout_length
+    table = roofline.markdown({"control": {"toy_reach": counts}})
+    assert "toy_reach | learning" in table and "no published rate" in table
+
+
+def test_recorded_roofline_renders_its_tables():
+    path = ROOT / "benchmarks" / "results" / "roofline.json"
+    results = json.loads(path.read_text())
+    text = roofline.markdown(results)
+    for heading in ("XLA's count per update", "predicted end-to-end rate",
+                    "paper sweep's predicted time", "Token testbed"):
+        assert heading in text
+    assert set(results["control"]) == {"ant", "humanoid"}
+
+
+# ----------------------------------------------------------------------------------- dry run
+@pytest.mark.slow
+def test_dry_run_writes_every_steps_json(tmp_path):
+    """Every step end to end at the `tiny` sizes on the CPU (the toy task; Brax's trainer on
+    inverted_pendulum), so that the campaign cannot rot before a GPU runs it."""
+    assert gpu_campaign.main(["--all", "--sizes", "tiny", "--out", str(tmp_path)]) == 0
+    steps = gpu_campaign.steps_for(gpu_campaign.SIZES["tiny"])
+    records = {s.name: json.loads((tmp_path / f"{s.name}.json").read_text()) for s in steps}
+    for name, record in records.items():
+        assert record["step"] == name and record["sizes"] == "tiny" and "error" not in record
+        assert record["wall_s"] >= 0 and "result" in record
+    r = {name: record["result"] for name, record in records.items()}
+    assert r["setup"]["jax_check"]["jax"] == jax.__version__
+    assert [row["num_envs"] for row in r["physics_ant"]["rows"]] == [8, 16]
+    assert all(row["env_steps_per_s"] > 0 and row["sync_ppo_steps_per_s"] > 0
+               for row in r["physics_ant"]["rows"])
+    assert r["async_k16"]["result"]["rows"][0]["buffer_capacity"] == 4
+    assert [row["seeds"] for row in r["seeds"]["result"]["rows"]] == [1, 2]
+    assert r["brax"]["result"]["steps_per_s"] > 0
+    throughput = r["tokens"]["parts"]["throughput"]
+    assert throughput["forward"]["xla_flops_per_call"] > 0
+    assert not throughput["forward"]["loops_counted_once"]
+    capacity = r["tokens_capacity"]["parts"]["capacity"]
+    assert capacity["model"]["largest_fitting"] and capacity["batch"]["largest_fitting"]
+    assert r["sweep_groups"]["steps_per_s"] > 0
+    assert r["sweep_plan"]["steps_per_s"] == r["sweep_groups"]["steps_per_s"]
+    assert any("estimated time" in line for line in r["sweep_plan"]["plan"])
+    # Resumable: a second pass skips every step whose JSON exists.
+    before = {p.name: p.stat().st_mtime for p in tmp_path.glob("*.json")}
+    assert gpu_campaign.main(["--all", "--sizes", "tiny", "--out", str(tmp_path)]) == 0
+    assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*.json")} == before
