@@ -319,23 +319,24 @@ STEPS: tuple[Step, ...] = (
     Step("setup", "install check, JAX version against pyproject.toml (warns), devices, imports",
          60, step_setup),
     Step("physics_ant", "raw MJX rate (random actions) and synchronous ppo, timed alternately: "
-         "ant at 4,096 and 16,384 environments", 300, _physics(0)),
+         "ant at 4,096 and 16,384 environments", 270, _physics(0)),
     Step("physics_humanoid", "raw MJX rate and synchronous ppo: humanoid at 4,096 environments",
          200, _physics(1)),
     Step("async_k16", "per-environment stale policies (vaco, uniform lags over K = 16, "
          "gather) against vaco synchronous, ant 4,096", 200, _suite("async")),
     Step("seeds", "1, 4, 16, 64 vmapped seeds of ant (1,024 environments each), total steps/s",
-         300, _suite("seeds")),
+         270, _suite("seeds")),
     Step("brax", "Brax's PPO trainer on ant 4,096 at the same settings, against synchronous ppo",
          200, _suite("brax")),
     Step("tokens", "token testbed: forward, generated and trained tokens/s, stale policies, "
          "seeds 1 to 64, MFU", 180, _tokens("throughput,seeds")),
     Step("tokens_capacity", "largest token model (width doubled) and batch (prompts doubled) "
-         "whose update fits, time-boxed", 180, _tokens("capacity")),
+         "whose update fits, time-boxed", 150, _tokens("capacity")),
     Step("sweep_groups", "the paper sweep's first 2 groups (ant: ppo, ppo_recompute; 40 runs "
          "of 2,048 environments each), 30 updates: R measured", 330, step_sweep_groups),
     Step("sweep_plan", "`vaco-jax sweep paper_lag_sweep.toml --plan --steps-per-second R` and "
-         "the roofline's prediction beside R", 120, step_sweep_plan, needs=("sweep_groups",)),
+         "the roofline's prediction beside R (needs no GPU: it can run on any machine once "
+         "sweep_groups.json is committed)", 240, step_sweep_plan, needs=("sweep_groups",)),
 )
 _STEP_NAMES = [s.name for s in STEPS]
 

@@ -348,7 +348,8 @@ def predictions(results: dict[str, Any]) -> dict[str, Any]:
                     if p["env"] != env:
                         continue
                     pred = predicted_rate(steps, p["steps_per_s"], learner_s)
-                    row["physics"].append({**p, **pred})
+                    row["physics"].append({**p, "physics_steps_per_s": p["steps_per_s"],
+                                           **pred})
                     rates_by_device.setdefault((hw_key, p["device"]), {})[env] = \
                         pred["steps_per_s"]
             out["control"].append(row)
@@ -407,7 +408,7 @@ def _ms(seconds: float) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    pred = results.get("predictions") or predictions(results)
+    pred = predictions(results)
     lines = []
     control = results.get("control", {})
     if control:
@@ -430,8 +431,9 @@ def markdown(results: dict[str, Any]) -> str:
                     f"| {_ms(row['learning']['fp32']['time_s'])} / "
                     f"{_ms(row['learning']['matrix']['time_s'])} | "
                     f"{row['learning']['fp32']['bound']} | "
-                    + (f"{_si(p['steps_per_s'])} ({p['device']}) | {_ms(p['physics_s'])} | "
-                       f"{_si(p['steps_per_s'] * p['of_physics'])} | {p['of_physics']:.2f} |"
+                    + (f"{_si(p['physics_steps_per_s'])} ({p['device']}) | "
+                       f"{_ms(p['physics_s'])} | {_si(p['steps_per_s'])} | "
+                       f"{p['of_physics']:.2f} |"
                        if p else "no published rate | - | - | - |"))
     if pred["sweep"]:
         lines += ["", "#### The paper sweep's predicted time (roofline learner, published physics)", "",
@@ -441,6 +443,11 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(f"| {s['hardware']} | {s['physics_device']} | {s['reading']} | "
                          f"{s['hours_1_gpu']:,.1f} h | {s['hours_8_gpus']:,.1f} h |")
     if pred["tokens"]:
+        per = results["tokens"]["per_update"]
+        lines += ["", "#### Token testbed (accelerator preset): XLA's count per update", "",
+                  "| part | GFLOP | GB accessed | FLOP/byte |", "|---|---|---|---|"]
+        lines += [f"| {part} | {c['flops'] / 1e9:,.2f} | {c['bytes'] / 1e9:,.3f} | "
+                  f"{c['flops'] / c['bytes']:.2f} |" for part, c in per.items()]
         lines += ["", "#### Token testbed (accelerator preset), roofline per update", "",
                   "| device | peak | update ms | generation ms | learning ms | bound | "
                   "response tokens/s | MFU at the floor |", "|---|---|---|---|---|---|---|---|"]

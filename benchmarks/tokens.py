@@ -91,7 +91,7 @@ def presets(backend: str) -> dict[str, Settings]:
         config=TokenConfig(task_size=4, context=32, prompts=64, group_size=16, layers=4,
                            width=256, heads=8),
         batches_per_call=8, updates_per_call=4, repeats=10, seed_counts=(1, 4, 16, 64),
-        max_wait_s=5.0)
+        max_wait_s=5.0, capacity_s=120.0)
     if backend != "cpu":
         full = dataclasses.replace(gpu, name="full", max_wait_s=60.0)
     # The campaign's dry run: every part in seconds on a CPU.
@@ -324,6 +324,7 @@ def markdown(results: dict[str, Any]) -> str:
                       "", "`*`: the program keeps a loop (token-by-token decoding), whose body "
                       "XLA counts once: a lower bound."]
     if "capacity" in parts:
+        lines += ["", "#### Largest model and batch whose update fits", ""]
         for ladder, r in parts["capacity"].items():
             if ladder == "wall_s":
                 continue
