@@ -293,8 +293,8 @@ def step_sweep_plan(ctx: Context) -> dict[str, Any]:
 
 def roofline_check(rate: float, measured: dict[str, Any]) -> dict[str, Any] | None:
     """The roofline's predicted end-to-end rate of the measured groups' task (from
-    `benchmarks/results/roofline.json`, for this device) beside the measured R per run."""
-    path = ROOT / "benchmarks" / "results" / "roofline.json"
+    `benchmarks/results/roofline/roofline.json`, for this device) beside the measured R per run."""
+    path = ROOT / "benchmarks" / "results" / "roofline" / "roofline.json"
     if not path.exists():
         return None
     import jax

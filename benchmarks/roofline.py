@@ -1,9 +1,9 @@
 """The paper sweep's cost on paper: XLA's own count of the update programs, a roofline per update
 on an H100 and a TPU v5e, and the sweep's predicted time beside published MJX physics rates.
 
-    PYTHONPATH=$PWD python -m benchmarks.roofline --out benchmarks/results/roofline.json
+    PYTHONPATH=$PWD python -m benchmarks.roofline --out benchmarks/results/roofline/roofline.json
     PYTHONPATH=$PWD python -m benchmarks.roofline --only tokens --out /tmp/tokens.json
-    PYTHONPATH=$PWD python -m benchmarks.roofline --table benchmarks/results/roofline.json
+    PYTHONPATH=$PWD python -m benchmarks.roofline --table benchmarks/results/roofline/roofline.json
 
 Method. Each program is lowered and compiled for this machine's backend (the CPU; arguments are
 shapes only, nothing is run or allocated) and XLA's `cost_analysis()` gives its floating-point

@@ -137,7 +137,7 @@ def test_control_costs_split_the_update_into_environment_acting_and_learning():
 
 
 def test_recorded_roofline_renders_its_tables():
-    path = ROOT / "benchmarks" / "results" / "roofline.json"
+    path = ROOT / "benchmarks" / "results" / "roofline" / "roofline.json"
     results = json.loads(path.read_text())
     text = roofline.markdown(results)
     for heading in ("XLA's count per update", "predicted end-to-end rate",
