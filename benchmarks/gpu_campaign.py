@@ -393,6 +393,7 @@ def run_step(step: Step, ctx: Context, overwrite: bool = False) -> dict[str, Any
         raise
     record["wall_s"] = round(time.perf_counter() - began, 1)
     io.write_json(path, record)
+    path.with_suffix(".failed.json").unlink(missing_ok=True)  # an earlier try's
     ctx.log(f"{step.name}: {record['wall_s']} s -> {path}")
     return record
 

@@ -69,6 +69,7 @@ class Settings:
     repeats: int  # timed calls of each program after its warm-up call
     seed_counts: tuple[int, ...]
     max_wait_s: float  # longest wait for other processes to leave the CPU before timing
+    actings: tuple[str, ...] | None = None  # rows of ACTINGS measured (None: every row)
     capacity_s: float = 240.0  # time box of the search for the largest model and batch
     capacity_doublings: int = 6  # most doublings of width, then of prompts, in that search
 
@@ -98,8 +99,8 @@ def presets(backend: str) -> dict[str, Settings]:
     tiny = dataclasses.replace(
         quick, name="tiny",
         config=TokenConfig(layers=1, width=16, heads=2, prompts=2, group_size=2),
-        batches_per_call=1, updates_per_call=1, repeats=2, seed_counts=(1, 2), capacity_s=60.0,
-        capacity_doublings=1)
+        batches_per_call=1, updates_per_call=1, repeats=2, seed_counts=(1, 2),
+        actings=(BASELINE, "uniform per prompt group"), capacity_s=60.0, capacity_doublings=1)
     return {"quick": quick, "full": full, "gpu": gpu, "tiny": tiny}
 
 
@@ -188,7 +189,8 @@ def throughput(settings: Settings, log) -> dict[str, Any]:
     config = settings.config
     log("compiling the forward pass")
     programs = {"forward": harness.Compiled(forward_program(config, settings.batches_per_call))}
-    for row, changes, _ in ACTINGS:
+    actings = [a for a in ACTINGS if settings.actings is None or a[0] in settings.actings]
+    for row, changes, _ in actings:
         acting = config.replace(**changes)
         log(f"compiling generation and update: {row}")
         programs[f"generate/{row}"] = harness.Compiled(
@@ -203,7 +205,7 @@ def throughput(settings: Settings, log) -> dict[str, Any]:
         summary.update(flops_fields(programs[name], summary))
     forward = timed["forward"]
     rows = {}
-    for row, _, _ in ACTINGS:
+    for row, _, _ in actings:
         rows[row] = {}
         for part in ("generate", "update"):
             summary = timed[f"{part}/{row}"]
