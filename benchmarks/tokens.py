@@ -166,19 +166,22 @@ def update_program(config: TokenConfig, num_seeds: int, updates: int) -> harness
 
 
 # ----------------------------------------------------------------------------------- measurements
-def flops_fields(compiled: harness.Compiled, summary: dict[str, Any]) -> dict[str, Any]:
+def flops_fields(compiled: harness.Compiled, summary: dict[str, Any], calls_inside: int,
+                 decodes: bool) -> dict[str, Any]:
     """XLA's count of the program's operations per call, the rate its fastest call reached, and
     the model FLOPs utilisation against the device's published peak for fp32 matrix products
     (`benchmarks/roofline.py`; None on a device it does not know). XLA counts a loop's body
-    once: for a program that keeps a loop (generation decodes token by token) the count, and so
-    the utilisation, is a lower bound, which `loops_counted_once` says."""
+    once: the count of the scan over the call's `calls_inside` batches or updates is multiplied
+    by it, and a program that `decodes` token by token keeps a loop whose body is counted once,
+    so its count and utilisation are lower bounds (`loops_counted_once`)."""
     from benchmarks import roofline
 
     counts = harness.xla_counts(compiled.executable)
-    per_s = counts["flops"] * summary["steps_per_s"] / summary["steps_per_call"]
+    flops = counts["flops"] * calls_inside
+    per_s = flops * summary["steps_per_s"] / summary["steps_per_call"]
     peak = roofline.peak_for(jax.devices()[0].device_kind)
-    return {"xla_flops_per_call": counts["flops"], "xla_bytes_per_call": counts["bytes"],
-            "flops_per_s": per_s, "loops_counted_once": counts["while_loops"] > 0,
+    return {"xla_flops_per_call": flops, "xla_bytes_per_call": counts["bytes"] * calls_inside,
+            "flops_per_s": per_s, "loops_counted_once": decodes,
             "peak_flops": None if peak is None else peak.matrix_flops,
             "mfu": None if peak is None else per_s / peak.matrix_flops}
 
@@ -202,7 +205,9 @@ def throughput(settings: Settings, log) -> dict[str, Any]:
                                                     repeats=settings.repeats,
                                                     max_wait_s=settings.max_wait_s)))
     for name, summary in timed.items():
-        summary.update(flops_fields(programs[name], summary))
+        inside = settings.updates_per_call if name.startswith("update") else \
+            settings.batches_per_call
+        summary.update(flops_fields(programs[name], summary, inside, name != "forward"))
     forward = timed["forward"]
     rows = {}
     for row, _, _ in actings:
@@ -237,14 +242,16 @@ def capacity(settings: Settings, log) -> dict[str, Any]:
     """The largest model, then the largest batch, whose whole update compiles and runs: the
     width doubled (layers and heads kept) until an update fails (out of memory, typically
     RESOURCE_EXHAUSTED), then the prompts doubled at the preset's model, each fitting size timed
-    over a few calls. Time-boxed (`capacity_s`): a search stopped by time says so, and its
-    largest size is then only the largest tried."""
-    began = time.monotonic()
+    over a few calls. Time-boxed (`capacity_s`, half for each search, whose first size is always
+    tried): a search stopped by time says so, and its largest size is then only the largest
+    tried."""
     out: dict[str, Any] = {}
     for ladder, field in (("model", "width"), ("batch", "prompts")):
-        tries, value, stopped = [], getattr(settings.config, field), "doublings"
+        # Half the time box each; the preset's own size is always tried.
+        began, tries, value, stopped = time.monotonic(), [], getattr(settings.config, field), \
+            "doublings"
         for _ in range(settings.capacity_doublings + 1):
-            if time.monotonic() - began > settings.capacity_s:
+            if tries and time.monotonic() - began > settings.capacity_s / 2:
                 stopped = "time"
                 break
             config = settings.config.replace(**{field: value})
