@@ -94,11 +94,11 @@ HARDWARE = {
 }
 
 # Published MJX physics rates (environment steps per second, many environments in parallel),
-# quoted as the issue quotes them; an H100 has no published figure, so the H200's stands in
+# as quoted when the study was planned (not re-checked against their sources); an H100 has no published figure, so the H200's stands in
 # (same chip, 4.8 against 3.35 TB/s of memory bandwidth: an optimistic stand-in).
 PHYSICS_RATES = (
     {"env": "humanoid", "device": "A100", "steps_per_s": 950e3,
-     "source": "MJX humanoid, about 950k steps/s on one A100 (MuJoCo's MJX documentation)"},
+     "source": "MJX humanoid, about 950k steps/s on one A100 (published MJX figure, as quoted)"},
     {"env": "ant", "device": "H200", "steps_per_s": 814e3,
      "source": "MJX ant, 814k steps/s on one H200 (published MJX benchmark, as quoted)"},
     {"env": "humanoid", "device": "H200", "steps_per_s": 2.9e6,
