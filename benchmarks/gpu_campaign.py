@@ -4,6 +4,7 @@
     python -m benchmarks.gpu_campaign --step setup --out DIR    # one step (on the GPU machine)
     python -m benchmarks.gpu_campaign --all --out DIR           # every step not yet in DIR
     python -m benchmarks.gpu_campaign --all --sizes tiny --out /tmp/dry   # the dry run, on a CPU
+    python -m benchmarks.gpu_campaign --collect RETURNED   # results into benchmarks/results, committed
 
 On the GPU machine `benchmarks/gpu_campaign.sh STEP ...` installs the carried wheels first and
 runs the steps (README: "The moment a GPU is available"). Each step writes `DIR/STEP.json`
@@ -402,6 +403,31 @@ def run_step(step: Step, ctx: Context, overwrite: bool = False) -> dict[str, Any
     return record
 
 
+def collect(folder: Path, commit: bool = True) -> list[str]:
+    """Copies what the GPU machine returned (`folder`: step records, suite results, the
+    shortened sweep, the log) into `benchmarks/results/gpu-campaign/` and commits them there, so
+    a later call skips the steps done. Returns the steps collected."""
+    import shutil
+
+    DONE.mkdir(parents=True, exist_ok=True)
+    steps, copied = [], []
+    for path in sorted(folder.iterdir()):
+        if path.suffix in (".json", ".toml") or path.name == "campaign.log":
+            target = DONE / path.name
+            if path.name == "campaign.log" and target.exists():  # calls' logs one after another
+                target.write_text(target.read_text() + path.read_text())
+            else:
+                shutil.copyfile(path, target)
+            copied.append(str(target.relative_to(ROOT)))
+            if path.suffix == ".json" and path.stem in _STEP_NAMES:
+                steps.append(path.stem)
+    if commit and copied:
+        subprocess.run(["git", "add", *copied], cwd=ROOT, check=True)
+        subprocess.run(["git", "commit", "-m", f"GPU campaign results: {', '.join(steps) or 'logs'}",
+                        "--", *copied], cwd=ROOT, check=True)
+    return steps
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -414,7 +440,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="gpu: the campaign; tiny: its dry run on a CPU")
     p.add_argument("--out", default=None, help="results folder (one JSON per step)")
     p.add_argument("--overwrite", action="store_true", help="run steps already done again")
+    p.add_argument("--collect", default=None, metavar="DIR",
+                   help="copy the files a GPU call returned (DIR) into "
+                        "benchmarks/results/gpu-campaign/ and commit them, then exit")
+    p.add_argument("--no-commit", action="store_true", help="with --collect: copy only")
     args = p.parse_args(argv)
+    if args.collect:
+        steps = collect(Path(args.collect), commit=not args.no_commit)
+        print(f"collected {', '.join(steps) or 'no step records'} into {DONE}")
+        return 0
     sizes = SIZES[args.sizes]
     steps = steps_for(sizes)
     print(plan_text(steps), flush=True)

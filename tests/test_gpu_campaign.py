@@ -188,3 +188,21 @@ def test_readme_lists_every_step_with_its_expected_seconds():
     assert listed == {s.name: s.expected_s for s in gpu_campaign.STEPS}
     for step in gpu_campaign.STEPS:  # the commands at the top run every step
         assert re.search(rf"gpu_campaign\.sh [\w ]*\b{step.name}\b", readme), step.name
+
+
+def test_collect_copies_step_records_and_the_log(tmp_path, monkeypatch):
+    returned = tmp_path / "returned"
+    returned.mkdir()
+    (returned / "setup.json").write_text('{"step": "setup"}')
+    (returned / "physics_ant_4096.run.json").write_text("{}")
+    (returned / "campaign.log").write_text("first call\n")
+    (returned / "core").write_text("not collected")
+    done = tmp_path / "done"
+    monkeypatch.setattr(gpu_campaign, "DONE", done)
+    monkeypatch.setattr(gpu_campaign, "ROOT", tmp_path)
+    assert gpu_campaign.collect(returned, commit=False) == ["setup"]
+    (returned / "campaign.log").write_text("second call\n")
+    gpu_campaign.collect(returned, commit=False)
+    assert sorted(p.name for p in done.iterdir()) == [
+        "campaign.log", "physics_ant_4096.run.json", "setup.json"]
+    assert (done / "campaign.log").read_text() == "first call\nsecond call\n"
