@@ -5,6 +5,7 @@ checkpoints and resume)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
 from vaco_jax.core.policy_buffer import LAG_WARMUPS
@@ -12,7 +13,7 @@ from vaco_jax import losses
 from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES, TV_SCOPES
 from vaco_jax.tokens.config import ALGORITHMS, GROUP_UNITS, TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
-from vaco_jax.tokens.warm_start import WarmStart, default_cache_dir
+from vaco_jax.tokens.warm_start import PRESETS, default_cache_dir
 
 
 OUT = "runs/tokens"
@@ -20,7 +21,7 @@ OUT = "runs/tokens"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The token testbed's flags (the run flags are added by the caller)."""
-    d, w = TokenConfig(), WarmStart()
+    d = TokenConfig()
     p.add_argument("--task", default=d.task, choices=TASKS,
                    help="the verifiable task (README: token tasks)")
     p.add_argument("--algo", default=d.algo, choices=ALGORITHMS,
@@ -66,10 +67,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="context length, tokens (prompt + response)")
     p.add_argument("--bf16-behaviour", action="store_true",
                    help="behaviour log-probs computed in bfloat16 (sampler/trainer mismatch)")
-    p.add_argument("--warm-start-steps", type=int, default=w.steps,
-                   help="supervised steps of the warm start")
-    p.add_argument("--corrupt-fraction", type=float, default=w.corrupt_fraction,
-                   help="share of the warm start's demonstrations given a wrong answer")
+    p.add_argument("--warm-start", default="calibrated", choices=tuple(PRESETS),
+                   help="calibrated: trained to convergence, its held-out accuracy set by the "
+                        "share of prompts whose demonstrations are mostly wrong; legacy: the "
+                        "warm start of results committed before 2026-11-25, stopped mid-climb "
+                        "(its accuracy depends on the CPU); the flags below override its values")
+    p.add_argument("--warm-start-steps", type=int, default=None,
+                   help="supervised steps of the warm start (calibrated 2000, legacy 250)")
+    p.add_argument("--corrupted-share", type=float, default=None,
+                   help="calibrated: share of prompts (first operand digit below 10 x share) "
+                        "whose demonstrations are mostly wrong, 1 - the target accuracy")
+    p.add_argument("--wrong-probability", type=float, default=None,
+                   help="calibrated: probability that such a prompt's demonstration is wrong")
+    p.add_argument("--corrupt-fraction", type=float, default=None,
+                   help="legacy: share of the warm start's demonstrations given a wrong digit")
     p.add_argument("--warm-start-dir", default=str(default_cache_dir()),
                    help="cache of warm-start checkpoints, keyed by their settings and shared "
                         "by the runs that name it; by default the user's cache, "
@@ -91,7 +102,15 @@ def build(args) -> tuple[TokenConfig, TokenHParams]:
         buffer_capacity=args.buffer_capacity, epochs=args.epochs, minibatches=args.minibatches,
         bf16_behaviour=args.bf16_behaviour, num_updates=args.updates,
         eval_every=args.eval_every,
-        warm_start=WarmStart(steps=args.warm_start_steps,
-                             corrupt_fraction=args.corrupt_fraction),
+        warm_start=_warm_start(args),
         warm_start_dir=args.warm_start_dir)
     return config, TokenHParams.create(lag=lag, **dict(args.hparam))
+
+
+def _warm_start(args):
+    """The `--warm-start` preset with the values its flags name."""
+    named = {"steps": args.warm_start_steps, "corrupted_share": args.corrupted_share,
+             "wrong_probability": args.wrong_probability,
+             "corrupt_fraction": args.corrupt_fraction}
+    return dataclasses.replace(PRESETS[args.warm_start],
+                               **{k: v for k, v in named.items() if v is not None})

@@ -46,7 +46,8 @@ class Config:
         def converted(name: str, value: Any) -> Any:
             default = known[name].default
             if dataclasses.is_dataclass(default) and isinstance(value, Mapping):
-                return type(default)(**value)
+                kind = type(default)  # a nested dataclass may read old records its own way
+                return kind.from_dict(value) if hasattr(kind, "from_dict") else kind(**value)
             return tuple(value) if isinstance(value, list) else value
         return cls(**{name: converted(name, value) for name, value in values.items()})
 

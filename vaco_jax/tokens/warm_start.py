@@ -1,11 +1,27 @@
 """Supervised warm start on demonstrations, some of them deliberately wrong, cached on disk.
 
 RL on language models starts from a pretrained policy of intermediate accuracy; here that policy
-is trained by teacher forcing on the task's correct answers, except that a fraction
-`corrupt_fraction` of the answers has one digit changed. The result is saved as an Orbax
-checkpoint in a folder named by a hash of every setting that shapes it, and later runs with the
-same settings restore it instead of retraining. A command's default cache is the user's
-(`default_cache_dir`), so every run of that user shares it, wherever it is started.
+is trained by teacher forcing on demonstrations, some of them wrong (`WarmStart.corruption`):
+
+- `calibrated` (the default): a prompt is in the corrupted class when its first operand digit
+  (the token after BOS) is below `10 x corrupted_share`; on that class the demonstration's last
+  answer digit is shifted by +1 with probability `wrong_probability` (> 1/2), elsewhere it is
+  always right. Trained to convergence (a cosine-decayed learning rate to 0), greedy decoding
+  reproduces the majority answer: wrong on the class, right elsewhere. Its held-out accuracy is
+  then set by the data, `target_accuracy` (the share of held-out prompts outside the class),
+  whatever the CPU's rounding or the seed, while sampling still gives the right answer on the
+  class with probability about `1 - wrong_probability`, so RL can raise accuracy by up to the
+  class's share.
+- `random_digit` (the warm start of results committed before 2026-11-25, reproduced bit for bit
+  by `LEGACY`): a `corrupt_fraction` of the answers has one random digit changed. The mode of
+  these demonstrations is the right answer, so training to convergence would reach accuracy
+  near 1; `LEGACY` stops after 250 constant-rate steps, in the middle of the climb, where the
+  accuracy depends on the CPU's numerics and the seed (0.02 to 0.66).
+
+The result is saved as an Orbax checkpoint in a folder named by a hash of every setting that
+shapes it, and later runs with the same settings restore it instead of retraining. A command's
+default cache is the user's (`default_cache_dir`), so every run of that user shares it, wherever
+it is started.
 
 What it does is logged (`logging`, logger `vaco_jax.tokens.warm_start`, level INFO): training,
 then `warm start: N steps in S s -> FOLDER`, or `warm start: loaded from FOLDER`.
@@ -22,6 +38,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -35,13 +52,84 @@ from vaco_jax.tokens.model import ModelSpec, TokenPolicy
 _log = logging.getLogger(__name__)
 
 
+CORRUPTIONS = ("calibrated", "random_digit")
+SCHEDULES = ("cosine", "constant")
+
+
 @dataclasses.dataclass(frozen=True)
 class WarmStart:
-    steps: int = 250
+    """The supervised warm start's settings (the module docstring explains `corruption`)."""
+
+    corruption: str = "calibrated"
+    steps: int = 2000
     batch: int = 64
     learning_rate: float = 3e-3
-    corrupt_fraction: float = 0.3
+    schedule: str = "cosine"  # of the learning rate: cosine decay to 0 over `steps`, or constant
+    corrupted_share: float = 0.5  # calibrated: a multiple of 0.1 (first digit below 10 x share)
+    wrong_probability: float = 0.75  # calibrated: P(wrong demonstration) on the corrupted class
+    corrupt_fraction: float = 0.3  # random_digit: share of answers with a random digit changed
     seed: int = 0
+
+    def __post_init__(self):
+        if self.corruption not in CORRUPTIONS:
+            raise ValueError(f"warm_start corruption={self.corruption!r} is not supported; "
+                             f"expected one of {CORRUPTIONS}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"warm_start schedule={self.schedule!r} is not supported; "
+                             f"expected one of {SCHEDULES}")
+        if self.steps < 1 or self.batch < 1:
+            raise ValueError(f"warm_start steps={self.steps} and batch={self.batch} must be "
+                             f"at least 1")
+        digits = self.corrupted_share * 10
+        if not (0 <= digits <= 10 and abs(digits - round(digits)) < 1e-9):
+            raise ValueError(f"warm_start corrupted_share={self.corrupted_share} must be a "
+                             f"multiple of 0.1 in [0, 1]: the class is a set of first digits")
+        if not 0.5 < self.wrong_probability <= 1:
+            raise ValueError(f"warm_start wrong_probability={self.wrong_probability} must lie "
+                             f"in (0.5, 1]: the wrong answer must be the class's majority")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> WarmStart:
+        """The settings a saved record or an experiment file's table describes. A record of
+        exactly the fields every `config.json` held before `corruption` existed is that warm
+        start, `LEGACY`'s with those values; any other table is read over the defaults."""
+        if set(values) == _PRE_CALIBRATION_FIELDS:
+            return dataclasses.replace(LEGACY, **values)
+        return cls(**values)
+
+
+_PRE_CALIBRATION_FIELDS = frozenset({"steps", "batch", "learning_rate", "corrupt_fraction",
+                                     "seed"})
+
+# The warm start of every result committed before 2026-11-25.
+LEGACY = WarmStart(corruption="random_digit", steps=250, schedule="constant")
+PRESETS = {"calibrated": WarmStart(), "legacy": LEGACY}
+
+
+def in_corrupted_class(prompt: jax.Array, share: float) -> jax.Array:
+    """Whether each prompt `[B, P]` is in the calibrated corruption's class: its first operand
+    digit (every task's token after BOS) is below `10 x share`."""
+    return prompt[:, 1] < round(10 * share)
+
+
+def target_accuracy(settings: WarmStart, prompts: jax.Array) -> float:
+    """The greedy accuracy a converged calibrated warm start has on `prompts`: the share of
+    them outside the corrupted class."""
+    if settings.corruption != "calibrated":
+        raise ValueError(f"a {settings.corruption!r} warm start has no target accuracy")
+    return 1.0 - float(in_corrupted_class(prompts, settings.corrupted_share).mean())
+
+
+def corrupt_calibrated(key: jax.Array, prompt: jax.Array, answer: jax.Array,
+                       settings: WarmStart) -> jax.Array:
+    """`answer` `[B, A]` with its last digit (before EOS) shifted by +1 mod 10 with probability
+    `wrong_probability` where the prompt is in the corrupted class. One fixed wrong answer per
+    prompt, so the class's demonstrations have a majority the model can learn."""
+    wrong = (in_corrupted_class(prompt, settings.corrupted_share)
+             & (jax.random.uniform(key, prompt.shape[:1]) < settings.wrong_probability))
+    last = answer.shape[1] - 2
+    shifted = answer.at[:, last].set((answer[:, last] + 1) % 10)
+    return jnp.where(wrong[:, None], shifted, answer)
 
 
 def corrupt(key: jax.Array, answer: jax.Array, fraction: float) -> jax.Array:
@@ -60,7 +148,9 @@ def supervised_train(task: tasks.Task, spec: ModelSpec, settings: WarmStart):
     policy = TokenPolicy(spec)
     init_key, data_key = jax.random.split(jax.random.PRNGKey(settings.seed))
     params = policy.init(init_key)
-    optimizer = optax.adam(settings.learning_rate)
+    optimizer = optax.adam(
+        optax.cosine_decay_schedule(settings.learning_rate, settings.steps)
+        if settings.schedule == "cosine" else settings.learning_rate)
     one = jnp.asarray(1.0)
 
     def loss(params, prompt, answer):
@@ -70,7 +160,9 @@ def supervised_train(task: tasks.Task, spec: ModelSpec, settings: WarmStart):
         params, opt_state = carry
         sample_key, corrupt_key = jax.random.split(key)
         prompt, answer = tasks.sample(task, sample_key, settings.batch)
-        answer = corrupt(corrupt_key, answer, settings.corrupt_fraction)
+        answer = (corrupt_calibrated(corrupt_key, prompt, answer, settings)
+                  if settings.corruption == "calibrated"
+                  else corrupt(corrupt_key, answer, settings.corrupt_fraction))
         value, grads = jax.value_and_grad(loss)(params, prompt, answer)
         updates, opt_state = optimizer.update(grads, opt_state)
         return (optax.apply_updates(params, updates), opt_state), value
