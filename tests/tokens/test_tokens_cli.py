@@ -1,6 +1,11 @@
+import argparse
+import dataclasses
+
 import pytest
 
 from vaco_jax.cli import main
+from vaco_jax.cli import tokens as tokens_cli
+from vaco_jax.tokens.warm_start import LEGACY, WarmStart
 
 
 def test_bad_token_settings_are_reported_before_any_work(tmp_path, capsys):
@@ -44,8 +49,6 @@ def test_unknown_algorithm_is_rejected_by_the_parser(capsys):
 
 
 def test_the_authors_budgets_go_by_name_on_the_command_line_and_in_experiments():
-    import argparse
-
     from vaco_jax import experiment
     from vaco_jax.cli.common import hparam_type
     from vaco_jax.control.config import ControlHParams
@@ -65,3 +68,25 @@ def test_the_authors_budgets_go_by_name_on_the_command_line_and_in_experiments()
         '[hparams]\ntv_delta = ["tvpo_lm_tight", "tvpo_lm", 0.1]\n')
     group = parsed.groups[0]
     assert sorted({r.hparams["tv_delta"] for r in group.runs}) == [0.01, 0.015, 0.1]
+
+
+@pytest.mark.parametrize("flags,expected", [
+    ([], WarmStart()),
+    (["--warm-start", "legacy"], LEGACY),
+    (["--warm-start", "legacy", "--warm-start-steps", "175", "--corrupt-fraction", "0.2"],
+     dataclasses.replace(LEGACY, steps=175, corrupt_fraction=0.2)),
+    (["--corrupted-share", "0.3", "--wrong-probability", "0.9"],
+     WarmStart(corrupted_share=0.3, wrong_probability=0.9)),
+])
+def test_the_warm_start_flags_choose_a_preset_and_override_its_values(flags, expected):
+    parser = argparse.ArgumentParser()
+    tokens_cli.add_arguments(parser)
+    config, _ = tokens_cli.build(parser.parse_args(flags))
+    assert config.warm_start == expected
+
+
+def test_a_bad_warm_start_is_reported_before_any_work(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["tokens", "--corrupted-share", "0.25", "--out", str(out)]) == 2
+    assert "corrupted_share=0.25 must be a multiple of 0.1" in capsys.readouterr().err
+    assert not out.exists()

@@ -1,9 +1,12 @@
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from vaco_jax.tokens import evaluation, tasks, warm_start
+from vaco_jax.tokens.config import TokenConfig
 from vaco_jax.tokens.model import ModelSpec, TokenPolicy
 from vaco_jax.tokens.warm_start import WarmStart
 
@@ -42,3 +45,94 @@ def test_warm_start_learns_is_saved_and_reused(tmp_path, monkeypatch):
     jax.tree.map(np.testing.assert_array_equal, restored, params)
     with pytest.raises(AssertionError, match="trained again"):
         warm_start.warm_start(TASK, SPEC, WarmStart(steps=121, batch=32), tmp_path)
+
+
+def test_calibrated_corruption_shifts_the_last_digit_of_its_class_only():
+    settings = WarmStart(corrupted_share=0.3, wrong_probability=0.75)
+    prompt, answer = tasks.sample(TASK, jax.random.PRNGKey(0), 4000)
+    demonstrated = warm_start.corrupt_calibrated(jax.random.PRNGKey(1), prompt, answer, settings)
+    in_class = np.asarray(prompt[:, 1] < 3)
+    changed = np.asarray((demonstrated != answer).any(axis=1))
+    assert not changed[~in_class].any()
+    assert 0.72 < changed[in_class].mean() < 0.78
+    last = TASK.answer_length - 2
+    np.testing.assert_array_equal(demonstrated[changed, last], (answer[changed, last] + 1) % 10)
+    np.testing.assert_array_equal(np.delete(demonstrated, last, axis=1),
+                                  np.delete(answer, last, axis=1))
+
+
+def test_the_target_accuracy_is_the_held_out_share_outside_the_class():
+    prompts, _ = evaluation.held_out_set(TASK, 128)
+    outside = 1 - float((prompts[:, 1] < 4).mean())
+    assert 0.4 < outside < 0.8  # the class is neither empty nor everything on this set
+    assert warm_start.target_accuracy(WarmStart(corrupted_share=0.4), prompts) == outside
+    assert warm_start.target_accuracy(WarmStart(corrupted_share=0.0), prompts) == 1.0
+    with pytest.raises(ValueError, match="'random_digit' warm start has no target accuracy"):
+        warm_start.target_accuracy(warm_start.LEGACY, prompts)
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"corruption": "mode"}, "corruption='mode' is not supported"),
+    ({"schedule": "linear"}, "schedule='linear' is not supported"),
+    ({"steps": 0}, "steps=0 and batch=64 must be at least 1"),
+    ({"corrupted_share": 0.55}, "corrupted_share=0.55 must be a multiple of 0.1"),
+    ({"corrupted_share": 1.1}, "corrupted_share=1.1 must be a multiple of 0.1 in \\[0, 1\\]"),
+    ({"wrong_probability": 0.5}, "wrong_probability=0.5 must lie in \\(0.5, 1\\]"),
+])
+def test_bad_warm_start_settings_are_refused(changes, message):
+    with pytest.raises(ValueError, match=message):
+        WarmStart(**changes)
+
+
+def test_legacy_is_the_former_warm_start_and_old_records_read_as_it():
+    assert (warm_start.LEGACY.corruption, warm_start.LEGACY.steps, warm_start.LEGACY.batch,
+            warm_start.LEGACY.learning_rate, warm_start.LEGACY.schedule,
+            warm_start.LEGACY.corrupt_fraction, warm_start.LEGACY.seed) == (
+        "random_digit", 250, 64, 3e-3, "constant", 0.3, 0)
+    # Every config.json written before `corruption` existed holds exactly these five fields.
+    record = {"steps": 175, "batch": 64, "learning_rate": 3e-3, "corrupt_fraction": 0.3,
+              "seed": 2}
+    assert TokenConfig.from_dict({"warm_start": record}).warm_start == dataclasses.replace(
+        warm_start.LEGACY, steps=175, seed=2)
+    # A table naming some fields (an experiment file's) is read over the defaults.
+    assert TokenConfig.from_dict({"warm_start": {"steps": 175}}).warm_start == WarmStart(
+        steps=175)
+    saved = TokenConfig(warm_start=warm_start.LEGACY)
+    assert TokenConfig.from_dict(saved.to_dict()) == saved
+
+
+def test_every_warm_start_setting_names_its_own_cache_folder():
+    changed = {"corruption": "random_digit", "steps": 3, "batch": 3, "learning_rate": 0.1,
+               "schedule": "constant", "corrupted_share": 0.2, "wrong_probability": 0.9,
+               "corrupt_fraction": 0.1, "seed": 7}
+    assert set(changed) == {f.name for f in dataclasses.fields(WarmStart)}
+    base = warm_start.settings_hash(TASK, SPEC, WarmStart())
+    hashes = {warm_start.settings_hash(TASK, SPEC, WarmStart(**{name: value}))
+              for name, value in changed.items()}
+    assert len(hashes) == len(changed) and base not in hashes
+
+
+CALIBRATION_TOLERANCE = 0.03  # the issue's bar: on any machine and any warm-start seed
+
+
+@pytest.mark.parametrize("task,spec,settings", [
+    pytest.param(TASK, SPEC, WarmStart(steps=600), id="sort-3-small"),
+    pytest.param(tasks.make_task("add", 2), ModelSpec(), WarmStart(), id="add-2-default",
+                 marks=pytest.mark.slow),
+])
+def test_a_calibrated_warm_start_lands_on_its_target_for_every_seed(task, spec, settings):
+    """Trained to convergence, the greedy accuracy is the data's: wrong on the corrupted class,
+    right elsewhere. Measured (2-core CPU): sort-3 with this small model at 500 steps is
+    within 0.016 of its target 0.531 in seeds 0-2, at 1000 within 0.008; add-2 with the
+    default model and warm start is exactly at its 0.570 in seeds 0-4 (at 1000, 2000 and 4000
+    steps, within 0.008 at 1000). Without the corruption it would approach 1; stopped early, it
+    would lie below."""
+    policy = TokenPolicy(spec)
+    prompts, answers = evaluation.held_out_set(task, 128)
+    target = warm_start.target_accuracy(settings, prompts)
+    for seed in (0, 1, 2):
+        params, _ = warm_start.supervised_train(task, spec,
+                                                dataclasses.replace(settings, seed=seed))
+        accuracy = float(evaluation.greedy_accuracy(policy, params, prompts, answers,
+                                                    task.answer_length))
+        assert abs(accuracy - target) <= CALIBRATION_TOLERANCE, (seed, accuracy, target)
