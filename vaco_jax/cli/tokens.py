@@ -13,7 +13,7 @@ from vaco_jax import losses
 from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES, TV_SCOPES
 from vaco_jax.tokens.config import ALGORITHMS, GROUP_UNITS, TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
-from vaco_jax.tokens.warm_start import PRESETS, default_cache_dir
+from vaco_jax.tokens.warm_start import PRESETS, WarmStart, default_cache_dir
 
 
 OUT = "runs/tokens"
@@ -107,7 +107,7 @@ def build(args) -> tuple[TokenConfig, TokenHParams]:
     return config, TokenHParams.create(lag=lag, **dict(args.hparam))
 
 
-def _warm_start(args):
+def _warm_start(args: argparse.Namespace) -> WarmStart:
     """The `--warm-start` preset with the values its flags name."""
     named = {"steps": args.warm_start_steps, "corrupted_share": args.corrupted_share,
              "wrong_probability": args.wrong_probability,

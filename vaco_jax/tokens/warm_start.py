@@ -70,7 +70,7 @@ class WarmStart:
     corrupt_fraction: float = 0.3  # random_digit: share of answers with a random digit changed
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.corruption not in CORRUPTIONS:
             raise ValueError(f"warm_start corruption={self.corruption!r} is not supported; "
                              f"expected one of {CORRUPTIONS}")
