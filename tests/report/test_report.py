@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from vaco_jax.report import Score, variant_names, write_report
+from vaco_jax.report import figures as report_figures
 from vaco_jax.report import stats
 from vaco_jax.report import write as write_module
 
@@ -665,6 +666,43 @@ def test_gradient_norm_axis_is_clipped_to_its_1st_to_99th_percentile(runs, tmp_p
     assert (low, high) == pytest.approx(
         (np.percentile(values, 1) / 1.5, np.percentile(values, 99) * 1.5))
     assert high < 10
+
+
+def test_gradient_norm_axis_over_many_decades_labels_few_ticks(runs, tmp_path):
+    """Gradient norms over seven decades (a collapsing run's steps of 1e-6) label decades, not
+    1, 2 and 5 of each (21 labels that ran into each other); within one decade they label 1,
+    2 and 5."""
+    hopper = runs[runs["task"] == "hopper"]
+    spread = hopper.assign(grad_norm=np.logspace(-6, 1, len(hopper)))
+    narrow = hopper.assign(grad_norm=np.linspace(1.1, 9.0, len(hopper)))
+    for table, expected in ((spread, None), (narrow, {2.0, 5.0})):
+        figures = {}
+        with drawn_figures(figures):
+            write_report(table, tmp_path / str(len(figures)), final_fraction=FINAL_FRACTION,
+                         reps=20)
+        axis = panels(figures["fig_staleness_diagnostics"])[-1]
+        low, high = axis.get_ylim()
+        ticks = [t for t in axis.yaxis.get_majorticklocs() if low <= t <= high]
+        if expected is None:
+            assert 3 <= len(ticks) <= 8
+            assert all(np.log10(t) == pytest.approx(round(np.log10(t))) for t in ticks)
+        else:
+            assert expected <= {float(t) for t in ticks}
+
+
+def test_learning_curves_wrap_many_lag_levels_into_rows_of_three():
+    lags = (0.0, 2.0, 4.0, 8.0, 16.0)
+    styles = report_figures.variant_styles(["grpo"])
+    curve = {key: np.array([0.0, 0.5]) for key in ("point", "low", "high")}
+    curves = {("grpo", lag, "add"): {**curve, "env_steps": np.array([0.0, 64.0])}
+              for lag in lags}
+    figure = report_figures.figure_curves(curves, ["add"], styles, lags, Score())
+    axes = panels(figure)
+    assert [ax.get_title() for ax in axes] == [f"lag {lag:g}" for lag in lags]
+    rows = sorted({round(ax.get_position().y0, 3) for ax in axes})
+    assert len(rows) == 2
+    assert len({round(ax.get_position().x0, 3) for ax in axes}) == 3
+    assert [ax.get_ylabel() != "" for ax in axes] == [True, False, False, True, False]
 
 
 # A token-testbed-like table: held-out accuracy at sampled responses, the ESS ratio NaN at the

@@ -237,12 +237,19 @@ def figure_curves(
     lags: Sequence[float],
     score: Score,
 ) -> Figure:
-    """A row of panels per task, one per lag level."""
-    # A score axis shared along each task's row, so that lag levels compare at a glance.
-    figure, axes = new_figure(len(tasks) * len(lags), max_cols=len(lags), sharey="row")
-    grid = np.array(axes, dtype=object).reshape(len(tasks), len(lags))
+    """A block of panels per task, one per lag level, in rows of at most three."""
+    cols = min(len(lags), 3)
+    block = math.ceil(len(lags) / cols) * cols
+    # One normalised score axis for every panel, so that lag levels and tasks compare at a
+    # glance; a task's lags wrap into rows of three rather than one unreadably wide row.
+    figure, axes = new_figure(len(tasks) * block, max_cols=cols, sharey=True)
+    grid = np.array(axes, dtype=object).reshape(len(tasks), block)
     for row_axes, task in zip(grid, tasks):
-        for ax, lag in zip(row_axes, lags):
+        for unused in row_axes[len(lags):]:
+            unused.set_visible(False)
+        for column, (ax, lag) in enumerate(zip(row_axes, lags)):
+            if column % cols == 0:
+                ax.set_ylabel(f"IQM normalised {score.name}")
             for variant, style in styles.items():
                 curve = curves.get((variant, lag, task))
                 if curve is None:
@@ -254,7 +261,6 @@ def figure_curves(
             ax.set_title(f"lag {lag:g}" if len(tasks) == 1 else f"{task}, lag {lag:g}")
             steps_axis(ax, score.steps)
             ax.grid(alpha=0.3)
-        row_axes[0].set_ylabel(f"IQM normalised {score.name}")
     figure.suptitle(f"Learning curves per task (IQM over runs, shaded {CONFIDENCE:.0%} CI)")
     style_legend(figure, styles)
     return figure

@@ -109,15 +109,20 @@ def _staleness_panel(
     _mark_events(ax, at_lag, events, run_column, styles)
     if run_column in LOG_SCALE_METRICS:
         ax.set_yscale("log")
-        # A clipped range often spans less than a decade: label 1, 2 and 5 of each, plainly,
-        # and leave the minor ticks unlabelled so that they do not run into each other.
-        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
     elif run_column == "ess_ratio":
         # A ratio in [0, 1]: runs at 1 throughout must not turn into an axis of 1 +- 1e-7.
         ax.set_ylim(0.0, 1.05)
     ax.grid(alpha=0.3)
+
+
+def _log_ticks(ax: Axes, limits: tuple[float, float]) -> None:
+    """Plain labels on a log axis (shared along its row): 1, 2 and 5 of each decade where the
+    range spans at most about two decades (a clipped range often spans less than one), else
+    decades alone, at most six, so that the labels never run into each other."""
+    subs = (1.0, 2.0, 5.0) if limits[1] / limits[0] <= 150 else (1.0,)
+    ax.yaxis.set_major_locator(LogLocator(subs=subs, numticks=6))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def figure_staleness(
@@ -149,6 +154,7 @@ def figure_staleness(
             if run_column in LOG_SCALE_METRICS else None
         if limits is not None:
             row_axes[0].set_ylim(*limits)
+            _log_ticks(row_axes[0], limits)
     for ax, lag in zip(grid[0], lags):
         ax.set_title(f"lag {lag:g}")
     for ax in grid[-1]:
