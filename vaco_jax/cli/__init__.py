@@ -28,7 +28,7 @@ from vaco_jax.cli import tokens as tokens_cli
 from vaco_jax.cli import train as train_cli
 from vaco_jax.experiment.execute import background_work
 from vaco_jax.experiment.plan import PLAN_FILE
-from vaco_jax.run import signals
+from vaco_jax.run import distributed, signals
 
 def _given_flags(argv: Sequence[str]) -> set[str]:
     """The long flags written on the command line (`--flag` or `--flag=value`)."""
@@ -69,7 +69,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _join_run(args) -> None:
+    """Joins the processes of a run over several (`vaco_jax.run.distributed`), before any other
+    JAX call, where the command takes the flags; a process other than 0 then shows no progress
+    and prints nothing on stdout (process 0 reports), only its errors."""
+    if not hasattr(args, "coordinator"):
+        return
+    distributed.initialize(distributed.launch_settings(args))
+    if not distributed.is_writer():
+        args.no_progress = True
+        console.show_progress_messages(False)
+        sys.stdout = open(os.devnull, "w")
+
+
 def _run(args) -> int:
+    _join_run(args)
     if args.command in TRAINING_COMMANDS:
         return common.run_driver(args, *TRAINING_COMMANDS[args.command][0].build(args))
     return {"sweep": sweep_cli.run_sweep, "report": sweep_cli.run_report,

@@ -14,7 +14,7 @@ from vaco_jax import losses
 from vaco_jax.cli import console
 from vaco_jax.core.config import Config
 from vaco_jax.core.policy_buffer import LAG_MODELS
-from vaco_jax.run import driver, io, memory
+from vaco_jax.run import distributed, driver, io, memory
 from vaco_jax.run.trackers import TRACKERS, Trackers, seed_runs
 
 
@@ -122,6 +122,7 @@ def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_memory_budget(p)
     add_log(p, "seed", "OUT/tensorboard/seed=S")
+    distributed.add_flags(p)
 
 
 def add_log(p: argparse.ArgumentParser, each: str, folders: str) -> None:
@@ -134,7 +135,8 @@ def add_log(p: argparse.ArgumentParser, each: str, folders: str) -> None:
                         f"works without an account)")
 
 
-RESUME_FLAGS = ("chunk_periods", "keep_checkpoints", "no_progress", "memory_budget", "log")
+RESUME_FLAGS = ("chunk_periods", "keep_checkpoints", "no_progress", "memory_budget", "log",
+                *distributed.FLAGS)
 """The run flags a resumed run applies; it takes every other setting from its folder."""
 
 
@@ -167,7 +169,8 @@ def _check_run_flags(args) -> None:
                              f"{args.resume!r}; {', '.join(ignored)} cannot change them (leave "
                              f"{'it' if len(ignored) == 1 else 'them'} out; only "
                              f"--chunk-periods, --keep-checkpoints, --no-progress, "
-                             f"--memory-budget and --log apply)")
+                             f"--memory-budget, --log and the flags of several processes "
+                             f"apply)")
 
 
 def run_driver(args, config: Config, hparams: Any) -> int:
@@ -180,14 +183,18 @@ def run_driver(args, config: Config, hparams: Any) -> int:
     budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
     out = args.resume or args.out
     trackers = Trackers(args.log, out)  # refuses a missing optional package before any work
+    # Checked by process 0, which writes the folder, and refused on every process alike.
     if args.resume:
         runs = driver.Driver.from_run_dir(out)
-        memory.check_memory(runs.config, jax.tree.map(lambda x: x[0], runs.hparams),
-                            runs.num_runs, budget_bytes=budget)  # this machine may be smaller
+        distributed.from_process_0(lambda: memory.check_memory(
+            runs.config, jax.tree.map(lambda x: x[0], runs.hparams), runs.num_runs,
+            budget_bytes=budget))  # this machine may be smaller
         overwrite, keep = False, ()
     else:
-        io.check_output_dir(out)  # before the driver builds its trainer (a warm start, say)
-        memory.check_memory(config, hparams, args.seeds, budget_bytes=budget)  # before allocating
+        def refuse_unfit() -> None:  # before the driver builds its trainer (a warm start, say)
+            io.check_output_dir(out)
+            memory.check_memory(config, hparams, args.seeds, budget_bytes=budget)
+        distributed.from_process_0(refuse_unfit)
         seeds = range(args.seed_offset, args.seed_offset + args.seeds)
         runs = driver.Driver(config, hparams, seeds)
         overwrite, keep = args.overwrite, args.keep

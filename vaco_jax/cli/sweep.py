@@ -10,6 +10,7 @@ from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
                                  write_sweep_report)
 from vaco_jax.report.run_figures import write_run_figures
+from vaco_jax.run import distributed
 from vaco_jax.run.run_folder import CONFIG_FILE
 from vaco_jax.run.trackers import Trackers
 
@@ -29,7 +30,9 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--part", metavar="K/N", default=None,
                    help="run only part K of N (1-based): the experiment's groups split into N "
                         "parts of about equal environment steps, one per machine; merge the "
-                        "part folders with `vaco-jax report OUT --parts DIR ...`")
+                        "part folders with `vaco-jax report OUT --parts DIR ...`; auto: the "
+                        "task of a SLURM job array (SLURM_ARRAY_TASK_ID of "
+                        "SLURM_ARRAY_TASK_COUNT)")
     p.add_argument("--groups", metavar="GROUP[,GROUP...]", default=None,
                    help="run only these groups (names as --plan prints them), a part chosen by "
                         "hand, e.g. to run again the groups of a lost part folder; merged like "
@@ -49,6 +52,7 @@ def add_parsers(subparsers) -> None:
     add_memory_budget(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     add_log(p, "run", "OUT/tensorboard/RUN_ID")
+    distributed.add_flags(p)
     r = subparsers.add_parser("report", help="rebuild a sweep's runs table and rewrite its report, "
                                              "merge the folders of a sweep's parts into one, or "
                                              "draw a single run's figures")

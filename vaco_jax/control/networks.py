@@ -20,10 +20,13 @@ from typing import Any, Callable, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 _NORMALIZED_OBS_CLIP = 10.0
-_LOG_2PI = jnp.log(2.0 * jnp.pi)
+# The float32 value as a Python float, not computed with jnp: importing the package must start
+# no JAX backend, which `jax.distributed.initialize` has to precede.
+_LOG_2PI = float(np.float32(math.log(2.0 * math.pi)))
 
 
 def orthogonal(scale: float) -> Callable[[jax.Array, Sequence[int], Any], jax.Array]:

@@ -3,11 +3,18 @@
 Every batch of a group reuses the group's single compilation, and the next group compiles in a
 background thread while the current one trains. `sweep` starts (or resumes) a sweep folder, runs
 it and writes its report.
+
+Across processes (`vaco_jax.run.distributed`) process 0 alone locks, plans, reads and writes the
+folder; the others get the plan and which batches are left from it, and run the same batches in
+the same order. The next group then compiles when its turn comes, not in the background: a
+background compilation runs the group's first computations, whose collectives would interleave
+with the current batch's differently on each process.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import threading
 import time
@@ -23,11 +30,12 @@ from vaco_jax.experiment.folder import (batch_dir, load_sweep_to_resume, record_
 from vaco_jax.experiment.parts import Selection
 from vaco_jax.experiment.plan import Batch, Plan
 from vaco_jax.experiment.results import metrics_readable, write_sweep_report
-from vaco_jax.experiment.spec import Experiment
+from vaco_jax.experiment.spec import Experiment, parse_experiment
 from vaco_jax.run.driver import Driver, TrainingResult
 from vaco_jax.run.run_folder import CONFIG_FILE, read_status
 from vaco_jax.run.lock import folder_lock
 from vaco_jax.core.faults import fault_point
+from vaco_jax.run.distributed import agreed_signal, from_process_0, is_writer, several
 from vaco_jax.run.signals import (Interrupted, exit_on_signals, raise_if_interrupted,
                                   requested)
 from vaco_jax.run.trackers import LoggedRun, Trackers, describe, run_hparams
@@ -114,9 +122,15 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
     so do `trackers` (of `out_dir`), which log each real run of the batch (`logged_runs`).
     A SIGTERM/SIGINT stops the sweep after the current chunk (`Interrupted`), or at once
     between chunks (`vaco_jax.run.signals`)."""
-    with folder_lock(out_dir):
-        record_sweep(out_dir, plan, new=False)
+    with _writer_lock(out_dir):
+        if is_writer():
+            record_sweep(out_dir, plan, new=False)
         _run_batches(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
+
+
+def _writer_lock(out_dir: str | os.PathLike) -> contextlib.AbstractContextManager:
+    """The folder's lock, held by the process that writes it (process 0)."""
+    return folder_lock(out_dir) if is_writer() else contextlib.nullcontext()
 
 
 def logged_runs(plan: Plan, batch: Batch) -> list[LoggedRun]:
@@ -138,18 +152,30 @@ def logged_runs(plan: Plan, batch: Batch) -> list[LoggedRun]:
     return logged
 
 
+def _progress_so_far(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
+    """From the batch folders: each batch's environment steps done, the names of those left to
+    run, and of those whose folder holds a run to resume."""
+    steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
+             for b in plan.batches}
+    # A missing or unreadable status counts as unfinished: the batch resumes from its checkpoint.
+    statuses = {b.name: read_status(batch_dir(out_dir, b)) for b in plan.batches}
+    return {"done": {b.name: steps[b.name] if status_finished(statuses[b.name]) else
+                     _batch_steps(plan, b, (statuses[b.name] or {}).get("updates_done", 0))
+                     for b in plan.batches},
+            "pending": [b.name for b in plan.batches if not status_finished(statuses[b.name])
+                        or not metrics_readable(batch_dir(out_dir, b))],
+            "resume": [b.name for b in plan.batches
+                       if (batch_dir(out_dir, b) / CONFIG_FILE).is_file()]}
+
+
 def _run_batches(plan: Plan, out_dir: str | os.PathLike, *, progress: bool,
                  on_chunk: Callable[[Batch, TrainingResult], None] | None,
                  trackers: Trackers | None) -> None:
     steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
              for b in plan.batches}
-    # A missing or unreadable status counts as unfinished: the batch resumes from its checkpoint.
-    statuses = {b.name: read_status(batch_dir(out_dir, b)) for b in plan.batches}
-    done = {b.name: steps[b.name] if status_finished(statuses[b.name]) else
-            _batch_steps(plan, b, (statuses[b.name] or {}).get("updates_done", 0))
-            for b in plan.batches}
-    pending = [b for b in plan.batches if not status_finished(statuses[b.name])
-               or not metrics_readable(batch_dir(out_dir, b))]
+    so_far = from_process_0(lambda: _progress_so_far(plan, out_dir))
+    done = so_far["done"]
+    pending = [b for b in plan.batches if b.name in so_far["pending"]]
     # The sweep's bar counts every run's steps together (a run's own bar counts per seed).
     with tqdm(total=sum(steps.values()), initial=sum(done.values()),
               unit=f" {plan.experiment.testbed.steps_name}", unit_scale=True, dynamic_ncols=True,
@@ -157,10 +183,11 @@ def _run_batches(plan: Plan, out_dir: str | os.PathLike, *, progress: bool,
             exit_on_signals():
         for index, batch in enumerate(pending):
             raise_if_interrupted()
-            if requested() is not None:  # it arrived during the previous batch's last chunk
-                raise Interrupted(requested(), _sweep_saved(plan, out_dir, batch))
+            signum = agreed_signal(requested())
+            if signum is not None:  # it arrived during the previous batch's last chunk
+                raise Interrupted(signum, _sweep_saved(plan, out_dir, batch))
             upcoming = next((b for b in pending[index + 1:] if b.group != batch.group), None)
-            if upcoming is not None:
+            if upcoming is not None and not several():
                 _PROGRAMS.prefetch(*_driver_arguments(plan, upcoming))
             driver = _PROGRAMS.driver(*_driver_arguments(plan, batch))
             logged = logged_runs(plan, batch) if trackers is not None else []
@@ -176,7 +203,7 @@ def _run_batches(plan: Plan, out_dir: str | os.PathLike, *, progress: bool,
                     trackers.log(logged, result)
 
             folder = batch_dir(out_dir, batch)
-            resume = (folder / CONFIG_FILE).is_file()
+            resume = batch.name in so_far["resume"]
             start = time.perf_counter()
             try:
                 result = driver.run(folder, resume=resume, overwrite=not resume,
@@ -233,18 +260,36 @@ def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
         if max_runs_per_batch is not None or memory_budget is not None:
             raise ValueError("a resumed sweep keeps its batches; max_runs_per_batch and "
                              "memory_budget apply only to a new or replanned sweep")
-        load_sweep_to_resume(out_dir, experiment, part)  # refused before the folder is locked
+        def refuse_another() -> None:  # before the folder is locked
+            load_sweep_to_resume(out_dir, experiment, part)
+        from_process_0(refuse_another)
     elif not resume and experiment is None:
         raise ValueError("a new sweep needs an experiment")
     plan_options = {"max_runs_per_batch": max_runs_per_batch, "memory_budget": memory_budget}
-    with folder_lock(out_dir):
+
+    def planned() -> Plan:
         if replan:
-            plan = replan_sweep(out_dir, experiment, part, **plan_options)
-        elif resume:
-            plan = load_sweep_to_resume(out_dir, experiment, part)
-        else:
-            plan = start_sweep(experiment, out_dir, overwrite=overwrite, keep=keep, part=part,
-                               **plan_options)
+            return replan_sweep(out_dir, experiment, part, **plan_options)
+        if resume:
+            return load_sweep_to_resume(out_dir, experiment, part)
+        return start_sweep(experiment, out_dir, overwrite=overwrite, keep=keep, part=part,
+                           **plan_options)
+    with _writer_lock(out_dir):
+        plan = _plan_from_process_0(planned)
         run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
         fault_point("report", 0)
-        return write_sweep_report(plan, out_dir)
+        return from_process_0(lambda: write_sweep_report(plan, out_dir))
+
+
+def _plan_from_process_0(planned: Callable[[], Plan]) -> Plan:
+    """The plan process 0 makes or reads (and saves in the folder), on every process: read back
+    as a resume reads it, so that all run the same batches. A single process keeps its own."""
+    if not several():
+        return planned()
+
+    def saved() -> dict[str, Any]:
+        plan = planned()
+        return {"source": plan.experiment.source, "plan": plan.to_json()}
+    shared = from_process_0(saved)
+    experiment = parse_experiment(shared["source"], name=shared["plan"]["experiment"])
+    return Plan.from_json(experiment, shared["plan"])

@@ -2,7 +2,8 @@
 experiment and `vaco_jax.experiment.merge` merges their folders into its report.
 
 A `Part` (`--part K/N`) is part K of the experiment's groups split into N parts of about equal
-environment steps, a split that depends on the experiment file only; `NamedGroups`
+environment steps, a split that depends on the experiment file only; `--part auto` reads K and N
+from a SLURM job array (each of its tasks one part, `docs/multi_process.md`); `NamedGroups`
 (`--groups`) names its groups, e.g. to run again those of a lost part folder. A sweep saves its
 selection in `sweep.json`, so a resumed part stays that part.
 """
@@ -10,7 +11,9 @@ selection in `sweep.json`, so a resumed part stays that part.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+from typing import Mapping
 
 from vaco_jax.experiment.spec import Experiment, Group
 
@@ -24,12 +27,43 @@ class Part:
     count: int
 
     @classmethod
-    def parse(cls, text: str) -> "Part":
+    def parse(cls, text: str, environ: Mapping[str, str] = os.environ) -> "Part":
+        """`K/N`, or `auto`: the part of this task of a SLURM job array (`from_job_array`)."""
+        if text.strip() == "auto":
+            return cls.from_job_array(environ)
         match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
         if match is None or not 1 <= int(match[1]) <= int(match[2]):
             raise ValueError(f"--part must be K/N with integers 1 <= K <= N (e.g. 2/3), "
                              f"got {text!r}")
         return cls(int(match[1]), int(match[2]))
+
+    @classmethod
+    def from_job_array(cls, environ: Mapping[str, str]) -> "Part":
+        """This task's part of a SLURM job array: its place among the array's
+        `SLURM_ARRAY_TASK_COUNT` tasks, counted from `SLURM_ARRAY_TASK_MIN` (0 if unset) in
+        steps of `SLURM_ARRAY_TASK_STEP` (1 if unset), so `--array=0-3` and `--array=1-4`
+        both run parts 1/4 to 4/4."""
+        names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT")
+        missing = [name for name in names if not environ.get(name)]
+        if missing:
+            unset = f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set"
+            raise ValueError(f"--part auto reads the part from a SLURM job array (sbatch "
+                             f"--array), but {unset}; give --part K/N instead")
+        try:
+            task, count, first, step = (
+                int(environ[names[0]]), int(environ[names[1]]),
+                int(environ.get("SLURM_ARRAY_TASK_MIN") or 0),
+                int(environ.get("SLURM_ARRAY_TASK_STEP") or 1))
+        except ValueError:
+            raise ValueError(f"--part auto: SLURM_ARRAY_TASK_ID, _COUNT, _MIN and _STEP must be "
+                             f"integers, got {environ.get(names[0])!r}, "
+                             f"{environ.get(names[1])!r}, {environ.get('SLURM_ARRAY_TASK_MIN')!r}, "
+                             f"{environ.get('SLURM_ARRAY_TASK_STEP')!r}") from None
+        index = (task - first) // max(step, 1) + 1
+        if count < 1 or not 1 <= index <= count or (task - first) % max(step, 1):
+            raise ValueError(f"--part auto: task {task} is not one of the {count} tasks of the "
+                             f"job array from {first} in steps of {step}; give --part K/N instead")
+        return cls(index, count)
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"

@@ -8,6 +8,7 @@ once complete, so a process killed mid-write leaves a `.partial` folder (removed
 folder is next opened) and never a half-written `<step>/`. Only the newest `keep` checkpoints
 are kept, the older ones deleted after a new one is committed. The run folder's manifest
 records each step folder while it exists, so an overwrite removes those and nothing else.
+Across processes only process 0 writes and reads checkpoints (`vaco_jax.run.distributed`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,13 @@ class Checkpoints:
             raise ValueError(f"keep_checkpoints must be a positive integer, got {keep}")
         self.directory = Path(directory).absolute()
         self.identity, self.keep, self._writer = identity, keep, writer
-        self._checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
+        # This process alone: across processes only process 0 saves and restores, NumPy trees
+        # (`vaco_jax.run.driver`), and Orbax must not wait for the others at its barriers.
+        alone = ocp.options.MultiprocessingOptions(primary_host=jax.process_index(),
+                                                   active_processes={jax.process_index()})
+        self._checkpointer = ocp.Checkpointer(
+            ocp.StandardCheckpointHandler(multiprocessing_options=alone),
+            multiprocessing_options=alone)
         if writer and self.directory.is_dir():
             for partial in self.directory.glob(f"*{PARTIAL_SUFFIX}"):
                 shutil.rmtree(partial, ignore_errors=True)

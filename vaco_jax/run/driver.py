@@ -39,11 +39,14 @@ it to interrupt a run at exact points.
 
 Several accelerators: the runs axis is sharded over a 1-D mesh `("runs",)` of devices (by
 default all of `jax.devices()`, the largest number of them that divides the number of runs), so
-each device trains its share of the runs; on one device nothing is sharded. When
-`jax.distributed` is initialised, `jax.devices()` lists the devices of every host: each process
-runs the same driver on the same runs (the number of runs must then be a multiple of the global
-device count), supplies the shards its devices hold, gathers every run's metrics, and only
-process 0 writes files. Only the single-host case is tested.
+each device trains its share of the runs; on one device nothing is sharded. Several processes
+(`vaco_jax.run.distributed`): `jax.devices()` lists the devices of every process, and each
+process runs the same driver on the same runs (the number of runs must then be a multiple of
+the global device count), supplies the shards its devices hold and gathers every run's metrics.
+Only process 0 locks, reads and writes the folder: it saves the checkpoints, the state gathered
+to it (so a checkpoint is the same whatever the number of processes that wrote it, and resumes
+on any number), and on a resume it restores the newest one and sends it to the others. A stop
+signal that reaches any process stops all of them after the same chunk.
 """
 
 from __future__ import annotations
@@ -63,13 +66,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from vaco_jax.core.config import Config
 from vaco_jax.core.faults import fault_point
 from vaco_jax.run import io, manifest, run_folder, testbeds
+from vaco_jax.run.distributed import (agreed_signal, from_process_0, host_copy, is_writer,
+                                      several, shared_from_process_0)
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.run.lock import folder_lock
 from vaco_jax.run.provenance import provenance
@@ -191,7 +195,7 @@ class Driver:
     @classmethod
     def from_run_dir(cls, out_dir: str | os.PathLike) -> "Driver":
         """Rebuilds the driver of the run saved in `out_dir` (from its `config.json`)."""
-        saved = run_folder.saved_config(Path(out_dir))
+        saved = from_process_0(lambda: run_folder.saved_config(Path(out_dir)))
         try:
             testbed = testbeds.named(saved["testbed"])
             hparams = testbed.hparams(**{k: jnp.asarray(v, jnp.float32)
@@ -225,7 +229,7 @@ class Driver:
         state = self._init(self._keys(0), self._place(self.hparams))
         metrics = {name: np.full((self.num_runs, self.config.num_updates + 1), np.nan, np.float32)
                    for name in self.testbed.metrics}
-        metrics[self.testbed.score][:, 0] = _to_host(self._evaluate(state, self._keys(1)))
+        metrics[self.testbed.score][:, 0] = host_copy(self._evaluate(state, self._keys(1)))
         for name in ZERO_AT_START:
             if name in metrics:
                 metrics[name][:, 0] = 0.0
@@ -250,7 +254,7 @@ class Driver:
         `on_chunk` sees the result after each chunk (written and checkpointed). A resumed run
         takes the chunk length and checkpoint count it was started with unless given."""
         out = None if out_dir is None else Path(out_dir)
-        writes = out is not None and _is_writer()
+        writes = out is not None and is_writer()
         with folder_lock(out) if writes else contextlib.nullcontext():
             if writes and not resume:
                 io.prepare_output_dir(out, overwrite=overwrite, keep=keep,
@@ -265,21 +269,21 @@ class Driver:
         cfg = self.config
         options = {"chunk_periods": chunk_periods, "keep_checkpoints": keep_checkpoints}
         if out is not None and resume:
-            saved = self._check_resumable(out)
+            saved = from_process_0(lambda: self._check_resumable(out))
             options = {k: v if v is not None else saved.get("run_options", {}).get(k)
                        for k, v in options.items()}
         per_chunk = _chunk_periods(cfg.num_periods, options["chunk_periods"])
         keep = options["keep_checkpoints"] or DEFAULT_KEEP_CHECKPOINTS
         checkpoints = None
         if out is not None:
-            if not resume and _is_writer():
+            if not resume and is_writer():
                 manifest.record(out, run_folder.RUN_FILES)
                 io.write_json(out / run_folder.CONFIG_FILE, {
                     **self.describe(), "run_identity": self.identity,
                     "run_options": {"chunk_periods": per_chunk, "keep_checkpoints": keep},
                     "provenance": provenance()})
             checkpoints = Checkpoints(out / run_folder.CHECKPOINT_DIR, self.identity, keep=keep,
-                                      writer=_is_writer())
+                                      writer=is_writer())
         # Restored and compiled before stops are deferred: nothing is trained yet that a stop
         # at once (`vaco_jax.run.signals`) loses.
         fault_point("compile", 0)
@@ -295,17 +299,17 @@ class Driver:
         compile_seconds = time.perf_counter() - start
         raise_if_interrupted()
         periods_done = 0
-        restored = (checkpoints.restore_latest({"state": state, "metrics": metrics}, warn)
+        restored = (_restore(checkpoints, {"state": state, "metrics": metrics})
                     if resume and checkpoints is not None else None)
         if restored is not None:
             periods_done, tree = restored
-            # Placed like a fresh state (Orbax commits arrays to a device), so the compiled
-            # chunk program of a fresh run serves a resumed one too.
-            state = self._place(jax.tree.map(_to_host, tree["state"]))
+            # Placed like a fresh state, so the compiled chunk program of a fresh run serves a
+            # resumed one too.
+            state = self._place(tree["state"])
             # In the testbed's order of metrics (the restored tree's keys are sorted).
             metrics = _cut_back({k: np.asarray(tree["metrics"][k]) for k in metrics},
                                 periods_done * cfg.updates_per_period)
-        if resume and out is not None:
+        if resume and out is not None and is_writer():
             run_folder.read_status(out)  # warns about a damaged one, rewritten below
             self._write(out, self._result(metrics, state, periods_done))
         if periods_done < cfg.num_periods:
@@ -323,8 +327,9 @@ class Driver:
             result = self._train(state, metrics, periods_done, _Session(
                 out=out, checkpoints=checkpoints, stop=stop, per_chunk=per_chunk,
                 max_chunks=max_chunks, progress=progress, on_chunk=on_chunk))
-            if stop.signum is not None and not result.finished:
-                raise Interrupted(stop.signum, self._saved(result, checkpoints))
+            signum = agreed_signal(stop.signum)
+            if signum is not None and not result.finished:
+                raise Interrupted(signum, self._saved(result, checkpoints))
         return dataclasses.replace(result, timing=Timing(
             compile_seconds, time.perf_counter() - start, result.updates_done - updates_before))
 
@@ -361,7 +366,7 @@ class Driver:
             bar.write("every run diverged before this resume: the run is finished")
         try:
             while (not finished and (max_chunks is None or chunks < max_chunks)
-                   and session.stop.signum is None):
+                   and agreed_signal(session.stop.signum) is None):
                 # The last chunk stops at the run's end (a resumed run's chunk length need not
                 # divide the periods left).
                 periods = min(per_chunk, cfg.num_periods - periods_done)
@@ -369,7 +374,10 @@ class Driver:
                 first = periods_done * cfg.updates_per_period + 1
                 for name, values in chunk_metrics.items():
                     metrics[name][:, first:first + periods * cfg.updates_per_period] = (
-                        _to_host(values))
+                        host_copy(values))
+                # The chunk's collectives all come before its files: a process lost while
+                # process 0 writes them is noticed at the next chunk, after its checkpoint.
+                saved_state = _savable(state) if out is not None else None
                 periods_done += periods
                 chunks += 1
                 fault_point("chunk", periods_done)
@@ -380,7 +388,7 @@ class Driver:
                 if out is not None:
                     self._write(out, result)
                     step = periods_done
-                    checkpoints.save(step, {"state": state, "metrics": metrics},
+                    checkpoints.save(step, {"state": saved_state, "metrics": metrics},
                                      before_commit=lambda: fault_point("checkpoint", step))
                 if session.on_chunk is not None:
                     session.on_chunk(result)
@@ -437,7 +445,7 @@ class Driver:
                           f"other runs continue")
 
     def _write(self, out: Path, result: TrainingResult) -> None:
-        if not _is_writer():
+        if not is_writer():
             return
         score = self.testbed.score
         run_folder.write_results(out, result.table(), {
@@ -500,16 +508,28 @@ def _run_devices(num_runs: int, devices: Sequence[jax.Device] | None) -> list[ja
     return devices[:count]
 
 
-def _to_host(x: jax.Array) -> np.ndarray:
-    """All runs of a runs-sharded array as NumPy; across hosts every process gathers them."""
-    if jax.process_count() > 1:
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(x)
+def _savable(state: Any) -> Any:
+    """The state as process 0 saves it: across processes gathered to it (every process takes
+    part), else as it is (Orbax saves sharded arrays of one process itself)."""
+    return jax.tree.map(host_copy, state) if several() else state
 
 
-def _is_writer() -> bool:
-    """Whether this process writes files (process 0 of a multi-host run)."""
-    return jax.process_index() == 0
+def _restore(checkpoints: Checkpoints, like: dict[str, Any]) -> tuple[int, Any] | None:
+    """The newest readable checkpoint as `(periods done, tree)` of NumPy arrays shaped like
+    `like`, restored by process 0 (which warns about the damaged ones it skips) and sent to the
+    others; None if there is none."""
+    host = {"state": jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), like["state"]),
+            "metrics": like["metrics"]}
+    found: list[tuple[int, Any] | None] = []
+
+    def newest() -> int | None:
+        found.append(checkpoints.restore_latest(host, warn))
+        return None if found[0] is None else found[0][0]
+    step = from_process_0(newest)
+    if step is None:
+        return None
+    tree = found[0][1] if found else host
+    return step, shared_from_process_0(jax.tree.map(np.asarray, tree))
 
 
 def _broadcast_hparams(hparams: Any, num_runs: int) -> Any:
