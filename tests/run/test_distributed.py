@@ -1,8 +1,8 @@
 """One sweep over several processes (`vaco_jax.run.distributed`): the flags and variables that
 start it, refused before any work when wrong; `--part auto` of a SLURM job array; and two local
 CPU processes, of one and of two devices each, giving a `runs.parquet` identical to the bit to
-the same sweep in one process with as many devices, also when one process is killed mid-sweep
-and the folder resumed."""
+the same sweep in one process with as many devices, the second with one process killed
+mid-sweep and the folder resumed."""
 
 import argparse
 import subprocess
@@ -43,7 +43,7 @@ num_eval_envs = 2
 actor_hidden = [8]
 critic_hidden = [8]
 """
-"""4 runs of 2 updates, one chunk each; in batches of 2 runs on 2 devices, of 4 on 4."""
+"""4 runs of 2 updates, one chunk each: two batches of 2 runs on 2 devices, one of 4 on 4."""
 
 
 # ---------------------------------------------------------------- flags and variables
@@ -173,42 +173,30 @@ def same_table(a: Path, b: Path) -> bool:
     return pq.read_table(a / "runs.parquet").equals(pq.read_table(b / "runs.parquet"))
 
 
-@pytest.fixture(scope="module")
-def two_devices(tmp_path_factory, tiny, cache) -> Path:
-    """The sweep in one process of two devices."""
-    out = tmp_path_factory.mktemp("one_process") / "sweep"
-    one_process(sweep_args(tiny, out), cache, devices=2)
-    return out
-
-
-def test_two_processes_of_one_device_give_the_table_of_one_process(two_devices, tiny, cache,
-                                                                   tmp_path):
-    out = tmp_path / "sweep"
-    done = vaco_processes(sweep_args(tiny, out), 2, cache)
+def test_two_processes_of_one_device_give_the_table_of_one_process(tiny, cache, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    one_process(sweep_args(tiny, one), cache, devices=2)
+    done = vaco_processes(sweep_args(tiny, two), 2, cache)
     succeeded(done)
-    assert same_table(out, two_devices)
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in two_devices.iterdir())
+    assert same_table(two, one)
+    assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
     assert "report:" in done[0].stdout and "report:" not in done[1].stdout  # process 0 reports
 
 
-def test_two_processes_of_two_devices_give_the_table_of_one_process(tiny, cache, tmp_path):
+def test_two_processes_of_two_devices_one_killed_then_resumed_give_the_table_of_one_process(
+        tiny, cache, tmp_path):
+    """Process 1 killed after the chunk of the first update: process 0, the writer, fails at
+    the next collective, having saved that chunk's checkpoint; two processes resume the folder
+    to the table of one process of four devices."""
     one, two = tmp_path / "one", tmp_path / "two"
     one_process(sweep_args(tiny, one), cache, devices=4)
-    succeeded(vaco_processes(sweep_args(tiny, two), 2, cache, devices_each=2))
-    assert same_table(two, one)
-
-
-def test_a_killed_process_leaves_a_folder_that_resume_completes(two_devices, tiny, cache,
-                                                               tmp_path):
-    """Process 1 killed after the first batch's chunk: process 0, the writer, fails at the next
-    collective, having saved that chunk's checkpoint; two processes resume the folder."""
-    out = tmp_path / "sweep"
-    killed = vaco_processes(sweep_args(tiny, out), 2, cache, faults={1: "SIGKILL@chunk:1"})
+    killed = vaco_processes(sweep_args(tiny, two), 2, cache, devices_each=2,
+                            faults={1: "SIGKILL@chunk:1"})
     assert killed[1].returncode == -9
     assert killed[0].returncode == 1, killed[0].stderr[-3000:]
     assert "another process of this run stopped or failed" in killed[0].stderr
-    assert not (out / "runs.parquet").exists()
-    assert [p.name for p in (out / "runs" / "toy_reach-ppo-e1m1-0" / "checkpoint").iterdir()] == \
+    assert not (two / "runs.parquet").exists()
+    assert [p.name for p in (two / "runs" / "toy_reach-ppo-e1m1-0" / "checkpoint").iterdir()] == \
         ["1"]
-    succeeded(vaco_processes(sweep_args(None, out), 2, cache))
-    assert same_table(out, two_devices)
+    succeeded(vaco_processes(sweep_args(None, two), 2, cache, devices_each=2))
+    assert same_table(two, one)

@@ -169,8 +169,8 @@ def _check_run_flags(args) -> None:
                              f"{args.resume!r}; {', '.join(ignored)} cannot change them (leave "
                              f"{'it' if len(ignored) == 1 else 'them'} out; only "
                              f"--chunk-periods, --keep-checkpoints, --no-progress, "
-                             f"--memory-budget, --log and the flags of several processes "
-                             f"apply)")
+                             f"--memory-budget and --log apply, and those of several "
+                             f"processes)")
 
 
 def run_driver(args, config: Config, hparams: Any) -> int:

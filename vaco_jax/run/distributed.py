@@ -65,15 +65,18 @@ def add_flags(p) -> None:
     """`--distributed auto`, `--coordinator`, `--num-processes` and `--process-id`."""
     p.add_argument("--distributed", choices=(AUTO,), default=None,
                    help=f"one run over several processes, jax.distributed's settings detected "
-                        f"(SLURM, Cloud TPU; or ${ENV_DISTRIBUTED}=auto); docs/multi_process.md")
+                        f"(SLURM, Cloud TPU); docs/multi_process.md (default: "
+                        f"${ENV_DISTRIBUTED}, else one process or --coordinator's)")
     p.add_argument("--coordinator", metavar="HOST:PORT", default=None,
                    help=f"one run over several processes: process 0's address, the same for "
-                        f"all (or ${ENV_COORDINATOR}); with --num-processes and --process-id")
+                        f"all; with --num-processes and --process-id (default: "
+                        f"${ENV_COORDINATOR}, else one process)")
     p.add_argument("--num-processes", metavar="N", default=None,
-                   help=f"with --coordinator: the number of processes (or ${ENV_NUM_PROCESSES})")
+                   help=f"with --coordinator: the number of processes (default: "
+                        f"${ENV_NUM_PROCESSES})")
     p.add_argument("--process-id", metavar="I", default=None,
                    help=f"with --coordinator: this process's id, 0..N-1; process 0 writes the "
-                        f"results (or ${ENV_PROCESS_ID})")
+                        f"results (default: ${ENV_PROCESS_ID})")
 
 
 def launch_settings(args: Any, environ: Mapping[str, str] = os.environ) -> Launch | None:
