@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from processes import ROOT, vaco_command, vaco_env, vaco_processes, with_devices
+from processes import vaco_command, vaco_env, vaco_processes, with_devices
 from vaco_jax import cli
 from vaco_jax.experiment import Part
 from vaco_jax.run import distributed
@@ -97,14 +97,14 @@ def test_a_refused_launch_fails_the_command_before_any_work(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_importing_and_parsing_start_no_jax_backend():
+def test_importing_and_parsing_start_no_jax_backend(tmp_path):
     """`jax.distributed.initialize` must come before any JAX computation: the package computes
     none as it is imported or parses its flags."""
     code = ("import vaco_jax.cli as c; from jax._src import xla_bridge as xb; "
             "c._parser().parse_args(['train', '--hparam', 'learning_rate=0.1']); "
             "c._parser().parse_args(['sweep', 'x.toml', '--part', '1/2']); "
             "print(bool(xb._backends))")
-    done = subprocess.run([sys.executable, "-c", code], env=vaco_env(ROOT / ".no-cache"),
+    done = subprocess.run([sys.executable, "-c", code], env=vaco_env(tmp_path),
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr
 
@@ -181,6 +181,10 @@ def test_two_processes_of_one_device_give_the_table_of_one_process(tiny, cache, 
     assert same_table(two, one)
     assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
     assert "report:" in done[0].stdout and "report:" not in done[1].stdout  # process 0 reports
+    # Process 0's refusal (the folder holds a sweep) ends every process alike, none hanging.
+    again = vaco_processes(sweep_args(tiny, two), 2, cache)
+    assert [p.returncode for p in again] == [2, 2]
+    assert all("already exists and is not empty" in p.stderr for p in again)
 
 
 def test_two_processes_of_two_devices_one_killed_then_resumed_give_the_table_of_one_process(

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator
 import jax
 import orbax.checkpoint as ocp
 
+from vaco_jax.core.orbax_options import this_process_only
 from vaco_jax.run import io, manifest
 
 IDENTITY_FILE = "identity.json"
@@ -47,10 +48,8 @@ class Checkpoints:
             raise ValueError(f"keep_checkpoints must be a positive integer, got {keep}")
         self.directory = Path(directory).absolute()
         self.identity, self.keep, self._writer = identity, keep, writer
-        # This process alone: across processes only process 0 saves and restores, NumPy trees
-        # (`vaco_jax.run.driver`), and Orbax must not wait for the others at its barriers.
-        alone = ocp.options.MultiprocessingOptions(primary_host=jax.process_index(),
-                                                   active_processes={jax.process_index()})
+        # Across processes only process 0 saves and restores, NumPy trees (`vaco_jax.run.driver`).
+        alone = this_process_only()
         self._checkpointer = ocp.Checkpointer(
             ocp.StandardCheckpointHandler(multiprocessing_options=alone),
             multiprocessing_options=alone)

@@ -191,29 +191,28 @@ def from_process_0(compute: Callable[[], Any]) -> Any:
     it as it is."""
     if not several():
         return compute()
-    outcome, failure = None, None
+    text, failure = b"", None
     if is_writer():
         try:
-            outcome = {"value": compute()}
+            text = json.dumps({"value": compute()}, default=jsonable).encode()
         except Exception as error:  # re-raised below, once the others have it too
             failure = error
-            outcome = {"error": type(error).__name__, "message": str(error)}
-    text = json.dumps(outcome, default=jsonable).encode() if is_writer() else b""
+            kind = next((k.__name__ for k in REFUSALS if isinstance(error, k)), "RuntimeError")
+            text = json.dumps({"error": kind, "message": str(error)}).encode()
     size = int(_collective(lambda: multihost_utils.broadcast_one_to_all(np.int32(len(text)))))
     payload = np.frombuffer(text, np.uint8) if is_writer() else np.zeros(size, np.uint8)
     received = json.loads(bytes(shared_from_process_0(payload)))
     if failure is not None:
         raise failure
     if "error" in received:
-        kind = _REFUSALS.get(received["error"], RuntimeError)
-        raise kind(received["message"])
+        raise {k.__name__: k for k in REFUSALS}.get(received["error"], RuntimeError)(
+            received["message"])
     return received["value"]
 
 
-_REFUSALS: dict[str, type[Exception]] = {
-    e.__name__: e for e in (ValueError, FileExistsError, FileNotFoundError, OSError)}
-"""The errors `from_process_0` re-raises as themselves: those the command line reports as a
-refusal or a failed write."""
+REFUSALS: tuple[type[Exception], ...] = (FileExistsError, FileNotFoundError, OSError, ValueError)
+"""The errors `from_process_0` raises on the other processes as the kind they are (the first
+listed that fits): those the command line reports as a refusal or a failed write."""
 
 
 def agreed_signal(signum: int | None) -> int | None:

@@ -21,7 +21,8 @@ is trained by teacher forcing on demonstrations, some of them wrong (`WarmStart.
 The result is saved as an Orbax checkpoint in a folder named by a hash of every setting that
 shapes it, and later runs with the same settings restore it instead of retraining. A command's
 default cache is the user's (`default_cache_dir`), so every run of that user shares it, wherever
-it is started.
+it is started. Each process of a run over several trains or restores it for itself, and they
+all get the same parameters.
 
 What it does is logged (`logging`, logger `vaco_jax.tokens.warm_start`, level INFO): training,
 then `warm start: N steps in S s -> FOLDER`, or `warm start: loaded from FOLDER`.
@@ -46,6 +47,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from vaco_jax.core.faults import fault_point
+from vaco_jax.core.orbax_options import this_process_only
 from vaco_jax.tokens import tasks
 from vaco_jax.tokens.model import ModelSpec, TokenPolicy
 
@@ -215,7 +217,8 @@ def _save_atomically(folder: Path, params) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        with ocp.StandardCheckpointer() as checkpointer:
+        with ocp.StandardCheckpointer(
+                multiprocessing_options=this_process_only()) as checkpointer:
             checkpointer.save(scratch / "params", params)
         os.replace(scratch, folder)
     except OSError:
@@ -227,5 +230,5 @@ def _save_atomically(folder: Path, params) -> None:
 
 def _restore(folder: Path, like):
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-    with ocp.StandardCheckpointer() as checkpointer:
+    with ocp.StandardCheckpointer(multiprocessing_options=this_process_only()) as checkpointer:
         return checkpointer.restore(folder / "params", abstract)
