@@ -173,6 +173,7 @@ def same_table(a: Path, b: Path) -> bool:
     return pq.read_table(a / "runs.parquet").equals(pq.read_table(b / "runs.parquet"))
 
 
+@pytest.mark.slow  # whole sweeps in child processes, as the interruption tests
 def test_two_processes_of_one_device_give_the_table_of_one_process(tiny, cache, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     one_process(sweep_args(tiny, one), cache, devices=2)
@@ -187,6 +188,7 @@ def test_two_processes_of_one_device_give_the_table_of_one_process(tiny, cache, 
     assert all("already exists and is not empty" in p.stderr for p in again)
 
 
+@pytest.mark.slow  # whole sweeps in child processes, as the interruption tests
 def test_two_processes_of_two_devices_one_killed_then_resumed_give_the_table_of_one_process(
         tiny, cache, tmp_path):
     """Process 1 killed after the chunk of the first update: process 0, the writer, fails at

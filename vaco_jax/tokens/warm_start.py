@@ -43,6 +43,7 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
@@ -219,7 +220,8 @@ def _save_atomically(folder: Path, params) -> None:
     try:
         with ocp.StandardCheckpointer(
                 multiprocessing_options=this_process_only()) as checkpointer:
-            checkpointer.save(scratch / "params", params)
+            # As NumPy: of several processes, Orbax refuses one process's own device arrays.
+            checkpointer.save(scratch / "params", jax.tree.map(np.asarray, params))
         os.replace(scratch, folder)
     except OSError:
         if not folder.exists():
@@ -229,6 +231,7 @@ def _save_atomically(folder: Path, params) -> None:
 
 
 def _restore(folder: Path, like):
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    # Read as NumPy, then put on this process's default device, as the trained parameters are.
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), like)
     with ocp.StandardCheckpointer(multiprocessing_options=this_process_only()) as checkpointer:
-        return checkpointer.restore(folder / "params", abstract)
+        return jax.device_put(checkpointer.restore(folder / "params", abstract))
