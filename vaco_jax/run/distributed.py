@@ -131,6 +131,9 @@ def initialize(launch: Launch | None) -> None:
     """Joins the run `launch` describes (nothing for None); before any other JAX call."""
     if launch is None:
         return
+    # JAX's preemption service would take SIGTERM for itself, and the processes would no longer
+    # stop after their chunk (`vaco_jax.run.signals`, `agreed_signal`).
+    jax.config.update("jax_enable_preemption_service", False)
     if launch.auto:
         jax.distributed.initialize()
     else:
