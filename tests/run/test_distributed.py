@@ -1,8 +1,8 @@
 """One sweep over several processes (`vaco_jax.run.distributed`): the flags and variables that
 start it, refused before any work when wrong; `--part auto` of a SLURM job array; and two local
 CPU processes, of one and of two devices each, giving a `runs.parquet` identical to the bit to
-the same sweep in one process with as many devices, the second with one process killed
-mid-sweep and the folder resumed."""
+the same sweep in one process with as many devices, also when one process is killed or
+signalled mid-sweep and the folder resumed."""
 
 import argparse
 import subprocess
@@ -173,10 +173,18 @@ def same_table(a: Path, b: Path) -> bool:
     return pq.read_table(a / "runs.parquet").equals(pq.read_table(b / "runs.parquet"))
 
 
+@pytest.fixture(scope="module")
+def two_devices(tmp_path_factory, tiny, cache) -> Path:
+    """The sweep in one process of two devices."""
+    out = tmp_path_factory.mktemp("one_process") / "sweep"
+    one_process(sweep_args(tiny, out), cache, devices=2)
+    return out
+
+
 @pytest.mark.slow  # whole sweeps in child processes, as the interruption tests
-def test_two_processes_of_one_device_give_the_table_of_one_process(tiny, cache, tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
-    one_process(sweep_args(tiny, one), cache, devices=2)
+def test_two_processes_of_one_device_give_the_table_of_one_process(two_devices, tiny, cache,
+                                                                   tmp_path):
+    one, two = two_devices, tmp_path / "two"
     done = vaco_processes(sweep_args(tiny, two), 2, cache)
     succeeded(done)
     assert same_table(two, one)
@@ -206,3 +214,18 @@ def test_two_processes_of_two_devices_one_killed_then_resumed_give_the_table_of_
         ["1"]
     succeeded(vaco_processes(sweep_args(None, two), 2, cache, devices_each=2))
     assert same_table(two, one)
+
+
+@pytest.mark.slow  # whole sweeps in child processes, as the interruption tests
+def test_a_signal_to_one_process_stops_every_process_and_resume_completes(two_devices, tiny,
+                                                                          cache, tmp_path):
+    """SIGTERM reaches process 0 only, after the first batch's first chunk: both processes stop
+    before the second batch (after the chunk at which they agree on it) with exit 143, and
+    two processes resume the folder to the table of one process."""
+    out = tmp_path / "sweep"
+    stopped = vaco_processes(sweep_args(tiny, out), 2, cache, faults={0: "SIGTERM@chunk:1"})
+    assert [p.returncode for p in stopped] == [143, 143], stopped[1].stderr[-3000:]
+    assert all("interrupted by SIGTERM" in p.stderr for p in stopped)
+    assert not (out / "runs" / "toy_reach-ppo-e1m1-1").exists()
+    succeeded(vaco_processes(sweep_args(None, out), 2, cache))
+    assert same_table(out, two_devices)
