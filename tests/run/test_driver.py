@@ -58,6 +58,27 @@ def test_resume_continues_exactly(straight, tmp_path):
     jax.tree.map(np.testing.assert_array_equal, resumed.state, uninterrupted.state)
 
 
+def test_a_folder_saved_before_a_config_field_existed_resumes(straight, tmp_path):
+    """A run folder whose config.json lacks a field added since (read as its default) resumes
+    with its recorded identity, to the same result as the run never interrupted."""
+    _, uninterrupted = straight
+    out = tmp_path / "run"
+    Driver(CONFIG, HPARAMS, [0, 1]).run(out, chunk_periods=1, max_chunks=1, progress=False)
+    saved = json.loads((out / "config.json").read_text())
+    del saved["config"]["learning_rate_schedule"]  # as a folder of before that field
+    old_identity = "0123456789abcdef"
+    saved["run_identity"] = old_identity
+    (out / "config.json").write_text(json.dumps(saved))
+    for identity_file in (out / "checkpoint").glob("*/identity.json"):
+        record = json.loads(identity_file.read_text())
+        identity_file.write_text(json.dumps({**record, "run_identity": old_identity}))
+    resumed = Driver.from_run_dir(out).run(out, chunk_periods=1, resume=True, progress=False)
+    assert resumed.complete
+    for name, values in uninterrupted.metrics.items():
+        np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
+    assert json.loads((out / "status.json").read_text())["run_identity"] == old_identity
+
+
 def test_refuses_to_overwrite_unless_asked(straight):
     out, _ = straight
     with pytest.raises(FileExistsError, match="already exists"):

@@ -162,6 +162,7 @@ class Driver:
                  devices: Sequence[jax.Device] | None = None):
         self.testbed = testbeds.of_config(config)
         self.config = config
+        self._recorded_identity: str | None = None
         self._set_runs(hparams, seeds)
         self.devices = _run_devices(self.num_runs, devices)
         self._sharding = (NamedSharding(Mesh(np.asarray(self.devices), ("runs",)),
@@ -270,6 +271,9 @@ class Driver:
         options = {"chunk_periods": chunk_periods, "keep_checkpoints": keep_checkpoints}
         if out is not None and resume:
             saved = from_process_0(lambda: self._check_resumable(out))
+            # The folder's checkpoints carry the identity its run was saved with, which a
+            # record older than one of today's config fields hashed without that field.
+            self._recorded_identity = saved.get("run_identity")
             options = {k: v if v is not None else saved.get("run_options", {}).get(k)
                        for k, v in options.items()}
         per_chunk = _chunk_periods(cfg.num_periods, options["chunk_periods"])
@@ -408,7 +412,9 @@ class Driver:
     @property
     def identity(self) -> str:
         """A hash of `describe()`: testbed, config, seeds and hyper-parameters, whatever fields
-        they have."""
+        they have; for a resumed run, the identity its folder recorded."""
+        if self._recorded_identity is not None:
+            return self._recorded_identity
         text = json.dumps(self.describe(), sort_keys=True, default=io.jsonable)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -422,10 +428,16 @@ class Driver:
                 "updates_per_period": cfg.updates_per_period}
 
     def _check_resumable(self, out: Path) -> dict[str, Any]:
-        """The saved `config.json`, if it describes this run."""
+        """The saved `config.json`, if it describes this run. Its config is compared as
+        `from_dict` reads it, so that a record written before a config field existed (a token
+        run's five-field warm start, read as `LEGACY`) describes the run it was."""
         saved = run_folder.saved_config(out)
         current = json.loads(json.dumps(self.describe(), default=io.jsonable))
-        if {k: saved.get(k) for k in current} != current:
+        recorded = {k: saved.get(k) for k in current}
+        if isinstance(recorded["config"], dict):
+            recorded["config"] = json.loads(json.dumps(
+                type(self.config).from_dict(recorded["config"]).to_dict(), default=io.jsonable))
+        if recorded != current:
             raise ValueError(f"cannot resume {str(out)!r}: its config.json describes a different run")
         return saved
 
