@@ -85,6 +85,21 @@ def test_the_warm_start_flags_choose_a_preset_and_override_its_values(flags, exp
     assert config.warm_start == expected
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--corrupt-fraction", "0.2"],
+     "--corrupt-fraction does not apply to --warm-start calibrated; its own: "
+     "--corrupted-share, --wrong-probability"),
+    (["--warm-start", "legacy", "--wrong-probability", "0.9"],
+     "--wrong-probability does not apply to --warm-start legacy; its own: --corrupt-fraction"),
+])
+def test_a_flag_of_the_other_warm_start_is_refused_before_any_work(flags, message, tmp_path,
+                                                                   capsys):
+    out = tmp_path / "run"
+    assert main(["tokens", *flags, "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_a_bad_warm_start_is_reported_before_any_work(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["tokens", "--corrupted-share", "0.25", "--out", str(out)]) == 2

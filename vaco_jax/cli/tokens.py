@@ -107,10 +107,25 @@ def build(args) -> tuple[TokenConfig, TokenHParams]:
     return config, TokenHParams.create(lag=lag, **dict(args.hparam))
 
 
+# Each corruption's own flags: the other's would change nothing but the cache key.
+_CORRUPTION_FLAGS = {"calibrated": ("corrupted_share", "wrong_probability"),
+                     "random_digit": ("corrupt_fraction",)}
+
+
 def _warm_start(args: argparse.Namespace) -> WarmStart:
-    """The `--warm-start` preset with the values its flags name."""
-    named = {"steps": args.warm_start_steps, "corrupted_share": args.corrupted_share,
-             "wrong_probability": args.wrong_probability,
-             "corrupt_fraction": args.corrupt_fraction}
-    return dataclasses.replace(PRESETS[args.warm_start],
-                               **{k: v for k, v in named.items() if v is not None})
+    """The `--warm-start` preset with the values its flags name; a flag of the other
+    corruption is refused."""
+    preset = PRESETS[args.warm_start]
+    own = _CORRUPTION_FLAGS[preset.corruption]
+    foreign = [name for names in _CORRUPTION_FLAGS.values() for name in names
+               if name not in own and getattr(args, name) is not None]
+    if foreign:
+        raise ValueError(f"{', '.join(_flag(n) for n in foreign)} does not apply to "
+                         f"--warm-start {args.warm_start}; its own: "
+                         f"{', '.join(_flag(n) for n in own)}")
+    named = {"steps": args.warm_start_steps, **{name: getattr(args, name) for name in own}}
+    return dataclasses.replace(preset, **{k: v for k, v in named.items() if v is not None})
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
