@@ -46,7 +46,9 @@ the global device count), supplies the shards its devices hold and gathers every
 Only process 0 locks, reads and writes the folder: it saves the checkpoints, the state gathered
 to it (so a checkpoint is the same whatever the number of processes that wrote it, and resumes
 on any number), and on a resume it restores the newest one and sends it to the others. A stop
-signal that reaches any process stops all of them after the same chunk.
+signal that reaches any process while the runs train stops all of them after the same chunk;
+outside the chunks it stops that process at once, and the others fail at their next collective
+(`docs/multi_process.md`).
 """
 
 from __future__ import annotations

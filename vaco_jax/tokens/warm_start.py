@@ -21,8 +21,8 @@ is trained by teacher forcing on demonstrations, some of them wrong (`WarmStart.
 The result is saved as an Orbax checkpoint in a folder named by a hash of every setting that
 shapes it, and later runs with the same settings restore it instead of retraining. A command's
 default cache is the user's (`default_cache_dir`), so every run of that user shares it, wherever
-it is started. Each process of a run over several trains or restores it for itself, and they
-all get the same parameters.
+it is started. Each process of a run over several trains or restores it for itself
+(`docs/multi_process.md` says when they get the same parameters).
 
 What it does is logged (`logging`, logger `vaco_jax.tokens.warm_start`, level INFO): training,
 then `warm start: N steps in S s -> FOLDER`, or `warm start: loaded from FOLDER`.
