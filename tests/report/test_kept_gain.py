@@ -157,7 +157,8 @@ def test_without_a_synchronous_gain_the_share_is_undefined(report):
     for task in INITIAL:
         found = task_record(summary, "impala", task, 4.0)
         assert found["kept"] is None and found["auc_kept"] is None
-        assert found["undefined"] == "no synchronous gain (IQM gain at lag 0 not positive)"
+        assert found["undefined"] == ("no synchronous gain in the final score and the AUC "
+                                      "(IQM gain at lag 0 not positive)")
         assert found["raw_sync_gain"] == pytest.approx(-1.5)
     assert pooled_record(summary, "impala", 4.0)["kept"] is None
 

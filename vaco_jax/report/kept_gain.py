@@ -39,6 +39,7 @@ from vaco_jax.report.cells import CONFIDENCE, Cell
 SYNC_LAG = 0.0
 MEASURES = {"kept": "gain", "auc_kept": "auc_gain"}
 """Each kept share's key -> the run-table column of the gain it divides."""
+MEASURE_NAMES = {"kept": "final score", "auc_kept": "AUC"}
 
 
 def skip_reason(lags: Sequence[float]) -> str | None:
@@ -66,14 +67,17 @@ def _kept_shares(
 ) -> dict[str, Any]:
     """``kept`` and ``auc_kept`` of one (variant, lag), each an interval or None where the
     synchronous gain is not positive (``undefined`` then says which)."""
-    record: dict[str, Any] = {"undefined": None}
+    record: dict[str, Any] = {}
+    undefined = []
     for key, column in MEASURES.items():
         sync_gain = stats.task_iqm(sync[column])
         if np.all(sync_gain > 0):
             record[key] = _kept_interval(lagged[column], sync[column], reps, seed)
         else:
             record[key] = None
-            record["undefined"] = "no synchronous gain (IQM gain at lag 0 not positive)"
+            undefined.append(MEASURE_NAMES[key])
+    record["undefined"] = (f"no synchronous gain in the {' and the '.join(undefined)} (IQM gain "
+                           f"at lag 0 not positive)" if undefined else None)
     return record
 
 
