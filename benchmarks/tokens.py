@@ -177,6 +177,12 @@ def flops_fields(compiled: harness.Compiled, summary: dict[str, Any], calls_insi
     from benchmarks import roofline
 
     counts = harness.xla_counts(compiled.executable)
+    if calls_inside > 1 and calls_inside not in counts["loop_trip_counts"]:
+        # XLA unrolled or removed the scan the multiplication stands for: no count to trust.
+        return {"xla_flops_per_call": None, "xla_bytes_per_call": None, "flops_per_s": None,
+                "loops_counted_once": decodes, "peak_flops": None, "mfu": None,
+                "note": f"no loop of {calls_inside} trips in the optimised program "
+                        f"(trip counts {counts['loop_trip_counts']})"}
     flops = counts["flops"] * calls_inside
     per_s = flops * summary["steps_per_s"] / summary["steps_per_call"]
     peak = roofline.peak_for(jax.devices()[0].device_kind)
