@@ -498,12 +498,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if args.out:
             io.write_json(args.out, results)
 
-    for name in args.only.split(","):
+    names = args.only.split(",")
+    # A misspelt name is refused before the names ahead of it compile for minutes.
+    configs = {name: paper_config(name, args.algo) for name in names if name != "tokens"}
+    for name in names:
         if name == "tokens":
             log("tokens: the accelerator preset of benchmarks/tokens.py")
             results["tokens"] = token_costs(token_config(), log)
         else:
-            config = paper_config(name, args.algo)
+            config = configs[name]
             log(f"{name}: {args.algo}, {config.num_envs} envs x {config.rollout_length} steps, "
                 f"{config.epochs} x {config.minibatches} minibatches, K={config.buffer_capacity}")
             results["control"][name] = {}

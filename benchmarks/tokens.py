@@ -261,9 +261,14 @@ def capacity(settings: Settings, log) -> dict[str, Any]:
                 stopped = "time"
                 break
             config = settings.config.replace(**{field: value})
-            log(f"capacity: update with {field}={value}")
             try:
                 validate(config)
+            except ValueError as error:  # a size the testbed refuses is not one that ran out
+                tries.append({field: value, "fits": None, "refused": str(error)})
+                stopped = "refused"
+                break
+            log(f"capacity: update with {field}={value}")
+            try:
                 compiled = harness.Compiled(update_program(config, 1, 1))
                 [summary] = harness.timed_rounds([compiled], repeats=2, max_wait_s=0.0)
                 tries.append({field: value, "fits": True, "tokens_per_s": summary["steps_per_s"],
@@ -344,7 +349,8 @@ def markdown(results: dict[str, Any]) -> str:
             if ladder == "wall_s":
                 continue
             tries = ", ".join(f"{t[r['field']]}: " + (f"{_rate(t['tokens_per_s'])} tok/s"
-                                                        if t["fits"] else "fails")
+                                                        if t["fits"] else "fails"
+                                                        if t["fits"] is False else "refused")
                               for t in r["tries"])
             lines.append(f"- largest {ladder} ({r['field']}): {r['largest_fitting']} "
                          f"(stopped by {r['stopped_by']}; {tries})")
