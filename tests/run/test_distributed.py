@@ -199,19 +199,21 @@ def test_two_processes_of_one_device_give_the_table_of_one_process(two_devices, 
 @pytest.mark.slow  # whole sweeps in child processes, as the interruption tests
 def test_two_processes_of_two_devices_one_killed_then_resumed_give_the_table_of_one_process(
         tiny, cache, tmp_path):
-    """Process 1 killed after the chunk of the first update: process 0, the writer, fails at
-    the next collective, having saved that chunk's checkpoint; two processes resume the folder
-    to the table of one process of four devices."""
+    """Process 1 killed after the chunk of the second update: process 0, the writer, fails at
+    a later collective, having saved at least the first chunk's checkpoint (process 1 could not
+    finish the second chunk's collectives before process 0 had written the first's; whether
+    process 0 also saved the second depends on when the kill reaches its sockets); two
+    processes resume the folder to the table of one process of four devices."""
     one, two = tmp_path / "one", tmp_path / "two"
     one_process(sweep_args(tiny, one), cache, devices=4)
     killed = vaco_processes(sweep_args(tiny, two), 2, cache, devices_each=2,
-                            faults={1: "SIGKILL@chunk:1"})
+                            faults={1: "SIGKILL@chunk:2"})
     assert killed[1].returncode == -9
     assert killed[0].returncode == 1, killed[0].stderr[-3000:]
     assert "another process of this run stopped or failed" in killed[0].stderr
     assert not (two / "runs.parquet").exists()
-    assert [p.name for p in (two / "runs" / "toy_reach-ppo-e1m1-0" / "checkpoint").iterdir()] == \
-        ["1"]
+    saved = {p.name for p in (two / "runs" / "toy_reach-ppo-e1m1-0" / "checkpoint").iterdir()}
+    assert "1" in saved and saved <= {"1", "2"}
     succeeded(vaco_processes(sweep_args(None, two), 2, cache, devices_each=2))
     assert same_table(two, one)
 
