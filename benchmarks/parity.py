@@ -10,7 +10,9 @@ variant x seed is vmapped into one compiled program; the output holds per-update
 training-episode returns and the throughput.
 PureJaxRL's program has no evaluation, so the final deterministic evaluation is also timed on
 its own (the same compiled evaluation on the trained state) and `training_steps_per_s` leaves it
-out: that is the figure to set beside PureJaxRL's steps/s.
+out: that is the figure to set beside PureJaxRL's steps/s. `training_cpu_steps_per_s` is the same
+by the process's CPU time (all its threads), the figure to set beside PureJaxRL's
+`cpu_steps_per_s`: on a shared machine it moves less than wall time with other processes' load.
 
     PYTHONPATH=$PWD python -m benchmarks.parity --env inverted_double_pendulum --seeds 2 \\
         --variant default --variant 'value_clip_eps=0.2' --out benchmarks/results/parity_x.json
@@ -57,11 +59,18 @@ def parse_variant(text: str) -> dict[str, float]:
     return {k: float(v) for k, v in (item.split("=") for item in text.split(","))}
 
 
-def time_evaluation(trainer: ControlTrainer, state, keys: jax.Array, repeats: int = 3) -> float:
-    """Seconds of one vmapped final evaluation of `state` (the fastest of `repeats` warm calls)."""
+def time_evaluation(trainer: ControlTrainer, state, keys: jax.Array,
+                    repeats: int = 3) -> tuple[float, float]:
+    """Wall and CPU seconds of one vmapped final evaluation of `state` (each the least of
+    `repeats` warm calls)."""
     evaluation = Compiled(Program(fn=jax.jit(jax.vmap(trainer.evaluate)), args=(state, keys),
                                   advance=lambda args, out: args, steps_per_call=0))
-    return min(evaluation.call() for _ in range(repeats))
+    wall, cpu = [], []
+    for _ in range(repeats):
+        start_cpu = time.process_time()
+        wall.append(evaluation.call())
+        cpu.append(time.process_time() - start_cpu)
+    return min(wall), min(cpu)
 
 
 def main() -> None:
@@ -87,10 +96,10 @@ def main() -> None:
     start = time.time()
     train = jax.jit(jax.vmap(trainer.train)).lower(keys, hparams).compile()
     compile_s = time.time() - start
-    start = time.time()
+    start, start_cpu = time.time(), time.process_time()
     state, metrics = jax.block_until_ready(train(keys, hparams))
-    run_s = time.time() - start
-    eval_s = time_evaluation(trainer, state, keys)
+    run_s, run_cpu_s = time.time() - start, time.process_time() - start_cpu
+    eval_s, eval_cpu_s = time_evaluation(trainer, state, keys)
     returns = np.asarray(metrics["episode_return"], np.float64)
     steps = config.num_updates * config.steps_per_update * len(runs)
     result = {
@@ -98,6 +107,8 @@ def main() -> None:
         "runs": [{"variant": v, "seed": s} for v, s in runs], "compile_s": compile_s,
         "run_s": run_s, "steps_per_s": steps / run_s, "eval_s": eval_s,
         "training_steps_per_s": steps / (run_s - eval_s),
+        "run_cpu_s": run_cpu_s, "eval_cpu_s": eval_cpu_s,
+        "training_cpu_steps_per_s": steps / (run_cpu_s - eval_cpu_s),
         "env_steps": np.asarray(metrics["env_steps"][0]).tolist(),
         "episode_return": [[None if np.isnan(x) else float(x) for x in r] for r in returns],
         "eval_return": np.asarray(metrics["eval_return"])[:, -1].tolist(),
@@ -108,7 +119,8 @@ def main() -> None:
         print(f"{config.env} {v:40s} seed {s}: final training return {r[~np.isnan(r)][-1]:9.1f}"
               f"  eval {e:9.1f}")
     print(f"compile {compile_s:.0f} s, run {run_s:.0f} s, {steps / run_s:,.0f} steps/s; "
-          f"final evaluation {eval_s:.1f} s, {steps / (run_s - eval_s):,.0f} training steps/s "
+          f"final evaluation {eval_s:.1f} s, {steps / (run_s - eval_s):,.0f} training steps/s, "
+          f"{steps / (run_cpu_s - eval_cpu_s):,.0f} training steps per CPU second "
           f"({len(runs)} runs)")
 
 

@@ -116,3 +116,24 @@ def test_purejaxrl_stand_ins_equal_vaco_jax_categorical_and_gymnax_v0_step():
     obs, _, reward, done, info = wrapped.step(jax.random.PRNGKey(1), state, 1, params)
     assert bool(done) and float(reward) == 1.0
     assert not set(info) & {"terminated", "truncated", "final_observation"}
+
+
+def test_purejaxrl_gaussian_stand_in_has_the_closed_form_log_prob_entropy_and_moments():
+    import jax.numpy as jnp
+    import numpy as np
+    from scipy import stats
+
+    from benchmarks import purejaxrl
+
+    loc = jnp.array([[0.5, -1.0], [2.0, 0.0]])
+    scale = jnp.array([0.3, 2.0])  # one scale per action dimension, as the script's log-std
+    value = jnp.array([[0.1, 1.0], [2.0, -3.0]])
+    pi = purejaxrl._MultivariateNormalDiag(loc, scale)
+    np.testing.assert_allclose(pi.log_prob(value),
+                               stats.norm.logpdf(value, loc, scale).sum(axis=-1), rtol=1e-5)
+    np.testing.assert_allclose(pi.entropy(), [stats.norm.entropy(scale=scale).sum()] * 2,
+                               rtol=1e-6)
+    draws = jax.vmap(pi.sample)(jax.random.split(jax.random.PRNGKey(0), 20_000))
+    assert draws.shape == (20_000, 2, 2)
+    np.testing.assert_allclose(draws.mean(axis=0), loc, atol=0.05)
+    np.testing.assert_allclose(draws.std(axis=0), jnp.broadcast_to(scale, loc.shape), rtol=0.03)
