@@ -19,7 +19,7 @@ the folder's files, alone with `--summarise DIR`.
 
     PYTHONPATH=$PWD python -m benchmarks.speed_rounds --checkout PATH/TO/purejaxrl --rounds 8 \\
         --out benchmarks/results/parity/speed_rounds_v2 [--cpus 0,1]
-    PYTHONPATH=$PWD python -m benchmarks.speed_rounds \
+    PYTHONPATH=$PWD python -m benchmarks.speed_rounds \\
         --summarise benchmarks/results/parity/speed_rounds_v2
 """
 
