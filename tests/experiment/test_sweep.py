@@ -94,6 +94,14 @@ def test_named_experiments_cover_what_they_promise(named):
                                                     "vaco_realign_only", "ppo",
                                                     "ppo_recompute"}
     assert len(lags("component_ablation")) >= 2
+    control = named["control_vaco_lag"]
+    assert values("control_vaco_lag", "algo") == {"vaco", "vaco_filter_only", "vaco_realign_only",
+                                                  "ppo", "ppo_recompute"}
+    assert lags("control_vaco_lag") == {0, 32}
+    assert all({r.seed for r in g.runs} == set(range(10)) for g in control.groups)
+    filtering = [g for g in control.groups if g.config.algo in ("vaco", "vaco_filter_only")]
+    assert all({r.hparams["tv_delta"] for r in g.runs} == {0.015, 0.1, 0.2, 0.4}
+               for g in filtering)
     staleness = named["tokens_staleness"]
     assert values("tokens_staleness", "task") == {"add", "chain"}
     assert values("tokens_staleness", "algo") == set(TOKEN_ALGORITHMS)
