@@ -1,8 +1,10 @@
 """Sweeps in parts: the balanced split of groups, `--part K/N`, `--plan`, and merging part
 folders into the report of the whole experiment (`vaco-jax report OUT --parts ...`)."""
 
+import dataclasses
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -136,6 +138,21 @@ def test_plan_prints_runs_steps_and_time_without_compiling(toy2_file, tmp_path, 
     assert cli.main(base) == 0
     assert "give --steps-per-second R" in capsys.readouterr().out
     assert not out.exists()
+
+
+def test_plan_table_columns_line_up_under_long_group_names():
+    text = TOY.replace('algos = ["vaco"]', 'algos = ["vaco_realign_only"]').replace(
+        '[lag]\nmodel = "uniform"\nlevels = [0, 2]',
+        '[[lag]]\nmodel = "uniform"\nlevels = [0, 2]\n[[lag]]\nmodel = "geometric"\nlevels = [1]')
+    plan = sweep.make_plan(sweep.parse_experiment(text), devices=jax.devices()[:1])
+    header, *rows = sweep.plan_text(plan).splitlines()[1:2 + len(plan.groups)]
+    names = [g.name for g in plan.groups]
+    assert max(len(name) for name in names) > 40  # toy_reach-vaco_realign_only-geometric-e2m2
+    # Each row's run count ends under the header's "runs", and its memory under "GiB/run".
+    for row, name in zip(rows, names):
+        count = re.match(rf"{re.escape(name)} +(\d+) +(\d+\.\d+)", row)
+        assert count.end(1) == header.index("runs") + len("runs")
+        assert count.end(2) == header.index("GiB/run") + len("GiB/run")
 
 
 def test_plan_text_estimates_days():

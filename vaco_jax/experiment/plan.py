@@ -189,16 +189,17 @@ def plan_text(plan: Plan, steps_per_second: float | None = None) -> str:
     scope = (f"{plan.part.label}: {len(groups)} of {len(experiment.groups)} groups"
              if plan.part else f"{len(groups)} groups")
     programs = {(plan.experiment.group(b.group).config, b.size) for b in plan.batches}
+    width = max([len("group"), *(len(g.name) for g in groups)])
     lines = [f"{experiment.name}, {scope}, {len(plan.batches)} batches in {len(programs)} "
              f"compiled program(s); {plan.num_devices} device(s), memory budget "
              f"{plan.budget_bytes / 2**30:,.1f} GiB per device",
-             f"{'group':<40} {'runs':>5} {'GiB/run':>8} {'batches':>10} {'env steps':>17}"]
+             f"{'group':<{width}} {'runs':>5} {'GiB/run':>8} {'batches':>10} {'env steps':>17}"]
     steps = executed = 0
     for group in groups:
         batches = [b for b in plan.batches if b.group == group.name]
         steps += group_steps(group)
         executed += sum(b.size for b in batches) * group_steps(group) // len(group.runs)
-        lines.append(f"{group.name:<40} {len(group.runs):>5} "
+        lines.append(f"{group.name:<{width}} {len(group.runs):>5} "
                      f"{plan.run_bytes[group.name] / 2**30:>8.3f} "
                      f"{f'{len(batches)} x {batches[0].size}':>10} {_count(group_steps(group)):>17}")
     runs = sum(len(g.runs) for g in groups)
