@@ -6,8 +6,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vaco_jax.control.envs import Environment
-from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes, step_episodes
+from vaco_jax.control.envs import Environment, EnvState
+from vaco_jax.control.envs.episodes import (EpisodeState, reset_episodes, step_episodes,
+                                            where_done)
 from vaco_jax.control.networks import ActorCritic
 from vaco_jax.core.policy_buffer import Behaviour, cond_in_every_run, make_behaviour, newest
 
@@ -94,6 +95,16 @@ def evaluate(env: Environment, model: ActorCritic, policy, key: jax.Array, *, nu
              episode_length: int) -> jax.Array:
     """Mean undiscounted return of one deterministic episode (the Gaussian's mean, the most
     probable discrete action) per environment."""
+    _, returns = evaluation_episodes(env, model, policy, key, num_envs=num_envs,
+                                     episode_length=episode_length)
+    return returns.mean()
+
+
+def evaluation_episodes(env: Environment, model: ActorCritic, policy, key: jax.Array, *,
+                        num_envs: int, episode_length: int) -> tuple[EnvState, jax.Array]:
+    """One deterministic episode per environment, all run until the last ends: the state each
+    ended in (its terminal state, or its state at `episode_length`) and its undiscounted
+    return."""
     states = reset_episodes(env, jax.random.split(key, num_envs)).env
     distribution = model.policy_distribution
     # Stochastic tasks' keys: `split(key, n)[i]` is `fold_in(key, i)`, so index `num_envs` is
@@ -108,11 +119,16 @@ def evaluate(env: Environment, model: ActorCritic, policy, key: jax.Array, *, nu
         states, returns, finished, t = carry
         action = distribution.mode(model.distribution(policy, states.obs))
         env_keys = jax.random.split(jax.random.fold_in(step_key, t), num_envs)
-        states = jax.vmap(env.step)(states, distribution.env_action(action), env_keys)
-        returns = returns + jnp.where(finished, 0.0, states.reward)
-        finished = finished | (states.terminated > 0)
+        stepped = jax.vmap(env.step)(states, distribution.env_action(action), env_keys)
+        returns = returns + jnp.where(finished, 0.0, stepped.reward)
+        # A finished environment stays at its last state. Stepped on past its end, a fallen
+        # MJX body can blow up (`inverted_double_pendulum`'s observations reach 1e27 within
+        # 150 steps of bang-bang pushing) and its constraint solver's iterations with it: the
+        # vmapped loop then pays the slowest environment's cost, up to 50 times a normal step.
+        states = where_done(finished, states, stepped)
+        finished = finished | (stepped.terminated > 0)
         return states, returns, finished, t + 1
 
     init = (states, jnp.zeros(num_envs), jnp.zeros(num_envs, bool), jnp.zeros((), jnp.int32))
-    _, returns, _, _ = jax.lax.while_loop(cond, body, init)
-    return returns.mean()
+    states, returns, _, _ = jax.lax.while_loop(cond, body, init)
+    return states, returns

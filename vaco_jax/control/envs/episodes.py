@@ -37,7 +37,9 @@ def reset_episodes(env: Environment, keys: jax.Array) -> EpisodeState:
     return EpisodeState(env=states, step_count=zeros.astype(jnp.int32), episode_return=zeros)
 
 
-def _where_done(done: jax.Array, if_done, otherwise):
+def where_done(done: jax.Array, if_done, otherwise):
+    """Per environment (the leading axis of every leaf), `if_done` where `done`, else
+    `otherwise`."""
     def select(a, b):
         return jnp.where(done.reshape(done.shape + (1,) * (a.ndim - 1)), a, b)
     return jax.tree.map(select, if_done, otherwise)
@@ -56,7 +58,7 @@ def step_episodes(env: Environment, state: EpisodeState, actions: jax.Array, key
                           truncated=truncated.astype(jnp.float32),
                           next_obs=nxt.obs,
                           completed_return=jnp.where(done, running_return, 0.0))
-    new_state = EpisodeState(env=_where_done(done, reset_states, nxt),
+    new_state = EpisodeState(env=where_done(done, reset_states, nxt),
                              step_count=jnp.where(done, 0, step_count),
                              episode_return=jnp.where(done, 0.0, running_return))
     return new_state, outcome
