@@ -88,11 +88,17 @@ def test_token_benchmark_states_hold_every_lag_and_count_response_tokens():
 def test_recorded_token_results_render_as_tables():
     from benchmarks import tokens
 
+    headings = {"throughput": "#### Throughput", "seeds": "#### Vmapped seeds",
+                "capacity": "#### Largest model and batch"}
     recorded = sorted((ROOT / "benchmarks" / "results" / "tokens").glob("*.json"))
     assert recorded
     for path in recorded:
-        text = tokens.markdown(json.loads(path.read_text()))
-        assert "#### Throughput" in text and "#### Vmapped seeds" in text, path
+        result = json.loads(path.read_text())
+        text = tokens.markdown(result)
+        assert result["parts"] and set(result["parts"]) <= set(headings), path
+        # Each part a run measured (`--only` picks them) renders its own table, and no other.
+        for part, heading in headings.items():
+            assert (heading in text) == (part in result["parts"]), (path, part)
 
 
 def test_purejaxrl_stand_ins_equal_vaco_jax_categorical_and_gymnax_v0_step():
