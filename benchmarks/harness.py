@@ -101,29 +101,29 @@ def wait_for_quiet(max_wait_s: float, max_busy_cores: float = 0.5) -> dict[str, 
 
 
 # ----------------------------------------------------------------------------------- memory
-def _proc_status_mb(field: str) -> float | None:
-    """A memory field of Linux's /proc/self/status (reported in KiB) in MB, None off Linux."""
+def proc_memory_mb(pid: int | str = "self") -> dict[str, float]:
+    """The memory fields (`Vm...`, reported in KiB) of Linux's /proc/PID/status in MB, all from
+    one read so that they describe one moment; empty off Linux, once the process has exited, or
+    for a zombie (its memory fields are gone)."""
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(f"{field}:"):
-                    return int(line.split()[1]) / 1024
+        with open(f"/proc/{pid}/status") as f:
+            return {name: int(value.split()[0]) / 1024
+                    for name, value in (line.split(":", 1) for line in f if ":" in line)
+                    if name.startswith("Vm") and value.strip().endswith("kB")}
     except OSError:
-        pass
-    return None
+        return {}
 
 
 def rss_mb() -> float:
     """Current resident set size of this process."""
-    current = _proc_status_mb("VmRSS")
-    return float("nan") if current is None else current
+    return proc_memory_mb().get("VmRSS", float("nan"))
 
 
 def peak_rss_mb() -> float:
     """Peak resident set size of this process image. Linux's `VmHWM` starts afresh at `exec`,
     whereas `getrusage`'s `ru_maxrss` keeps the high-water mark of the forking parent, so a
     child process started beside a large one would report the parent's peak."""
-    peak = _proc_status_mb("VmHWM")
+    peak = proc_memory_mb().get("VmHWM")
     if peak is not None:
         return peak
     max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -30,7 +30,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from benchmarks import harness
 from vaco_jax.run import io, run_folder
+from vaco_jax.run.checkpoint import committed_steps
 
 PRESET = ("--env", "inverted_double_pendulum", "--algo", "vaco", "--lag", "uniform:4",
           "--num-envs", "320", "--rollout-length", "50", "--total-steps", "100000000",
@@ -44,22 +46,10 @@ _COMPILED = re.compile(r"^compiled in ([\d.]+) s$", re.MULTILINE)  # said before
 
 def memory_mb(pid: int) -> dict[str, float] | None:
     """`MEMORY_FIELDS` of process `pid` in MB, None once it has exited."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-    except OSError:
+    memory = harness.proc_memory_mb(pid)
+    if not set(MEMORY_FIELDS) <= set(memory):
         return None
-    if not all(name in fields for name in MEMORY_FIELDS):
-        return None  # a zombie has no memory left to read
-    return {name: int(fields[name].split()[0]) / 1024 for name in MEMORY_FIELDS}
-
-
-def newest_checkpoint(run_dir: Path) -> int:
-    """The newest complete checkpoint's period (0 before the first)."""
-    folder = run_dir / run_folder.CHECKPOINT_DIR
-    if not folder.is_dir():
-        return 0
-    return max((int(p.name) for p in folder.iterdir() if p.name.isdigit()), default=0)
+    return {name: memory[name] for name in MEMORY_FIELDS}
 
 
 def kill_period(run_dir: Path, fraction: float) -> int:
@@ -81,7 +71,7 @@ def run_segment(name: str, command: Sequence[str], run_dir: Path, log: Path,
         target = None
         while child.poll() is None:
             memory = memory_mb(child.pid)
-            checkpoint = newest_checkpoint(run_dir)
+            checkpoint = max(committed_steps(run_dir / run_folder.CHECKPOINT_DIR), default=0)
             if memory is not None:
                 samples.append({"segment": name, "seconds": time.perf_counter() - start,
                                 "checkpoint": checkpoint, **memory})

@@ -1,7 +1,6 @@
 """Sweeps in parts: the balanced split of groups, `--part K/N`, `--plan`, and merging part
 folders into the report of the whole experiment (`vaco-jax report OUT --parts ...`)."""
 
-import dataclasses
 import json
 import logging
 import re

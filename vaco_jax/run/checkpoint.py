@@ -39,6 +39,16 @@ class CheckpointWriteError(OSError):
     """A checkpoint could not be written (full disk, ...); the previous ones are intact."""
 
 
+def committed_steps(directory: str | os.PathLike) -> list[int]:
+    """The steps of the checkpoints committed in `directory`, newest first (a `<step>.partial/`
+    being written is not one)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted((int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
+                  reverse=True)
+
+
 class Checkpoints:
     """The checkpoints of the run `identity` in `directory`, the newest `keep` kept."""
 
@@ -59,10 +69,7 @@ class Checkpoints:
 
     def steps(self) -> list[int]:
         """The committed steps, newest first."""
-        if not self.directory.is_dir():
-            return []
-        return sorted((int(p.name) for p in self.directory.iterdir()
-                       if p.is_dir() and p.name.isdigit()), reverse=True)
+        return committed_steps(self.directory)
 
     def save(self, step: int, tree: Any, before_commit: Callable[[], None] | None = None) -> None:
         """Writes `tree` as checkpoint `step`; `before_commit` runs once it is complete but not
