@@ -175,7 +175,10 @@ def main() -> None:
     make_train = load_make_train(args.checkout, args.flax_orthogonal, args.script, args.backend)
     keys = jnp.stack([jax.random.PRNGKey(s) for s in range(args.seeds)])
     start = time.time()
-    train = jax.jit(jax.vmap(make_train(dict(config)))).lower(keys).compile()
+    train_fn = make_train(dict(config))  # builds the environment
+    build_s = time.time() - start
+    start = time.time()
+    train = jax.jit(jax.vmap(train_fn)).lower(keys).compile()
     compile_s = time.time() - start
     start, start_cpu = time.time(), time.process_time()
     out = jax.block_until_ready(train(keys))
@@ -189,7 +192,7 @@ def main() -> None:
         "commit": checkout_commit(args.checkout), "env": config["ENV_NAME"], "config": config,
         **({"backend": args.backend} if args.script == "continuous" else {}),
         "flax_orthogonal": args.flax_orthogonal, "seeds": args.seeds,
-        "compile_s": compile_s, "run_s": run_s, "steps_per_s": steps / run_s,
+        "build_s": build_s, "compile_s": compile_s, "run_s": run_s, "steps_per_s": steps / run_s,
         "run_cpu_s": run_cpu_s, "cpu_steps_per_s": steps / run_cpu_s,
         "env_steps": [(u + 1) * steps_per_update for u in range(updates)],
         "episode_return": [[None if np.isnan(x) else float(x) for x in r] for r in returns],

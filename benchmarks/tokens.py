@@ -9,8 +9,8 @@ Rates count response tokens (P x G x response length per update or generation). 
 one teacher-forced pass over every prompt+response sequence, the physical limit of both
 generation (the same network once per token with a key-value cache) and training (a generation,
 a phase-start pass and `epochs x minibatches` forward-backward passes). Stale rows draw lags
-up to K - 1 per prompt group, per sample, or per token (`in_flight`); their time is compared
-with `fixed:0` timed in the same rounds.
+up to K - 1 per prompt group, per sample, or per token (`in_flight`, with every snapshot's own
+cache or one shared cache); their time is compared with `fixed:0` timed in the same rounds.
 
 On a GPU or TPU: install JAX's accelerator plugin as the README's "Installing on a GPU or TPU"
 says, then run the same command; the accelerator preset (add with 4 digits, P x G = 64 x 16,
@@ -55,6 +55,9 @@ ACTINGS = ((BASELINE, {"lag_model": "fixed"}, False),
            ("uniform per prompt group", {"lag_model": "uniform", "group_unit": "prompt"}, True),
            ("uniform per sample", {"lag_model": "uniform", "group_unit": "sample"}, True),
            ("in_flight per prompt group", {"lag_model": "in_flight", "group_unit": "prompt"},
+            True),
+           ("in_flight per prompt group, shared cache",
+            {"lag_model": "in_flight", "group_unit": "prompt", "in_flight_cache": "shared"},
             True))
 
 
@@ -79,7 +82,7 @@ class Settings:
 
 def presets(backend: str) -> dict[str, Settings]:
     """`quick` (fewer timed calls and seeds) and `full`, sized for the backend it runs on (on a
-    CPU compiling their 11 or 12 programs takes most of either, 25 minutes under heavy load);
+    CPU compiling their 13 or 14 programs takes most of either, 25 minutes under heavy load);
     `gpu` (the accelerator sizes on any backend) and `tiny` (the GPU campaign's dry run)."""
     quick = Settings(name="quick", config=TokenConfig(), batches_per_call=8, updates_per_call=4,
                      repeats=8, seed_counts=(1, 4), max_wait_s=0.0)

@@ -14,9 +14,11 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 import jax  # noqa: E402  (must follow the XLA_FLAGS default above)
 import pytest  # noqa: E402
 
-jax.config.update("jax_compilation_cache_dir",
-                  os.environ.get("VACO_JAX_TEST_CACHE",
-                                 os.path.join(tempfile.gettempdir(), "vaco_jax_test_xla_cache")))
+TEST_CACHE = os.environ.get("VACO_JAX_TEST_CACHE",
+                            os.path.join(tempfile.gettempdir(), "vaco_jax_test_xla_cache"))
+jax.config.update("jax_compilation_cache_dir", TEST_CACHE)
+# Commands the tests start as child processes compile into it too, not into the user's cache.
+os.environ.setdefault("VACO_JAX_COMPILATION_CACHE", TEST_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 

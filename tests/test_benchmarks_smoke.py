@@ -143,3 +143,88 @@ def test_purejaxrl_gaussian_stand_in_has_the_closed_form_log_prob_entropy_and_mo
     assert draws.shape == (20_000, 2, 2)
     np.testing.assert_allclose(draws.mean(axis=0), loc, atol=0.05)
     np.testing.assert_allclose(draws.std(axis=0), jnp.broadcast_to(scale, loc.shape), rtol=0.03)
+
+
+def test_learner_floor_counts_the_flops_xla_counts_for_its_matrix_products():
+    import dataclasses
+
+    from benchmarks import speed_split
+
+    # One minibatch step and one update: XLA removes loops of one trip, so its count covers
+    # the whole program (the gradient steps' few elementwise operations aside).
+    config = dataclasses.replace(TOY, epochs=1, minibatches=1, actor_hidden=(64, 64),
+                                 critic_hidden=(32,))
+    program = speed_split.floor_program(config, num_seeds=1, updates=1)
+    counted = harness.xla_counts(program.fn.lower(*program.args).compile())["flops"]
+    expected = speed_split.learning_flops(config)
+    assert expected == pytest.approx(counted, rel=0.03)
+    # Forward products alone would be a third of the step (the phase pass aside): the count
+    # holds the backward ones.
+    assert expected > 2.5 * 2 * config.steps_per_update * sum(
+        i * o for sizes in speed_split.layer_sizes(config)
+        for i, o in zip(sizes[:-1], sizes[1:]))
+
+
+def test_speed_split_splits_the_time_and_refuses_to_overwrite(tmp_path):
+    from benchmarks import speed_split
+
+    out = tmp_path / "bound.json"
+    overrides = ('{"num_envs": 8, "rollout_length": 16, "actor_hidden": [16], '
+                 '"critic_hidden": [16], "total_steps": 512, "eval_every": 4}')
+    args = ["--env", "toy_reach", "--config", overrides, "--updates", "2", "--repeats", "2",
+            "--max-wait", "0", "--out", str(out)]
+    result = speed_split.main(args)
+    assert set(result["median_call_s"]) == {"vaco_jax_update", "vaco_jax_rollouts",
+                                            "matmul_floor"}
+    written = speed_split.ControlConfig.from_dict(json.loads(out.read_text())["config"])
+    updates_times_seeds = 2 * 2
+    assert result["learning_flops_per_call"] == updates_times_seeds * speed_split.learning_flops(
+        written)
+    assert 0 < result["vaco_jax_learning_share"] < 1
+    with pytest.raises(SystemExit, match="--overwrite"):
+        speed_split.main(args)
+
+
+def test_speed_split_compiles_each_whole_run_in_a_child_of_the_same_flags(monkeypatch, capsys):
+    """`--compile N`: each program compiled by a child `--compile-one` with the run's own flags,
+    the order reversed every other round. One child's work runs for real in this process; the
+    children of the rounds are stood in for (a real one costs its imports, seconds)."""
+    import subprocess
+
+    from benchmarks import speed_split
+
+    overrides = '{"num_envs": 8, "rollout_length": 16, "actor_hidden": [16], "total_steps": 256}'
+    flags = ["--env", "toy_reach", "--config", overrides, "--seeds", "1", "--out", "unused"]
+    # One child's work, for real: its program compiled, its times printed as JSON.
+    speed_split.main([*flags, "--compile-one", "vaco_jax_without_evaluation"])
+    real = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert real["total_s"] == real["lower_s"] + real["compile_s"] > 0
+
+    children = []
+
+    def child(command, **kwargs):
+        child_flags = command[command.index("benchmarks.speed_split") + 1:]
+        assert child_flags[:-2] == flags and child_flags[-2] == "--compile-one"
+        children.append(child_flags[-1])
+        return subprocess.CompletedProcess(command, 0, stdout=json.dumps(
+            {"lower_s": 1.0, "compile_s": float(len(children)), "total_s": 0.0}) + "\n")
+
+    monkeypatch.setattr(speed_split.subprocess, "run", child)
+    times = speed_split.compile_times(flags, checkout=None, rounds=2)
+    assert children == ["vaco_jax", "vaco_jax_without_evaluation",
+                        "vaco_jax_without_evaluation", "vaco_jax"]
+    assert [t["compile_s"] for t in times["vaco_jax"]] == [1.0, 4.0]
+    assert [t["compile_s"] for t in times["vaco_jax_without_evaluation"]] == [2.0, 3.0]
+
+
+def test_speed_split_ratios_follow_from_the_times():
+    from benchmarks import speed_split
+
+    times = {"vaco_jax_update": 2.0, "vaco_jax_rollouts": 0.5, "matmul_floor": 0.75,
+             "purejaxrl_update": 1.5, "purejaxrl_rollouts": 0.25}
+    result = speed_split.bound(times)
+    assert result["vaco_jax_learning_share"] == 0.75
+    assert result["floor_share_of_vaco_jax_learning"] == 0.5
+    assert result["ratio_now"] == 0.75
+    assert result["ratio_bound"] == 1.2
+    assert result["ratio_bound_with_purejaxrl_rollouts"] == 1.5

@@ -105,3 +105,17 @@ def test_a_bad_warm_start_is_reported_before_any_work(tmp_path, capsys):
     assert main(["tokens", "--corrupted-share", "0.25", "--out", str(out)]) == 2
     assert "corrupted_share=0.25 must be a multiple of 0.1" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_in_flight_cache_is_chosen_on_the_command_line(capsys):
+    parser = argparse.ArgumentParser()
+    tokens_cli.add_arguments(parser)
+    assert tokens_cli.build(parser.parse_args([]))[0].in_flight_cache == "per_snapshot"
+    config, _ = tokens_cli.build(parser.parse_args(["--lag", "in_flight:2",
+                                                    "--in-flight-cache", "shared"]))
+    assert (config.lag_model, config.in_flight_cache) == ("in_flight", "shared")
+    with pytest.raises(SystemExit):
+        main(["tokens", "--in-flight-cache", "engine"])
+    err = capsys.readouterr().err
+    assert "--in-flight-cache: invalid choice: 'engine'" in err
+    assert "per_snapshot" in err and "shared" in err

@@ -24,6 +24,8 @@ HP = TokenHParams.create(learning_rate=3e-3)
     ({"group_size": 1}, None, "group_size=1 .* allowed: group_size >= 2"),
     ({"group_unit": "token"}, None, "group_unit='token' .* allowed values: prompt, sample"),
     ({"lag_model": "poisson"}, None, "lag_model='poisson' .* bounded, in_flight, empirical"),
+    ({"in_flight_cache": "engine"}, None,
+     "in_flight_cache='engine' .* allowed values: per_snapshot, shared"),
     ({}, TokenHParams.create(lag=4.0), r"lag for lag_model='fixed' must be an integer in \[0, 3\]"),
     ({"lag_model": "bounded"}, TokenHParams.create(lag=4.0),
      r"lag for lag_model='bounded' must be an integer in \[0, 3\]"),
@@ -74,6 +76,7 @@ def test_lag_zero_equals_on_policy_bit_for_bit(train_stale):
 
 
 @pytest.mark.parametrize("changes", [dict(lag_model="bounded"), dict(lag_model="in_flight"),
+                                     dict(lag_model="in_flight", in_flight_cache="shared"),
                                      dict(lag_model="empirical", lag_probabilities=(1.0,))])
 def test_lag_zero_of_every_other_model_is_fixed_zero_bit_for_bit(train_stale, changes):
     key = jax.random.PRNGKey(0)
@@ -159,6 +162,36 @@ def test_each_token_records_the_log_prob_of_its_own_version(lag_model):
                               state.buffer.policies)
         expected, _ = log_probs(params, batch.prompt, batch.response, hp.temperature)
         np.testing.assert_allclose(batch.behaviour_log_prob[tokens], expected[tokens], atol=2e-5)
+
+
+def test_a_shared_cache_draws_each_response_from_its_generator_s_versions():
+    """Wiring of `in_flight_cache="shared"`: every row decodes with its own generator's
+    versions (a response's first token is its first version's, teacher-forced), and the
+    responses are those of `sample_shared_cache` called on each generator alone."""
+    config = TINY.replace(lag_model="in_flight", in_flight_cache="shared", group_unit="prompt",
+                          prompts=8)
+    trainer = TokenTrainer(config, PARAMS)
+    hp = TokenHParams.create(lag=3.0, temperature=1.2)
+    state = _stale_buffer_state(trainer, hp)
+    _, batch = jax.jit(trainer.collect)(state, jax.random.PRNGKey(9), hp)
+    versions = np.asarray(batch.behaviour_version)
+    assert np.any(versions != versions[:, :1])
+    log_probs = jax.jit(trainer.policy.response_log_probs)
+    for version in np.unique(versions[:, 0]):
+        rows = versions[:, 0] == version
+        params = jax.tree.map(lambda stack: stack[version % config.buffer_capacity],
+                              state.buffer.policies)
+        expected, _ = log_probs(params, batch.prompt, batch.response, hp.temperature)
+        np.testing.assert_allclose(batch.behaviour_log_prob[rows, 0], expected[rows, 0],
+                                   atol=2e-5)
+    g = 5  # one generator by hand: its slots, prompt rows and key
+    generator_versions = versions[g * config.group_size]
+    keys = jax.random.split(jax.random.split(jax.random.PRNGKey(9), 3)[2], config.generators)
+    rows = slice(g * config.group_size, (g + 1) * config.group_size)
+    alone = trainer.policy.sample_shared_cache(
+        state.buffer.policies, jnp.asarray(generator_versions % config.buffer_capacity),
+        batch.prompt[rows], keys[g], config.response_length, hp.temperature)
+    np.testing.assert_array_equal(alone.response, batch.response[rows])
 
 
 @pytest.mark.parametrize("lag_model,lag,probabilities,allowed", [

@@ -28,7 +28,7 @@ from vaco_jax.cli import tokens as tokens_cli
 from vaco_jax.cli import train as train_cli
 from vaco_jax.experiment.execute import background_work
 from vaco_jax.experiment.plan import PLAN_FILE
-from vaco_jax.run import distributed, signals
+from vaco_jax.run import compilation_cache, distributed, signals
 
 def _given_flags(argv: Sequence[str]) -> set[str]:
     """The long flags written on the command line (`--flag` or `--flag=value`)."""
@@ -84,6 +84,7 @@ def _join_run(args) -> None:
 
 def _run(args) -> int:
     _join_run(args)
+    compilation_cache.enable()
     if args.command in TRAINING_COMMANDS:
         return common.run_driver(args, *TRAINING_COMMANDS[args.command][0].build(args))
     return {"sweep": sweep_cli.run_sweep, "report": sweep_cli.run_report,

@@ -11,7 +11,8 @@ from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
 from vaco_jax.core.policy_buffer import LAG_WARMUPS
 from vaco_jax import losses
 from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES, TV_SCOPES
-from vaco_jax.tokens.config import ALGORITHMS, GROUP_UNITS, TokenConfig, TokenHParams
+from vaco_jax.tokens.config import (ALGORITHMS, GROUP_UNITS, IN_FLIGHT_CACHES, TokenConfig,
+                                    TokenHParams)
 from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.tokens.warm_start import PRESETS, WarmStart, default_cache_dir
 
@@ -67,6 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="context length, tokens (prompt + response)")
     p.add_argument("--bf16-behaviour", action="store_true",
                    help="behaviour log-probs computed in bfloat16 (sampler/trainer mismatch)")
+    p.add_argument("--in-flight-cache", default=d.in_flight_cache, choices=IN_FLIGHT_CACHES,
+                   help="in_flight decoding: per_snapshot (each snapshot its own key-value "
+                        "cache, exact per-snapshot log-probs, K times the cost) or shared (one "
+                        "cache across weight updates, as PipelineRL's engines keep it)")
     p.add_argument("--warm-start", default="calibrated", choices=tuple(PRESETS),
                    help="calibrated: trained to convergence, its held-out accuracy set by the "
                         "share of prompts whose demonstrations are mostly wrong; legacy: the "
@@ -100,7 +105,8 @@ def build(args) -> tuple[TokenConfig, TokenHParams]:
         group_size=args.group_size, group_unit=args.group_unit, lag_model=lag_model,
         lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
         buffer_capacity=args.buffer_capacity, epochs=args.epochs, minibatches=args.minibatches,
-        bf16_behaviour=args.bf16_behaviour, num_updates=args.updates,
+        bf16_behaviour=args.bf16_behaviour, in_flight_cache=args.in_flight_cache,
+        num_updates=args.updates,
         eval_every=args.eval_every,
         warm_start=_warm_start(args),
         warm_start_dir=args.warm_start_dir)

@@ -19,6 +19,7 @@ from vaco_jax.tokens.tasks import TASKS, Task, make_task
 from vaco_jax.tokens.warm_start import WarmStart
 
 GROUP_UNITS = ("prompt", "sample")
+IN_FLIGHT_CACHES = ("per_snapshot", "shared")
 ALGORITHMS = tuple(algorithms.ALGORITHMS)
 
 
@@ -70,6 +71,12 @@ class TokenConfig(Config):
     minibatches: int = 1
     aggregation: str = "token-mean"
     bf16_behaviour: bool = False
+    # `in_flight` decoding, when a generator's version changes mid-response: `per_snapshot`
+    # (every buffered snapshot decodes every row with its own cache, so each token's behaviour
+    # log-prob is one snapshot's over the whole prefix; K times one policy's cost) or `shared`
+    # (one cache, each position's keys and values from the snapshot that decoded it, the
+    # engine's own log-prob recorded: PipelineRL's engines, about one policy's cost).
+    in_flight_cache: str = "per_snapshot"
     partial_credit: bool = False
     format_penalty: float = 0.0
     num_updates: int = 40
@@ -171,6 +178,7 @@ def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
 def _validate_config(config: TokenConfig) -> None:
     check_choice("task", config.task, TASKS)
     check_choice("group_unit", config.group_unit, GROUP_UNITS)
+    check_choice("in_flight_cache", config.in_flight_cache, IN_FLIGHT_CACHES)
     check_choice("aggregation", config.aggregation, AGGREGATIONS)
     check_choice("algo", config.algo, ALGORITHMS)
     check_choice("is_level", config.is_level, algorithms.IS_LEVELS)

@@ -4,13 +4,15 @@ Both paths run the same `Transformer.__call__` on a key-value cache: teacher for
 whole sequence at position 0 of an empty cache, sampling writes the prompt and then one token
 per `lax.scan` step. The policy is `softmax(logits / temperature)`, so the log-prob recorded
 while sampling is the teacher-forced log-prob of the same tokens up to float rounding; the
-same holds token by token when each token is drawn from its own snapshot of the parameters.
+same holds token by token when each token is drawn from its own snapshot of the parameters
+with that snapshot's own cache. Over a cache shared by several snapshots (an inference engine
+that keeps its cache across weight updates), the recorded log-prob is the engine's own, which
+teacher forcing under any one snapshot does not reproduce.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import chex
 import flax.linen as nn
@@ -122,8 +124,28 @@ class TokenPolicy:
                temperature: jax.Array, greedy: bool = False) -> Samples:
         """Generates `length` tokens after `prompt` `[B, P]` with a key-value cache."""
         cache = self.empty_cache(prompt.shape[0], _dtype_of(params))
-        return _decode(functools.partial(self.module.apply, params), cache,
-                       lambda logits, t: logits, prompt, key, length, temperature, greedy)
+        return _decode(lambda tokens, positions, cache, t: self.module.apply(
+            params, tokens, positions, cache), cache, _own, prompt, key, length, temperature,
+            greedy)
+
+    def sample_shared_cache(self, snapshots, slots: jax.Array, prompt: jax.Array,
+                            key: jax.Array, length: int, temperature: jax.Array) -> Samples:
+        """Like `sample`, but token `t` of every row is drawn by snapshot `slots[t]` of
+        `snapshots` (parameters with leaves `[K, ...]`) over one cache that keeps each
+        position's keys and values as the snapshot that decoded it wrote them: an inference
+        engine that keeps its cache when new weights arrive mid-generation (PipelineRL). The
+        log-prob recorded is that engine's, the probability the token was drawn with. Costs one
+        policy's decoding and a copy of one snapshot per token.
+        """
+        chex.assert_shape(slots, (length,))
+        cache = self.empty_cache(prompt.shape[0], _dtype_of(snapshots))
+        last = length - 1
+
+        def apply(tokens, positions, cache, t):
+            params = jax.tree.map(lambda stack: stack[slots[jnp.minimum(t, last)]], snapshots)
+            return self.module.apply(params, tokens, positions, cache)
+
+        return _decode(apply, cache, _own, prompt, key, length, temperature)
 
     def sample_per_token(self, snapshots, slots: jax.Array, prompt: jax.Array, key: jax.Array,
                          length: int, temperature: jax.Array) -> Samples:
@@ -145,17 +167,22 @@ class TokenPolicy:
         def pick(logits, t):  # [K, B, V] -> each row's own snapshot, [B, V]
             return jnp.take_along_axis(logits, slots[None, :, t, None], axis=0)[0]
 
-        return _decode(functools.partial(apply_each, snapshots), cache, pick, prompt, key, length,
-                       temperature)
+        return _decode(lambda tokens, positions, cache, t: apply_each(
+            snapshots, tokens, positions, cache), cache, pick, prompt, key, length, temperature)
+
+
+def _own(logits, t):
+    """`pick` of a decoding whose model gives each row its logits directly."""
+    return logits
 
 
 def _decode(apply, cache, pick, prompt: jax.Array, key: jax.Array, length: int,
             temperature: jax.Array, greedy: bool = False) -> Samples:
-    """The sampling loop. `apply(tokens, positions, cache) -> (logits, cache)` runs the model(s),
-    logits `[..., B, T, V]`; `pick(last, t)` turns the last position's logits `[..., B, V]` into
-    the `[B, V]` logits that draw token `t`."""
+    """The sampling loop. `apply(tokens, positions, cache, t) -> (logits, cache)` runs the
+    model(s) whose last logits draw token `t`, logits `[..., B, T, V]`; `pick(last, t)` turns
+    the last position's logits `[..., B, V]` into the `[B, V]` logits that draw token `t`."""
     prompt_length = prompt.shape[1]
-    logits, cache = apply(prompt, jnp.arange(prompt_length), cache)
+    logits, cache = apply(prompt, jnp.arange(prompt_length), cache, 0)
 
     def step(carry, xs):
         logits, cache, position = carry
@@ -165,7 +192,7 @@ def _decode(apply, cache, pick, prompt: jax.Array, key: jax.Array, length: int,
         token = (jnp.argmax(logits, axis=-1) if greedy
                  else jax.random.categorical(step_key, scaled, axis=-1)).astype(jnp.int32)
         log_prob, entropy = _token_terms(logits[:, None], token[:, None], temperature)
-        next_logits, cache = apply(token[:, None], position[None], cache)
+        next_logits, cache = apply(token[:, None], position[None], cache, t + 1)
         return (next_logits[..., 0, :], cache, position + 1), (token, log_prob[:, 0],
                                                               entropy[:, 0])
 

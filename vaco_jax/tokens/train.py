@@ -178,25 +178,32 @@ class TokenTrainer(Trainer):
         slots = versions % cfg.buffer_capacity
         per_generator = cfg.batch_size // cfg.generators
 
+        def by_generator(sample, per_generator_args):
+            """`sample(*args, prompt, key)` over each generator's own rows, args and key."""
+            samples = jax.vmap(sample)(*per_generator_args,
+                                       prompt.reshape(cfg.generators, per_generator, -1),
+                                       jax.random.split(key, cfg.generators))
+            return jax.tree.map(lambda x: x.reshape((cfg.batch_size,) + x.shape[2:]), samples)
+
         def per_sequence(_):  # one version per generator: its rows decode with one model
             params = jax.tree.map(lambda stack: stack[slots[:, 0]], policies)
-            samples = jax.vmap(
-                lambda params, p, k: self.policy.sample(params, p, k, cfg.response_length,
-                                                        hp.temperature)
-            )(params, prompt.reshape(cfg.generators, per_generator, -1),
-              jax.random.split(key, cfg.generators))
-            return jax.tree.map(lambda x: x.reshape((cfg.batch_size,) + x.shape[2:]), samples)
+            return by_generator(lambda params, p, k: self.policy.sample(
+                params, p, k, cfg.response_length, hp.temperature), (params,))
 
         if cfg.lag_model != "in_flight":
             return per_sequence(None)
 
         def per_token(_):
+            if cfg.in_flight_cache == "shared":
+                return by_generator(lambda slots, p, k: self.policy.sample_shared_cache(
+                    policies, slots, p, k, cfg.response_length, hp.temperature), (slots,))
             return self.policy.sample_per_token(policies, jnp.repeat(slots, per_generator, axis=0),
                                                 prompt, key, cfg.response_length, hp.temperature)
 
-        # Decoding with every snapshot costs `K` times one model, so it is paid only when some
-        # sequence changes version mid-decoding (never at lag 0 nor before the first pushes),
-        # and lag 0 stays bit for bit the computation of `fixed:0`.
+        # Decoding with every snapshot costs `K` times one model, and a shared cache gathers a
+        # snapshot per token, so either is paid only when some sequence changes version
+        # mid-decoding (never at lag 0 nor before the first pushes), and lag 0 stays bit for bit
+        # the computation of `fixed:0`.
         unchanged = jnp.all(versions == versions[:, :1])
         return cond_in_every_run(unchanged, per_sequence, per_token, None)
 

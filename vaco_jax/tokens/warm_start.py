@@ -49,6 +49,7 @@ import orbax.checkpoint as ocp
 
 from vaco_jax.core.faults import fault_point
 from vaco_jax.core.orbax_options import this_process_only
+from vaco_jax.core.user_cache import user_cache_dir
 from vaco_jax.tokens import tasks
 from vaco_jax.tokens.model import ModelSpec, TokenPolicy
 
@@ -183,11 +184,8 @@ def settings_hash(task: tasks.Task, spec: ModelSpec, settings: WarmStart) -> str
 
 def default_cache_dir() -> Path:
     """The user's cache of warm starts: `$XDG_CACHE_HOME/vaco_jax/warm_start`, else
-    `~/.cache/vaco_jax/warm_start` (a relative `XDG_CACHE_HOME` is ignored, as the XDG base
-    directory specification asks)."""
-    root = os.environ.get("XDG_CACHE_HOME", "")
-    cache = Path(root) if os.path.isabs(root) else Path.home() / ".cache"
-    return cache / "vaco_jax" / "warm_start"
+    `~/.cache/vaco_jax/warm_start` (`core.user_cache`)."""
+    return user_cache_dir("warm_start")
 
 
 def warm_start(task: tasks.Task, spec: ModelSpec, settings: WarmStart,

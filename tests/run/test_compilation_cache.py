@@ -1,0 +1,63 @@
+"""The commands' persistent compilation cache: the user's folder unless JAX has one or the
+environment turns it off, and a command's programs land in it."""
+
+import jax
+import pytest
+
+from vaco_jax import cli
+from vaco_jax.run import compilation_cache
+
+TRAIN = ["train", "--env", "toy_reach", "--total-steps", "512", "--num-envs", "8",
+         "--rollout-length", "16", "--eval-every", "2", "--num-eval-envs", "4",
+         "--actor-hidden", "16", "--critic-hidden", "16", "--seeds", "1", "--no-progress"]
+
+
+@pytest.fixture
+def no_cache_yet():
+    """JAX without a cache folder for the test (the session's own is put back after)."""
+    session = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    yield
+    jax.config.update("jax_compilation_cache_dir", session)
+
+
+def test_the_user_s_folder_by_default(no_cache_yet, monkeypatch, tmp_path):
+    monkeypatch.delenv(compilation_cache.ENVIRONMENT_VARIABLE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compilation_cache.enable() == tmp_path / "vaco_jax" / "xla"
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "vaco_jax" / "xla")
+
+
+def test_the_environment_chooses_the_folder_or_turns_it_off(no_cache_yet, monkeypatch,
+                                                             tmp_path):
+    monkeypatch.setenv(compilation_cache.ENVIRONMENT_VARIABLE, "off")
+    assert compilation_cache.enable() is None
+    assert jax.config.jax_compilation_cache_dir is None
+    monkeypatch.setenv(compilation_cache.ENVIRONMENT_VARIABLE, str(tmp_path / "mine"))
+    assert compilation_cache.enable() == tmp_path / "mine"
+
+
+def test_a_cache_jax_already_has_is_kept(no_cache_yet, monkeypatch, tmp_path):
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jax_own"))
+    monkeypatch.setenv(compilation_cache.ENVIRONMENT_VARIABLE, str(tmp_path / "mine"))
+    assert compilation_cache.enable() == tmp_path / "jax_own"
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "jax_own")
+
+
+def test_a_training_command_compiles_into_the_cache(no_cache_yet, monkeypatch, tmp_path):
+    # JAX opens its cache once per process: reopened here on the test's folder, and after the
+    # test on the session's again.
+    from jax._src import compilation_cache as jax_cache
+
+    folder = tmp_path / "xla"
+    monkeypatch.setenv(compilation_cache.ENVIRONMENT_VARIABLE, str(folder))
+    shortest = jax.config.jax_persistent_cache_min_compile_time_secs
+    # Every program is cached, however fast it compiles (JAX's default skips those under 1 s).
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax_cache.reset_cache()
+    try:
+        assert cli.main([*TRAIN, "--out", str(tmp_path / "run")]) == 0
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", shortest)
+        jax_cache.reset_cache()
+    assert any(folder.iterdir())
