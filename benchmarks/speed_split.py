@@ -190,23 +190,35 @@ def compile_times(argv: Sequence[str], checkout: Path | None,
     return out
 
 
-def bound(times: dict[str, float]) -> dict[str, Any]:
-    """The split and the bound from median seconds per call of each program."""
-    vaco_learning = times["vaco_jax_update"] - times["vaco_jax_rollouts"]
-    result = {"vaco_jax_learning_s": vaco_learning,
-              "vaco_jax_learning_share": vaco_learning / times["vaco_jax_update"],
-              "floor_share_of_vaco_jax_learning": times["matmul_floor"] / vaco_learning}
-    if "purejaxrl_update" in times:
-        purejaxrl_learning = times["purejaxrl_update"] - times["purejaxrl_rollouts"]
-        best = times["vaco_jax_rollouts"] + times["matmul_floor"]
+def bound(calls: dict[str, Sequence[float]]) -> dict[str, Any]:
+    """The split and the bound from each program's seconds per call, call `i` of every program
+    made in the same round: every share and ratio is the median over rounds of that round's
+    own, so that a machine whose speed drifts between rounds moves all the terms together."""
+    rounds = [dict(zip(calls, times)) for times in zip(*calls.values(), strict=True)]
+
+    def median(of) -> float:
+        return statistics.median(of(t) for t in rounds)
+
+    def learning(t, side):
+        return t[f"{side}_update"] - t[f"{side}_rollouts"]
+
+    result = {"vaco_jax_learning_s": median(lambda t: learning(t, "vaco_jax")),
+              "vaco_jax_learning_share": median(
+                  lambda t: learning(t, "vaco_jax") / t["vaco_jax_update"]),
+              "floor_share_of_vaco_jax_learning": median(
+                  lambda t: t["matmul_floor"] / learning(t, "vaco_jax"))}
+    if "purejaxrl_update" in calls:
         result.update(
-            purejaxrl_learning_s=purejaxrl_learning,
-            purejaxrl_learning_share=purejaxrl_learning / times["purejaxrl_update"],
-            floor_share_of_purejaxrl_learning=times["matmul_floor"] / purejaxrl_learning,
-            ratio_now=times["purejaxrl_update"] / times["vaco_jax_update"],
-            ratio_bound=times["purejaxrl_update"] / best,
-            ratio_bound_with_purejaxrl_rollouts=times["purejaxrl_update"] / (
-                times["purejaxrl_rollouts"] + times["matmul_floor"]))
+            purejaxrl_learning_s=median(lambda t: learning(t, "purejaxrl")),
+            purejaxrl_learning_share=median(
+                lambda t: learning(t, "purejaxrl") / t["purejaxrl_update"]),
+            floor_share_of_purejaxrl_learning=median(
+                lambda t: t["matmul_floor"] / learning(t, "purejaxrl")),
+            ratio_now=median(lambda t: t["purejaxrl_update"] / t["vaco_jax_update"]),
+            ratio_bound=median(lambda t: t["purejaxrl_update"] / (
+                t["vaco_jax_rollouts"] + t["matmul_floor"])),
+            ratio_bound_with_purejaxrl_rollouts=median(lambda t: t["purejaxrl_update"] / (
+                t["purejaxrl_rollouts"] + t["matmul_floor"])))
     return result
 
 
@@ -261,7 +273,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
               "updates_per_call": args.updates, "layer_sizes": layer_sizes(config),
               "learning_flops_per_call": flops,
               "floor_flops_per_s": flops / times["matmul_floor"],
-              "median_call_s": times, "programs": summaries, **bound(times)}
+              "median_call_s": times, "programs": summaries,
+              **bound({name: s["calls_s"] for name, s in summaries.items()})}
     if args.compile:
         result["whole_run_compile"] = compile_times(side_argv, args.checkout, args.compile)
     io.write_json(out, result)

@@ -217,14 +217,21 @@ def test_speed_split_compiles_each_whole_run_in_a_child_of_the_same_flags(monkey
     assert [t["compile_s"] for t in times["vaco_jax_without_evaluation"]] == [2.0, 3.0]
 
 
-def test_speed_split_ratios_follow_from_the_times():
+def test_speed_split_ratios_are_medians_of_each_round_s_own():
     from benchmarks import speed_split
 
-    times = {"vaco_jax_update": 2.0, "vaco_jax_rollouts": 0.5, "matmul_floor": 0.75,
-             "purejaxrl_update": 1.5, "purejaxrl_rollouts": 0.25}
-    result = speed_split.bound(times)
+    # Round 2 ran on a machine twice as slow: every term doubles, no ratio moves.
+    one = {"vaco_jax_update": 2.0, "vaco_jax_rollouts": 0.5, "matmul_floor": 0.75,
+           "purejaxrl_update": 1.5, "purejaxrl_rollouts": 0.25}
+    result = speed_split.bound({name: [t, 2 * t, t] for name, t in one.items()})
+    assert result["vaco_jax_learning_s"] == 1.5
     assert result["vaco_jax_learning_share"] == 0.75
     assert result["floor_share_of_vaco_jax_learning"] == 0.5
     assert result["ratio_now"] == 0.75
     assert result["ratio_bound"] == 1.2
     assert result["ratio_bound_with_purejaxrl_rollouts"] == 1.5
+    # Medians of per-round ratios, not ratios of per-program medians.
+    # (The ratio of the medians would be 3.0 / 2.0.)
+    drifting = {**{name: [t, t, t] for name, t in one.items()},
+                "purejaxrl_update": [1.5, 3.0, 3.0], "vaco_jax_update": [2.0, 4.0, 2.0]}
+    assert speed_split.bound(drifting)["ratio_now"] == 0.75

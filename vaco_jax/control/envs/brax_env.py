@@ -36,6 +36,16 @@ def wrap_brax_state(state: Any) -> EnvState:
                     terminated=jnp.asarray(state.done, jnp.float32))
 
 
+def trace_once(adapter) -> None:
+    """Makes `adapter.reset` and `adapter.step` traced once for all their call sites, then
+    inlined into each: a training program resets and steps its environments at several places
+    (the first reset, each rollout's resets and steps, the evaluation's), and tracing MJX's
+    physics takes seconds each time. The compiled program stays what it was, result for result;
+    only the tracing is shared."""
+    adapter.reset = jax.jit(adapter.reset, inline=True)
+    adapter.step = jax.jit(adapter.step, inline=True)
+
+
 class BraxEnvironment:
     """A Brax `Env` behind the `vaco_jax.control.envs.base.Environment` interface."""
 
@@ -58,6 +68,7 @@ class BraxEnvironment:
         reset_shapes = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0))
         self.observation_size = int(reset_shapes.obs.shape[-1])
         self.action_size = int(self._env.action_size)
+        trace_once(self)
 
     # Brax's `done` is raised only by termination: time limits come from its wrappers, which
     # are not used here.

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from vaco_jax.control.envs.base import EnvState
-from vaco_jax.control.envs.brax_env import wrap_brax_state
+from vaco_jax.control.envs.brax_env import trace_once, wrap_brax_state
 
 EXTRA = "pip install 'vaco-jax[playground]'"
 EPISODE_LENGTH = 1000
@@ -104,6 +104,7 @@ class PlaygroundEnvironment:
                              f"{jax.tree.map(lambda x: x.shape, obs)}")
         self.observation_size = int(obs.shape[0])
         self.action_size = int(self._env.action_size)
+        trace_once(self)
 
     def reset(self, key: jax.Array) -> EnvState:
         return wrap_brax_state(self._env.reset(key))
