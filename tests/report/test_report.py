@@ -307,11 +307,19 @@ def test_probability_of_improvement_figure_has_short_labels_and_rows_as_tall_as_
     figure = figures["fig_probability_of_improvement"]
     axes = panels(figure)
     assert [ax.get_title() for ax in axes] == [
-        f"vaco[tv_delta={delta}], lag {lag:g}" for delta in ("0.1", "0.2") for lag in LAGS]
+        f"vaco[tv_delta={delta}]\nlag {lag:g}" for delta in ("0.1", "0.2") for lag in LAGS]
     for ax in axes:
         assert [t.get_text() for t in ax.get_yticklabels()] == ["impala", "ppo"]  # top down
     # Two rows of two bars: under four inches, not a fixed page.
-    assert figure.get_figheight() == pytest.approx(2 * (0.7 + 0.27 * 2) + 0.6)
+    assert figure.get_figheight() == pytest.approx(2 * (0.9 + 0.27 * 2) + 0.6)
+    # Every title lies inside the figure, the last column's included.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    for ax in axes:
+        extent = ax.title.get_window_extent(canvas.get_renderer())
+        assert extent.x0 >= 0 and extent.x1 <= figure.bbox.x1
 
 
 def test_probability_of_improvement_matches_hand_computation(report):

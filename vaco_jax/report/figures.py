@@ -364,16 +364,19 @@ def figure_improvement(
              f"{_short_label(r['baseline'], r['variant'])}"
         for r in improvements
     ]
-    titles = [f"{focus}, lag {lag:g}" if focus else f"lag {lag:g}"
-              for focus in rows for lag in panel_lags]
+    # The variant on a line of its own above the lag, so that no title hides the lag.
+    titles = {(focus, lag): f"{focus}\nlag {lag:g}" if focus else f"lag {lag:g}"
+              for focus in rows for lag in panel_lags}
     suptitle = (f"Probability of improvement P({focus_algo} > baseline) at the same setting "
                 f"({CONFIDENCE:.0%} CIs)")
-    # Beside a 2.6-inch plot, about 0.08 inch a label character; about 0.27 inch a bar; and
-    # wide enough for the titles.
-    width = max(max(2.6 + 0.08 * max(len(label) for label in labels),
-                    0.08 * max(len(title) for title in titles)) * len(panel_lags),
-                0.1 * len(suptitle))
-    heights = [0.7 + 0.27 * bar_count(focus) for focus in rows]
+    # About 0.08 inch a label character beside a plot of 2.6 inches, or as wide as its title,
+    # which is centred over the plot and must not run past the figure's edge; about 0.27 inch a
+    # bar.
+    title_width = 0.08 * max(len(line) for title in titles.values()
+                             for line in title.splitlines())
+    width = max((0.08 * max(len(label) for label in labels) + max(2.6, title_width))
+                * len(panel_lags), 0.1 * len(suptitle))
+    heights = [0.9 + 0.27 * bar_count(focus) for focus in rows]
     figure = Figure(figsize=(width, sum(heights) + 0.6), layout="constrained")
     grid = figure.subplots(len(rows), len(panel_lags), squeeze=False, sharex=True,
                            gridspec_kw={"height_ratios": heights})
@@ -385,11 +388,13 @@ def figure_improvement(
             positions = np.arange(len(at_lag))[::-1]
             colours = [styles[improvements[i]["baseline"]].colour for i in at_lag]
             ax.barh(positions, point, xerr=error, capsize=2, color=colours, alpha=0.8)
+            # A dot at each estimate: a probability of 0 has no bar to show it.
+            ax.scatter(point, positions, color=colours, s=14, zorder=3)
             ax.set_yticks(positions, [labels[i] for i in at_lag])
             ax.set_ylim(-0.6, bar_count(focus) - 0.4)
             ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
-            ax.set_xlim(0.0, 1.0)
-            ax.set_title(f"{focus}, lag {lag:g}" if focus else f"lag {lag:g}", fontsize="medium")
+            ax.set_xlim(-0.03, 1.03)
+            ax.set_title(titles[focus, lag], fontsize="medium")
     for ax in grid[-1]:
         ax.set_xlabel(f"P({focus_algo} > baseline)")
     figure.suptitle(suptitle)
