@@ -27,6 +27,7 @@ left out (`WithoutEvaluation`), and with `--checkout` PureJaxRL's, which has no 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -44,12 +45,13 @@ from vaco_jax.control.train import ControlTrainer
 from vaco_jax.run import io, testbeds
 
 
-def layer_sizes(config: ControlConfig) -> list[list[int]]:
+@functools.cache
+def layer_sizes(config: ControlConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Actor's and critic's widths, input to output:
-    `[[obs, *hidden, actions], [obs, *hidden, 1]]`."""
+    `((obs, *hidden, actions), (obs, *hidden, 1))` (the environment built once per config)."""
     env = ControlTrainer(config).env
-    return [[env.observation_size, *config.actor_hidden, env.action_size],
-            [env.observation_size, *config.critic_hidden, 1]]
+    return ((env.observation_size, *config.actor_hidden, env.action_size),
+            (env.observation_size, *config.critic_hidden, 1))
 
 
 def learning_flops(config: ControlConfig) -> int:
@@ -118,13 +120,14 @@ def linear_learner(config: ControlConfig, updates: int):
 def floor_program(config: ControlConfig, num_seeds: int, updates: int) -> harness.Program:
     key = jax.random.PRNGKey(0)
     weights = []
-    for sizes in layer_sizes(config):
+    networks = layer_sizes(config)
+    for sizes in networks:
         layers = []
         for i, o in zip(sizes[:-1], sizes[1:]):
             key, sub = jax.random.split(key)
             layers.append(jax.random.normal(sub, (num_seeds, i, o)) / jnp.sqrt(i))
         weights.append(layers)
-    inputs = jax.random.normal(key, (num_seeds, config.steps_per_update, layer_sizes(config)[0][0]))
+    inputs = jax.random.normal(key, (num_seeds, config.steps_per_update, networks[0][0]))
     lr = jnp.zeros(num_seeds)
     return harness.Program(fn=jax.jit(jax.vmap(linear_learner(config, updates))),
                            args=(weights, inputs, lr), advance=lambda args, out: args,
