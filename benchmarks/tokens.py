@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import sys
 import time
 from pathlib import Path
@@ -168,6 +169,13 @@ def update_program(config: TokenConfig, num_seeds: int, updates: int) -> harness
                            steps_per_call=num_seeds * updates * _tokens(config))
 
 
+@functools.cache
+def compiled_update(config: TokenConfig, num_seeds: int, updates: int) -> harness.Compiled:
+    """`update_program` compiled once per process: `seeds`' one-seed program is `throughput`'s
+    `fixed:0` update."""
+    return harness.Compiled(update_program(config, num_seeds, updates))
+
+
 # ----------------------------------------------------------------------------------- measurements
 def flops_fields(compiled: harness.Compiled, summary: dict[str, Any], calls_inside: int,
                  decodes: bool) -> dict[str, Any]:
@@ -207,8 +215,7 @@ def throughput(settings: Settings, log) -> dict[str, Any]:
         log(f"compiling generation and update: {row}")
         programs[f"generate/{row}"] = harness.Compiled(
             generate_program(acting, settings.batches_per_call))
-        programs[f"update/{row}"] = harness.Compiled(
-            update_program(acting, 1, settings.updates_per_call))
+        programs[f"update/{row}"] = compiled_update(acting, 1, settings.updates_per_call)
     log(f"timing {len(programs)} programs in {settings.repeats} rounds")
     timed = dict(zip(programs, harness.timed_rounds(list(programs.values()),
                                                     repeats=settings.repeats,
@@ -237,8 +244,7 @@ def seeds(settings: Settings, log) -> dict[str, Any]:
     programs = {}
     for n in settings.seed_counts:
         log(f"compiling updates of {n} vmapped seed(s)")
-        programs[n] = harness.Compiled(update_program(settings.config, n,
-                                                      settings.updates_per_call))
+        programs[n] = compiled_update(settings.config, n, settings.updates_per_call)
     timed = dict(zip(programs, harness.timed_rounds(list(programs.values()),
                                                     repeats=settings.repeats,
                                                     max_wait_s=settings.max_wait_s)))
@@ -252,9 +258,10 @@ def capacity(settings: Settings, log) -> dict[str, Any]:
     width doubled (layers and heads kept) until an update fails (out of memory, typically
     RESOURCE_EXHAUSTED), then the prompts doubled at the preset's model, each fitting size timed
     over a few calls. Time-boxed (`capacity_s`, half for each search, whose first size is always
-    tried): a search stopped by time says so, and its largest size is then only the largest
-    tried."""
+    tried, and measured once for both): a search stopped by time says so, and its largest size
+    is then only the largest tried."""
     out: dict[str, Any] = {}
+    measured: dict[TokenConfig, dict[str, Any]] = {}  # the preset's size heads both ladders
     for ladder, field in (("model", "width"), ("batch", "prompts")):
         # Half the time box each; the preset's own size is always tried.
         began, tries, value, stopped = time.monotonic(), [], getattr(settings.config, field), \
@@ -270,26 +277,33 @@ def capacity(settings: Settings, log) -> dict[str, Any]:
                 tries.append({field: value, "fits": None, "refused": str(error)})
                 stopped = "refused"
                 break
-            log(f"capacity: update with {field}={value}")
-            try:
-                compiled = harness.Compiled(update_program(config, 1, 1))
-                [summary] = harness.timed_rounds([compiled], repeats=2, max_wait_s=0.0)
-                tries.append({field: value, "fits": True, "tokens_per_s": summary["steps_per_s"],
-                              "compile_s": compiled.lower_s + compiled.compile_s,
-                              "params": _param_count(config),
-                              "device_memory": summary["device_memory"]})
-            except Exception as error:  # noqa: BLE001  (the failure is the measurement)
-                tries.append({field: value, "fits": False,
-                              "error": f"{type(error).__name__}: {str(error)[:400]}"})
+            if config not in measured:
+                log(f"capacity: update with {field}={value}")
+                measured[config] = _fits(config)
+            tries.append({field: value, **measured[config]})
+            if not measured[config]["fits"]:
                 stopped = "failure"
                 break
-            finally:
-                jax.clear_caches()
             value *= 2
         fitting = [t[field] for t in tries if t["fits"]]
         out[ladder] = {"field": field, "tries": tries, "stopped_by": stopped,
                        "largest_fitting": max(fitting) if fitting else None}
     return out
+
+
+def _fits(config: TokenConfig) -> dict[str, Any]:
+    """Whether one update of `config` compiles and runs; if it does, its rate over a few calls,
+    compile time, size and memory, else the error."""
+    try:
+        compiled = harness.Compiled(update_program(config, 1, 1))
+        [summary] = harness.timed_rounds([compiled], repeats=2, max_wait_s=0.0)
+        return {"fits": True, "tokens_per_s": summary["steps_per_s"],
+                "compile_s": compiled.lower_s + compiled.compile_s,
+                "params": _param_count(config), "device_memory": summary["device_memory"]}
+    except Exception as error:  # noqa: BLE001  (the failure is the measurement)
+        return {"fits": False, "error": f"{type(error).__name__}: {str(error)[:400]}"}
+    finally:
+        jax.clear_caches()
 
 
 def _param_count(config: TokenConfig) -> int:

@@ -170,6 +170,9 @@ def test_dry_run_writes_every_steps_json(tmp_path):
     assert not throughput["forward"]["loops_counted_once"]
     capacity = r["tokens_capacity"]["parts"]["capacity"]
     assert capacity["model"]["largest_fitting"] and capacity["batch"]["largest_fitting"]
+    # The preset's own size heads both ladders and is compiled and timed once.
+    assert capacity["model"]["tries"][0] | {"prompts": 2} == \
+        capacity["batch"]["tries"][0] | {"width": 16}
     assert r["sweep_groups"]["steps_per_s"] > 0
     assert r["sweep_plan"]["steps_per_s"] == r["sweep_groups"]["steps_per_s"]
     assert any("estimated time" in line for line in r["sweep_plan"]["plan"])
