@@ -177,3 +177,54 @@ def test_a_table_without_stabilisers_says_so(tmp_path):
         {"variant": "grpo", "lag": 4.0}, {"variant": "vaco", "lag": 4.0}
     ]
     assert "Not measured: the runs table records no stabiliser's fraction." in text
+
+
+def test_a_table_holding_0_for_stabilisers_an_algorithm_lacks_reports_them_as_absent(tmp_path):
+    """Tables written before trainers recorded NaN hold 0 there: with the testbed's registry the
+    report reads those as absent, not as a stabiliser that never acted."""
+    zeros = {("grpo", s): NEVER for s in SEEDS}  # grpo has no TV filter, yet records 0
+    old = make_runs(filtered={**FILTER, **zeros}).drop(columns=list(ACTED_METRICS),
+                                                     errors="ignore")
+    has = {"grpo": {"clip_fraction"}, "vaco": {"clip_fraction", "filter_fraction"}}
+    summary, text = report(old, tmp_path / "unaware")
+    assert entries(summary)["grpo"]["filter"]["never_acted"]
+    assert "`grpo` at lag 4: its TV filter never acted" in text
+    summary = write_report(old, tmp_path / "aware", score=SCORE, reference_scores={"add": 1.0},
+                           focus_algo="vaco", reps=20, mechanisms=has.__getitem__)
+    text = (tmp_path / "aware" / "report.md").read_text()
+    assert set(entries(summary)["grpo"]) == {"variant", "lag", "clip"}
+    assert entries(summary)["vaco"]["filter"]["runs_acted"] == 4
+    assert "| grpo | 4 | 0.020 / n/a (2/4) | - |" in text
+    assert "grpo` at lag 4: its TV filter" not in text
+    # The runs table is written as recorded.
+    assert pd.read_parquet(tmp_path / "aware" / "runs.parquet")["filter_fraction"].notna().all()
+
+
+def test_absent_mechanisms_are_masked_per_algorithm_and_unknown_algorithms_kept():
+    table = pd.DataFrame({"algo": ["ppo", "vaco", "mystery"], "clip_fraction": [0.1, 0.0, 0.0],
+                          "clip_acted": [1.0, 0.0, 0.0], "filter_fraction": [0.0, 0.2, 0.3]})
+    registry = {"ppo": {"clip_fraction"}, "vaco": {"filter_fraction"}}
+    masked = metrics.without_absent_mechanisms(table, registry.__getitem__)
+    np.testing.assert_array_equal(masked["clip_fraction"], [0.1, NAN, 0.0])
+    np.testing.assert_array_equal(masked["clip_acted"], [1.0, NAN, 0.0])
+    np.testing.assert_array_equal(masked["filter_fraction"], [NAN, 0.2, 0.3])
+    assert table["filter_fraction"].tolist() == [0.0, 0.2, 0.3]  # the input is left alone
+
+
+@pytest.mark.parametrize("testbed, expected", [
+    ("control", {"ppo": {"clip_fraction"}, "vaco": {"filter_fraction"}, "impala": set(),
+                 "decoupled_ppo": {"clip_fraction", "is_truncated_fraction"}}),
+    ("tokens", {"grpo": {"clip_fraction"}, "tis": {"is_truncated_fraction"},
+                "m2po": {"is_masked_fraction"}, "topr": set(),
+                "freshness": {"clip_fraction", "stale_dropped_fraction"},
+                "vaco": {"filter_fraction", "is_truncated_fraction"}}),
+])
+def test_each_testbed_reads_its_algorithms_stabilisers_from_their_losses(testbed, expected):
+    from vaco_jax.run import testbeds
+
+    bed = testbeds.named(testbed)
+    for algo, fractions in expected.items():
+        assert bed.mechanisms(algo) == fractions, algo
+    assert all(bed.mechanisms(a) <= set(MECHANISM_FRACTIONS) for a in bed.algorithms)
+    with pytest.raises(KeyError):
+        bed.mechanisms("no_such_algorithm")

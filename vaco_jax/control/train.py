@@ -14,6 +14,7 @@ buffer. Every `updates_per_period` updates the learner is evaluated deterministi
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import chex
@@ -56,6 +57,17 @@ METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "ve
            "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl", "ess_ratio",
            *MECHANISMS, *map(phase.acted_name, MECHANISMS), "policy_loss", "value_loss",
            "entropy", "grad_norm", "kl_coef", "diverged")
+
+
+@functools.cache
+def mechanisms(algo: str) -> frozenset[str]:
+    """The stabilisers (`phase.MECHANISM_FRACTIONS`) whose fractions `algo`'s loss records; its
+    runs record the others as NaN (as 0 in runs tables written before they did)."""
+    zeros = jnp.zeros(2)
+    terms = PolicyTerms(log_prob=zeros, behaviour_log_prob=zeros, phase_log_prob=zeros,
+                        advantages=zeros, tv_log_rho=zeros, tv=None, kl_coef=jnp.zeros(()))
+    return phase.recorded_mechanisms(lambda: ALGORITHMS[algo].policy_loss(terms,
+                                                                         ControlHParams()))
 
 
 @struct.dataclass

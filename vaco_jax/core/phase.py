@@ -37,6 +37,14 @@ def scan_epochs(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any,
     return jax.lax.scan(epoch, carry, jax.random.split(key, epochs))
 
 
+def recorded_mechanisms(policy_loss: Callable[[], tuple[Any, Mapping[str, Any]]]
+                        ) -> frozenset[str]:
+    """The `MECHANISM_FRACTIONS` that `policy_loss() -> (loss, metrics)` returns: the
+    stabilisers an algorithm has, read from its own loss traced on shapes (nothing computed)."""
+    _, metrics = jax.eval_shape(policy_loss)
+    return frozenset(MECHANISM_FRACTIONS).intersection(metrics)
+
+
 def acted_shares(step_metrics: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
     """For each of `MECHANISM_FRACTIONS` in `step_metrics` (one value per gradient step, any
     leading shape), the share of the phase's steps at which the mechanism acted, i.e. touched

@@ -151,5 +151,6 @@ def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
                                score=report.Score(testbed.score, testbed.score_name,
                                                   testbed.steps_name),
                                reference_scores=references or None,
-                               focus_algo=experiment.focus_algo, title=title)
+                               focus_algo=experiment.focus_algo, title=title,
+                               mechanisms=testbed.mechanisms)
 

@@ -8,6 +8,7 @@ overlapping lines do not.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -113,10 +114,12 @@ def figure_kept_gain(kept_gain: Mapping[str, Any], lags: Sequence[float]) -> Fig
     figure.colorbar(image, ax=grid.ravel().tolist(), extend="both",
                     shrink=min(1.0, 6.0 / sum(len(o) for o in orders.values()) + 0.3),
                     label="share of the synchronous gain kept (IQM)")
-    figure.suptitle(
-        f"Share of the synchronous gain kept, IQM over runs [{CONFIDENCE:.0%} CI]: "
-        "(score - initial) / synchronous (score - initial)\n"
-        "AUC: the mean score over training; rows by mean kept final score over lags > 0, "
-        "best first; grey: undefined"
-    )
+    sentences = (f"Share of the synchronous gain kept, IQM over runs [{CONFIDENCE:.0%} CI]: "
+                 "(score - initial) / synchronous (score - initial)",
+                 "AUC: the mean score over training; rows by mean kept final score over lags > 0, "
+                 "best first; grey: undefined or not run")
+    # About 9 characters of the title's font to an inch: each sentence wrapped to the width.
+    width = int(8.5 * figure.get_figwidth())
+    figure.suptitle("\n".join(line for sentence in sentences
+                              for line in textwrap.wrap(sentence, width)))
     return figure

@@ -8,7 +8,10 @@ is not credited for losing little with it:
   in the testbed's own units; its AUC gain is its mean score over training (the area under its
   learning curve, training progress in [0, 1]) less the same first evaluation, so that learning
   slowed by lag costs too, not only a lower end point.
-- The synchronous gain of a (variant, task) is the IQM of the gains of its lag-0 runs.
+- The synchronous gain of a (variant, task) is the IQM of the gains of its lag-0 runs; a
+  variant without any (one under a lag model the study runs only at lags above 0) is set
+  against the lag-0 runs of the same algorithm and settings under the ``fixed`` lag model,
+  which are synchronous (``synchronous_variants``).
 - A run's kept gain is its gain divided by the synchronous gain of its variant and task: 1 keeps
   all of it, 0 none, below 0 ends worse than it started.
 - The kept gain of a (variant, task, lag) is the IQM of its runs' kept gains, so it equals the
@@ -27,7 +30,7 @@ A study without a lag-0 level has no synchronous runs to divide by, and skips al
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +38,7 @@ import pandas as pd
 
 from vaco_jax.report import stats
 from vaco_jax.report.cells import CONFIDENCE, Cell
+from vaco_jax.report.runs_table import hp_columns
 
 SYNC_LAG = 0.0
 MEASURES = {"kept": "gain", "auc_kept": "auc_gain"}
@@ -49,6 +53,22 @@ def skip_reason(lags: Sequence[float]) -> str | None:
     if len(lags) < 2:
         return "the study has no lag level besides lag 0"
     return None
+
+
+def synchronous_variants(run_table: pd.DataFrame) -> dict[str, str]:
+    """Each variant's synchronous runs, by variant: its own where it has lag-0 runs, else those
+    of the variant of the same algorithm, forward setting and hyper-parameters under the
+    ``fixed`` lag model, where that one has lag-0 runs; variants with neither are left out."""
+    settings = ["algo", "epochs", "minibatches", *hp_columns(run_table)]
+    first = run_table.drop_duplicates("variant").set_index("variant")
+
+    def key(variant: str) -> tuple:
+        return tuple(None if pd.isna(v) else v for v in first.loc[variant, settings])
+
+    has_sync = set(run_table.loc[run_table["lag"] == SYNC_LAG, "variant"])
+    fixed = {key(v): v for v in has_sync if first.loc[v, "lag_model"] == "fixed"}
+    found = {v: v if v in has_sync else fixed.get(key(v)) for v in first.index}
+    return {v: sync for v, sync in found.items() if sync is not None}
 
 
 def _kept_interval(
@@ -87,10 +107,14 @@ def task_kept_gains(
     """Per (variant, task, lag), every run of the task counted: the kept gain and AUC kept gain
     with their intervals, and beside them the raw (un-normalised) numbers they come from: the
     lagged runs' mean first evaluation and IQM final score, and the synchronous IQM gain.
-    Variants without lag-0 runs on a task are left out of that task."""
+    Variants without synchronous runs on a task (``synchronous_variants``) are left out of
+    that task."""
     records = []
+    sync_variants = synchronous_variants(run_table)
+    synchronous = run_table[run_table["lag"] == SYNC_LAG]
     for (variant, task), runs in run_table.groupby(["variant", "task"], sort=True):
-        sync_runs = runs[runs["lag"] == SYNC_LAG]
+        sync_runs = synchronous[(synchronous["variant"] == sync_variants.get(variant))
+                                & (synchronous["task"] == task)]
         if sync_runs.empty:
             continue
         sync = {c: sync_runs[[c]].to_numpy() for c in MEASURES.values()}
@@ -100,6 +124,7 @@ def task_kept_gains(
             records.append({
                 "variant": variant,
                 "algo": str(runs["algo"].iloc[0]),
+                "sync_variant": sync_variants[variant],
                 "task": str(task),
                 "lag": float(lag),
                 "runs": len(lagged_runs),
@@ -114,16 +139,18 @@ def task_kept_gains(
 
 
 def pooled_kept_gains(
-    complete: Sequence[Cell], tasks: Sequence[str], reps: int, seed: int
+    complete: Sequence[Cell], tasks: Sequence[str], sync_variants: Mapping[str, str],
+    reps: int, seed: int,
 ) -> list[dict[str, Any]]:
-    """Per (variant, lag) with runs on every task at that lag and at lag 0: the kept gain and
-    AUC kept gain pooled over tasks. Empty with one task, where it is the task's own."""
+    """Per (variant, lag) with runs on every task at that lag and synchronous runs on every
+    task (``synchronous_variants``): the kept gain and AUC kept gain pooled over tasks. Empty
+    with one task, where it is the task's own."""
     if len(tasks) < 2:
         return []
     sync_cells = {c.variant: c for c in complete if c.lag == SYNC_LAG}
     records = []
     for cell in complete:
-        sync = sync_cells.get(cell.variant)
+        sync = sync_cells.get(sync_variants.get(cell.variant, ""))
         if sync is None:
             continue
         records.append({
@@ -150,5 +177,6 @@ def summary(
     return {
         "sync_lag": SYNC_LAG,
         "tasks": task_kept_gains(run_table, lags, reps, seed),
-        "pooled": pooled_kept_gains(complete, tasks, reps, seed),
+        "pooled": pooled_kept_gains(complete, tasks, synchronous_variants(run_table), reps,
+                                    seed),
     }

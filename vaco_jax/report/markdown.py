@@ -231,7 +231,9 @@ def _md_kept_gain(summary: Mapping[str, Any]) -> list[str]:
     ] if pooled else []
     return lines + [
         f"Each method (a variant: an algorithm at its swept values) is set against its own "
-        f"synchronous runs on the same task. A run's gain is its final {name} less its first "
+        f"synchronous runs on the same task (a variant under a lag model run only at lags "
+        f"above 0, against those of the same algorithm and settings under the `fixed` lag "
+        f"model). A run's gain is its final {name} less its first "
         f"evaluation (the initial policy), in the testbed's units; the synchronous gain is the "
         f"IQM of the gains of the method's lag-0 runs on the task; a run keeps its gain over the "
         f"synchronous gain (1: all of it, 0: none, below 0: it ended worse than it started). "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +217,7 @@ def write_report(
     seed: int = 0,
     title: str | None = None,
     collapse_thresholds: collapse.Thresholds = collapse.Thresholds(),
+    mechanisms: Callable[[str], Collection[str]] | None = None,
 ) -> dict[str, Any]:
     """Scores a sweep's runs table and writes the report into ``out_dir``.
 
@@ -249,6 +250,9 @@ def write_report(
       title: heading of ``report.md``.
       collapse_thresholds: when a run collapses and when its ESS warns, for the
         ESS-versus-collapse table (``vaco_jax.report.collapse``).
+      mechanisms: the stabilisers each algorithm has (``algo`` -> its fraction metrics); the
+        fractions of the others count as absent whatever the table holds
+        (``metrics.without_absent_mechanisms``). None: read from the table alone (NaN: absent).
 
     Writes ``runs.parquet`` (``runs`` as given), ``summary.json``, ``report.md``
     and each figure as ``fig_*.png`` and ``fig_*.pdf``; a figure without data
@@ -259,6 +263,8 @@ def write_report(
     tasks = sorted(runs["task"].astype(str).unique())
     scoring.check_options(tasks, reference_scores, final_fraction)
     table = scoring.prepared(runs, score)
+    if mechanisms is not None:
+        table = metrics.without_absent_mechanisms(table, mechanisms)
     final = scoring.final_scores(table, final_fraction)
     references = scoring.normalisation(table, final, reference_scores)
     table = scoring.with_scores(table, references, score)

@@ -22,8 +22,10 @@ from vaco_jax.control.config import validate as validate_control
 from vaco_jax.tokens import config as token_config
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
+from vaco_jax.tokens import train as token_train
 from vaco_jax.tokens.train import METRICS as TOKEN_METRICS
 from vaco_jax.tokens.train import TokenTrainer
+from vaco_jax.control import train as control_train
 from vaco_jax.control.train import METRICS, ControlTrainer
 
 
@@ -64,6 +66,8 @@ class Testbed:
     task_field: str  # the config field a sweep's `tasks` set
     tasks: Callable[[], tuple[str, ...]]  # the task names (the control registry grows)
     algorithms: tuple[str, ...]
+    # The stabilisers (`phase.MECHANISM_FRACTIONS`) an algorithm records; KeyError if unknown.
+    mechanisms: Callable[[str], frozenset[str]]
     # Config values a task brings unless an experiment sets them.
     task_defaults: Callable[[str], dict[str, Any]]
     reference: Callable[[Any], Reference | None]  # of a config's score, where one is known
@@ -86,13 +90,15 @@ CONTROL = Testbed(
     name="control", config=ControlConfig, hparams=ControlHParams, validate=validate_control,
     trainer=ControlTrainer, metrics=METRICS, score_name="return",
     steps_name="environment steps", task_field="env", tasks=envs.names,
-    algorithms=tuple(ALGORITHMS), task_defaults=_control_task_defaults,
+    algorithms=tuple(ALGORITHMS), mechanisms=control_train.mechanisms,
+    task_defaults=_control_task_defaults,
     reference=_control_reference)
 TOKENS = Testbed(
     name="tokens", config=TokenConfig, hparams=TokenHParams, validate=token_config.validate,
     trainer=TokenTrainer, metrics=TOKEN_METRICS, score_name="held-out accuracy",
     steps_name="sampled responses", task_field="task", tasks=lambda: tuple(TASKS),
-    algorithms=token_config.ALGORITHMS, task_defaults=lambda task: {},
+    algorithms=token_config.ALGORITHMS, mechanisms=token_train.mechanisms,
+    task_defaults=lambda task: {},
     reference=lambda config: Reference(1.0, "maximum (every held-out answer exact)"))
 TESTBEDS = {t.name: t for t in (CONTROL, TOKENS)}
 

@@ -48,6 +48,18 @@ METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "versio
                phase.acted_name(m) for m in phase.MECHANISM_FRACTIONS)
 
 
+@functools.cache
+def mechanisms(algo: str) -> frozenset[str]:
+    """The stabilisers (`phase.MECHANISM_FRACTIONS`) whose fractions `algo`'s loss records; its
+    runs record the others as NaN (as 0 in runs tables written before they did)."""
+    tokens, sequences = jnp.zeros((2, 3)), jnp.zeros(2)
+    terms = TokenTerms(log_prob=tokens, behaviour_log_prob=tokens, phase_log_prob=tokens,
+                       advantages=sequences, mask=jnp.ones((2, 3)), version_gap=tokens,
+                       group=jnp.zeros(2, jnp.int32), reward=sequences,
+                       reference_log_prob=tokens)
+    return phase.recorded_mechanisms(lambda: ALGORITHMS[algo].policy_loss(terms, TokenHParams()))
+
+
 @struct.dataclass
 class TokenState:
     params: Any
