@@ -12,7 +12,7 @@ DEST=${WHEELS_DIR:-.wheels}
 PY=${PYTHON:-python3}
 # brax, MuJoCo and MJX, and the pure-Python packages they (and vaco_jax) need that the image lacks.
 PACKAGES=(brax mujoco mujoco-mjx jaxopt ml_collections tensorboardX trimesh glfw PyOpenGL
-          Flask flask-cors itsdangerous blinker gymnax gymnasium Farama-Notifications)
+          Flask flask-cors itsdangerous blinker gymnax gymnasium Farama-Notifications filelock)
 pinned() {  # NAME==VERSION from constraints.txt (case-insensitive, - and _ alike)
   local key; key=$(echo "$1" | tr 'A-Z_' 'a-z-')
   local line; line=$(grep -v '^#' constraints.txt | awk -F'==' -v k="$key" \

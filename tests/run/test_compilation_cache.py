@@ -16,9 +16,12 @@ TRAIN = ["train", "--env", "toy_reach", "--total-steps", "512", "--num-envs", "8
 def no_cache_yet():
     """JAX without a cache folder for the test (the session's own is put back after)."""
     session = jax.config.jax_compilation_cache_dir
+    size = jax.config.jax_compilation_cache_max_size
     jax.config.update("jax_compilation_cache_dir", None)
+    jax.config.update("jax_compilation_cache_max_size", -1)
     yield
     jax.config.update("jax_compilation_cache_dir", session)
+    jax.config.update("jax_compilation_cache_max_size", size)
 
 
 def test_the_user_s_folder_by_default(no_cache_yet, monkeypatch, tmp_path):
@@ -26,6 +29,26 @@ def test_the_user_s_folder_by_default(no_cache_yet, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert compilation_cache.enable() == tmp_path / "vaco_jax" / "xla"
     assert jax.config.jax_compilation_cache_dir == str(tmp_path / "vaco_jax" / "xla")
+    assert jax.config.jax_compilation_cache_max_size == compilation_cache.MAX_BYTES == 2 * 2**30
+
+
+def test_without_filelock_the_cache_stays_unbounded_rather_than_unread(no_cache_yet, monkeypatch,
+                                                                       tmp_path):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "filelock" else find_spec(name, *a))
+    monkeypatch.setenv(compilation_cache.ENVIRONMENT_VARIABLE, str(tmp_path / "mine"))
+    assert compilation_cache.enable() == tmp_path / "mine"
+    assert jax.config.jax_compilation_cache_max_size == -1
+
+
+def test_a_size_the_user_set_is_kept(no_cache_yet, monkeypatch, tmp_path):
+    monkeypatch.setenv(compilation_cache.ENVIRONMENT_VARIABLE, str(tmp_path / "mine"))
+    jax.config.update("jax_compilation_cache_max_size", 123 * 2**20)
+    assert compilation_cache.enable() == tmp_path / "mine"
+    assert jax.config.jax_compilation_cache_max_size == 123 * 2**20
 
 
 def test_the_environment_chooses_the_folder_or_turns_it_off(no_cache_yet, monkeypatch,
