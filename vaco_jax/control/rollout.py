@@ -63,7 +63,8 @@ def rollout(env: Environment, model: ActorCritic, behaviour: Behaviour, episodes
     # the keys they always had, and no key is derived from one already used.
     env_root = jax.random.fold_in(key, 2)
     num_envs = episodes.step_count.shape[0]
-    reset_states = reset_episodes(env, jax.random.split(reset_key, num_envs)).env
+    reset_states = (episodes.first if episodes.first is not None else
+                    reset_episodes(env, jax.random.split(reset_key, num_envs)).env)
     distribution = model.policy_distribution
     # `in_flight`: versions `[T, E]`, the behaviour policy changes during the rollout.
     per_step = behaviour.versions.ndim == 2

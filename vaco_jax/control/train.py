@@ -160,13 +160,16 @@ class ControlTrainer(Trainer):
         stats = init_stats(self.env.observation_size)
         per_actor = (init_per_actor_lags(lag_key, hp.lag, cfg.num_envs)
                      if cfg.lag_model == "per_actor" else jnp.zeros(cfg.num_envs, jnp.int32))
+        episodes = reset_episodes(self.env, jax.random.split(env_key, cfg.num_envs))
+        if cfg.reset_states == "first":
+            episodes = episodes.replace(first=episodes.env)
         return ControlState(
             params=params,
             opt_state=self.optimizer(hp).init(params),
             obs_stats=stats,
             reward_scaling=init_reward_scaling(cfg.num_envs),
             buffer=init_buffer(Policy(actor_params, stats), cfg.buffer_capacity),
-            episodes=reset_episodes(self.env, jax.random.split(env_key, cfg.num_envs)),
+            episodes=episodes,
             per_actor_lags=per_actor,
             kl_coef=jnp.asarray(hp.kl_coef, jnp.float32),
             key=key,

@@ -1,9 +1,11 @@
 """Batched episodes: time limit with a truncation flag, auto-reset, running returns.
 
 The engine keeps `num_envs` environments in one `EpisodeState` (leaves with a leading `[E]`
-axis). Finished environments restart from `reset_states`, a batch of fresh initial states
-drawn once per rollout: one reset per environment per rollout instead of one per step. An
-environment that finishes twice within one rollout restarts from the same initial state.
+axis). Finished environments restart from `reset_states`: by default a batch of fresh initial
+states drawn once per rollout, one reset per environment per rollout instead of one per step
+(an environment that finishes twice within one rollout restarts from the same initial state);
+or, where the state keeps them (`first`), each environment's own first initial state, as Brax's
+`AutoResetWrapper` does, with no reset inside the training loop.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class EpisodeState:
     env: EnvState  # leaves [E, ...]
     step_count: jax.Array  # [E] int32, steps taken in the current episode
     episode_return: jax.Array  # [E] float32, reward accumulated in the current episode
+    first: EnvState | None = None  # [E, ...]: each environment's first state, if kept
 
 
 @struct.dataclass
@@ -58,7 +61,7 @@ def step_episodes(env: Environment, state: EpisodeState, actions: jax.Array, key
                           truncated=truncated.astype(jnp.float32),
                           next_obs=nxt.obs,
                           completed_return=jnp.where(done, running_return, 0.0))
-    new_state = EpisodeState(env=where_done(done, reset_states, nxt),
-                             step_count=jnp.where(done, 0, step_count),
-                             episode_return=jnp.where(done, 0.0, running_return))
+    new_state = state.replace(env=where_done(done, reset_states, nxt),
+                              step_count=jnp.where(done, 0, step_count),
+                              episode_return=jnp.where(done, 0.0, running_return))
     return new_state, outcome
