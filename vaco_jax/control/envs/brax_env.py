@@ -36,20 +36,33 @@ def wrap_brax_state(state: Any) -> EnvState:
                     terminated=jnp.asarray(state.done, jnp.float32))
 
 
-def trace_once(adapter) -> None:
-    """Makes `adapter.reset` and `adapter.step` traced once for all their call sites, then
-    inlined into each: a training program resets and steps its environments at several places
-    (the first reset, each rollout's resets and steps, the evaluation's), and tracing MJX's
-    physics takes seconds each time. The compiled program stays what it was, result for result;
-    only the tracing is shared."""
-    adapter.reset = jax.jit(adapter.reset, inline=True)
-    adapter.step = jax.jit(adapter.step, inline=True)
-
-
-class BraxEnvironment:
-    """A Brax `Env` behind the `vaco_jax.control.envs.base.Environment` interface."""
+class BraxStateAdapter:
+    """Reset and step of `self._env`, whose states have Brax's fields (a Brax `Env`, a MuJoCo
+    Playground task), behind the `vaco_jax.control.envs.base.Environment` interface. Brax's
+    `done` is raised only by termination: time limits come from its wrappers, which are not
+    used here."""
 
     discrete = False
+    _env: Any
+
+    def trace_once(self) -> None:
+        """Makes `reset` and `step` traced once for all their call sites, then inlined into
+        each: a training program resets and steps its environments at several places (the first
+        reset, each rollout's resets and steps, the evaluation's), and tracing MJX's physics
+        takes seconds each time. The compiled program stays what it was, result for result;
+        only the tracing is shared."""
+        self.reset = jax.jit(self.reset, inline=True)
+        self.step = jax.jit(self.step, inline=True)
+
+    def reset(self, key: jax.Array) -> EnvState:
+        return wrap_brax_state(self._env.reset(key))
+
+    def step(self, state: EnvState, action: jax.Array, key: jax.Array) -> EnvState:
+        return wrap_brax_state(self._env.step(state.physics, action))
+
+
+class BraxEnvironment(BraxStateAdapter):
+    """A Brax `Env`."""
 
     def __init__(self, name: str, backend: str = "mjx"):
         # Heavy import, paid only when a Brax task is used. MJX prints a notice to stdout when
@@ -68,12 +81,4 @@ class BraxEnvironment:
         reset_shapes = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0))
         self.observation_size = int(reset_shapes.obs.shape[-1])
         self.action_size = int(self._env.action_size)
-        trace_once(self)
-
-    # Brax's `done` is raised only by termination: time limits come from its wrappers, which
-    # are not used here.
-    def reset(self, key: jax.Array) -> EnvState:
-        return wrap_brax_state(self._env.reset(key))
-
-    def step(self, state: EnvState, action: jax.Array, key: jax.Array) -> EnvState:
-        return wrap_brax_state(self._env.step(state.physics, action))
+        self.trace_once()

@@ -23,8 +23,7 @@ import types
 import jax
 import numpy as np
 
-from vaco_jax.control.envs.base import EnvState
-from vaco_jax.control.envs.brax_env import trace_once, wrap_brax_state
+from vaco_jax.control.envs.brax_env import BraxStateAdapter
 
 EXTRA = "pip install 'vaco-jax[playground]'"
 EPISODE_LENGTH = 1000
@@ -81,11 +80,8 @@ def _suite() -> types.ModuleType:
                 del sys.modules[name]
 
 
-class PlaygroundEnvironment:
-    """A task of MuJoCo Playground's DM Control suite, with its default config, behind the
-    `vaco_jax.control.envs.base.Environment` interface."""
-
-    discrete = False
+class PlaygroundEnvironment(BraxStateAdapter):
+    """A task of MuJoCo Playground's DM Control suite, with its default config."""
 
     def __init__(self, name: str):
         if name in UNSUPPORTED:
@@ -104,10 +100,4 @@ class PlaygroundEnvironment:
                              f"{jax.tree.map(lambda x: x.shape, obs)}")
         self.observation_size = int(obs.shape[0])
         self.action_size = int(self._env.action_size)
-        trace_once(self)
-
-    def reset(self, key: jax.Array) -> EnvState:
-        return wrap_brax_state(self._env.reset(key))
-
-    def step(self, state: EnvState, action: jax.Array, key: jax.Array) -> EnvState:
-        return wrap_brax_state(self._env.step(state.physics, action))
+        self.trace_once()
