@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from benchmarks.harness import Program
 from vaco_jax.control.config import ControlHParams, ControlConfig
-from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes, step_episodes
+from vaco_jax.control.envs.episodes import EpisodeState, restart_states, step_episodes
 from vaco_jax.control.train import ControlTrainer
 
 
@@ -58,7 +58,7 @@ def env_program(config: ControlConfig, num_seeds: int, updates: int,
 
     def one_rollout(episodes: EpisodeState, key: jax.Array):
         reset_key, step_key = jax.random.split(key)
-        resets = reset_episodes(env, jax.random.split(reset_key, num_envs)).env
+        resets = restart_states(env, episodes, reset_key)
 
         def step(episodes: EpisodeState, keys: tuple[jax.Array, jax.Array]):
             action_key, env_key = keys

@@ -171,8 +171,9 @@ def update_program(config: TokenConfig, num_seeds: int, updates: int) -> harness
 
 @functools.cache
 def compiled_update(config: TokenConfig, num_seeds: int, updates: int) -> harness.Compiled:
-    """`update_program` compiled once per process: `seeds`' one-seed program is `throughput`'s
-    `fixed:0` update."""
+    """`update_program` compiled once until `seeds` has run: its one-seed program is
+    `throughput`'s `fixed:0` update. Each holds its state on the device, so the cache is emptied
+    after `seeds` and before `capacity`, which measures what fits."""
     return harness.Compiled(update_program(config, num_seeds, updates))
 
 
@@ -248,6 +249,7 @@ def seeds(settings: Settings, log) -> dict[str, Any]:
     timed = dict(zip(programs, harness.timed_rounds(list(programs.values()),
                                                     repeats=settings.repeats,
                                                     max_wait_s=settings.max_wait_s)))
+    compiled_update.cache_clear()
     one = timed[settings.seed_counts[0]]
     return {"rows": {str(n): {**summary, "of_first": harness.paired_rate_ratio(summary, one)}
                      for n, summary in timed.items()}}
@@ -260,6 +262,7 @@ def capacity(settings: Settings, log) -> dict[str, Any]:
     over a few calls. Time-boxed (`capacity_s`, half for each search, whose first size is always
     tried, and measured once for both): a search stopped by time says so, and its largest size
     is then only the largest tried."""
+    compiled_update.cache_clear()
     out: dict[str, Any] = {}
     measured: dict[TokenConfig, dict[str, Any]] = {}  # the preset's size heads both ladders
     for ladder, field in (("model", "width"), ("batch", "prompts")):

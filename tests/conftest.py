@@ -14,11 +14,14 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 import jax  # noqa: E402  (must follow the XLA_FLAGS default above)
 import pytest  # noqa: E402
 
+from vaco_jax.run import compilation_cache  # noqa: E402
+
 TEST_CACHE = os.environ.get("VACO_JAX_TEST_CACHE",
                             os.path.join(tempfile.gettempdir(), "vaco_jax_test_xla_cache"))
-jax.config.update("jax_compilation_cache_dir", TEST_CACHE)
-# Commands the tests start as child processes compile into it too, not into the user's cache.
-os.environ.setdefault("VACO_JAX_COMPILATION_CACHE", TEST_CACHE)
+# The session's cache, as the commands set theirs (size limit included); the commands the tests
+# start as child processes compile into it too, not into the user's cache.
+os.environ[compilation_cache.ENVIRONMENT_VARIABLE] = TEST_CACHE
+compilation_cache.enable()
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 

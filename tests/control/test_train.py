@@ -332,7 +332,7 @@ def test_filter_normalization_divides_by_the_kept_samples():
 
 @pytest.mark.parametrize("field,value,allowed", [
     ("lag_warmup", "wait", "clip, redraw"), ("filter_normalization", "kept_only", "all, kept"),
-    ("reset_states", "fresh", "per_rollout, first")])
+    ("restart_from", "reset", "fresh, first")])
 def test_options_are_validated_before_compilation(field, value, allowed):
     with pytest.raises(ValueError, match=f"{field}='{value}'.*{allowed}"):
         ControlTrainer(TOY.replace(**{field: value}))
@@ -464,12 +464,12 @@ def test_relu_activation_changes_the_networks_and_is_validated():
         ControlTrainer(TOY.replace(activation="gelu"))
 
 
-@pytest.mark.parametrize("reset_states", ["per_rollout", "first"])
-def test_finished_environments_restart_from_fresh_states_or_their_own_first(reset_states):
+@pytest.mark.parametrize("restart_from", ["fresh", "first"])
+def test_finished_environments_restart_from_fresh_states_or_their_own_first(restart_from):
     """`toy_reach` draws its target at reset: under `first` every episode of an environment
-    chases the target of its first one; under `per_rollout` later episodes draw new ones."""
+    chases the target of its first one; under `fresh` later episodes draw new ones."""
     trainer = ControlTrainer(TOY.replace(lag_model="fixed", episode_length=5,
-                                         reset_states=reset_states))
+                                         restart_from=restart_from))
     hp = ControlHParams.create()
     state = trainer.init(jax.random.PRNGKey(0), hp)
     first_targets = np.asarray(state.episodes.env.obs[:, 2])
@@ -479,12 +479,11 @@ def test_finished_environments_restart_from_fresh_states_or_their_own_first(rese
         state, data = collect(state, jax.random.PRNGKey(i))
         observations.append(np.asarray(data.obs))
     targets = np.concatenate(observations)[..., 2]  # [T, E]
-    if reset_states == "first":
+    if restart_from == "first":
         np.testing.assert_array_equal(targets, np.broadcast_to(first_targets, targets.shape))
-        _assert_trees_equal(state.episodes.first, trainer.init(jax.random.PRNGKey(0), hp)
-                            .episodes.env)
+        _assert_trees_equal(state.episodes.first_states,
+                            trainer.init(jax.random.PRNGKey(0), hp).episodes.env)
     else:
-        assert state.episodes.first is None  # the state (and its checkpoints) as before
-        assert not np.all(targets == first_targets)
+        assert state.episodes.first_states is None  # the state (and its checkpoints) as before
         restarted = targets[5]  # every environment's second episode starts at step 5
         assert np.all(restarted != first_targets)

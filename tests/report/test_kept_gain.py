@@ -270,7 +270,6 @@ def test_without_lag_zero_the_kept_gain_is_skipped_and_says_why(tmp_path):
     assert kept_gain.skip_reason([0.0, 2.0]) is None
 
 
-
 def test_the_heatmaps_title_lies_inside_the_figure_however_few_the_lags(report):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -279,9 +278,9 @@ def test_the_heatmaps_title_lies_inside_the_figure_however_few_the_lags(report):
     for figure in (figures["fig_kept_gain"], narrow):
         canvas = FigureCanvasAgg(figure)
         canvas.draw()
-        extent = figure._suptitle.get_window_extent(canvas.get_renderer())
+        extent = figure._suptitle.get_window_extent(canvas.get_renderer())  # its Text's
         assert extent.x0 >= 0 and extent.x1 <= figure.bbox.x1
-    assert "grey: undefined or not run" in narrow._suptitle.get_text().replace("\n", " ")
+    assert "grey: undefined or not run" in narrow.get_suptitle().replace("\n", " ")
 
 
 def test_a_lag_model_run_only_above_lag_0_keeps_the_gain_of_the_fixed_lag_synchronous_runs(
@@ -302,9 +301,15 @@ def test_a_lag_model_run_only_above_lag_0_keeps_the_gain_of_the_fixed_lag_synchr
     assert found["raw_sync_gain"] == pytest.approx(5.0)
     assert pooled_record(summary, "ppo[lag_model=uniform]", 8.0)["kept"] == \
         pooled_record(summary, "ppo[lag_model=fixed]", 4.0)["kept"]
-    assert not [r for r in summary["kept_gain"]["tasks"]
-                if r["variant"] == "ppo[lag_model=uniform]" and r["lag"] == 0.0]
+    assert found["sync_variant"] == pooled_record(summary, "ppo[lag_model=uniform]",
+                                                  8.0)["sync_variant"]
     assert task_record(summary, "vaco", "task_a", 4.0)["sync_variant"] == "vaco"
+    # A variant with lag-0 runs of its own keeps them, whatever its lag model.
+    own_sync = uniform.assign(lag=0.0, run_id=lambda r: r["run_id"] + "/sync")
+    summary = write_report(pd.concat([runs, uniform, own_sync]), tmp_path / "own",
+                           final_fraction=0.1, reps=REPS, seed=0)
+    found = task_record(summary, "ppo[lag_model=uniform]", "task_a", 8.0)
+    assert found["sync_variant"] == "ppo[lag_model=uniform]"
     # Without fixed-lag synchronous runs there is nothing to measure against.
     alone = pd.concat([runs[runs["algo"] == "vaco"], uniform])
     summary = write_report(alone, tmp_path / "alone", final_fraction=0.1, reps=REPS, seed=0)

@@ -44,11 +44,51 @@ def test_without_filelock_the_cache_stays_unbounded_rather_than_unread(no_cache_
     assert jax.config.jax_compilation_cache_max_size == -1
 
 
-def test_a_size_the_user_set_is_kept(no_cache_yet, monkeypatch, tmp_path):
+def test_a_size_the_user_set_is_kept_no_limit_included(no_cache_yet, monkeypatch, tmp_path):
     monkeypatch.setenv(compilation_cache.ENVIRONMENT_VARIABLE, str(tmp_path / "mine"))
     jax.config.update("jax_compilation_cache_max_size", 123 * 2**20)
     assert compilation_cache.enable() == tmp_path / "mine"
     assert jax.config.jax_compilation_cache_max_size == 123 * 2**20
+    jax.config.update("jax_compilation_cache_dir", None)
+    jax.config.update("jax_compilation_cache_max_size", -1)  # what JAX read from the variable
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "-1")
+    assert compilation_cache.enable() == tmp_path / "mine"
+    assert jax.config.jax_compilation_cache_max_size == -1
+
+
+def test_programs_cached_without_a_limit_stay_usable_under_one(no_cache_yet, monkeypatch,
+                                                               tmp_path):
+    """A folder an unlimited cache filled (an earlier version's) has no access times, which
+    JAX's eviction reads for every program: each gets its file's modification time, and new
+    programs are written beside the old ones without a warning."""
+    import warnings
+
+    from jax._src import compilation_cache as jax_cache
+
+    folder = tmp_path / "xla"
+    shortest = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    try:
+        jax.config.update("jax_compilation_cache_dir", str(folder))
+        jax_cache.reset_cache()
+        jax.jit(lambda x: x * 3.0 + 1.0)(jax.numpy.ones(3)).block_until_ready()
+        old = sorted(p.name for p in folder.iterdir())
+        assert old and not [n for n in old if n.endswith("-atime")]
+        jax.config.update("jax_compilation_cache_dir", None)
+        monkeypatch.setenv(compilation_cache.ENVIRONMENT_VARIABLE, str(folder))
+        assert compilation_cache.enable() == folder
+        programs = [p for p in folder.iterdir() if p.name.endswith("-cache")]
+        for program in programs:
+            stamp = folder / program.name.replace("-cache", "-atime")
+            assert int.from_bytes(stamp.read_bytes(), "little") == program.stat().st_mtime_ns
+        jax_cache.reset_cache()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # JAX warns where it cannot write an entry
+            jax.jit(lambda x: x * 5.0 - 2.0)(jax.numpy.ones(4)).block_until_ready()
+        assert len([p for p in folder.iterdir() if p.name.endswith("-cache")]) > len(programs)
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", shortest)
+        jax_cache.reset_cache()
 
 
 def test_the_environment_chooses_the_folder_or_turns_it_off(no_cache_yet, monkeypatch,

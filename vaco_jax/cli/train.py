@@ -79,10 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="VACO's filtered mean divides by all samples (all) or the kept ones (kept)")
     p.add_argument("--acting", default=defaults.acting,
                    help="per-environment policy strategy: gather or select")
-    p.add_argument("--reset-states", default=defaults.reset_states,
-                   help="where a finished environment restarts: per_rollout (a fresh initial "
-                        "state drawn once per rollout) or first (its own first one, as Brax's "
-                        "and PureJaxRL's auto-reset)")
+    p.add_argument("--restart-from", default=defaults.restart_from,
+                   help="where a finished environment restarts: fresh (an initial state drawn "
+                        "once per rollout) or first (its own first one, as Brax's auto-reset)")
     p.add_argument("--reward-scaling", default=defaults.reward_scaling,
                    help="learner's reward scaling: return_std or none")
     p.add_argument("--grad-clip", default=defaults.grad_clip,
@@ -109,7 +108,7 @@ def build(args) -> tuple[ControlConfig, ControlHParams]:
         tv_scope=args.tv_scope, tv_delta_convention=args.tv_delta_convention,
         tv_estimator=args.tv_estimator,
         filter_normalization=args.filter_normalization, acting=args.acting,
-        reset_states=args.reset_states, reward_scaling=args.reward_scaling,
+        restart_from=args.restart_from, reward_scaling=args.reward_scaling,
         advantage_normalization=args.advantage_normalization, grad_clip=args.grad_clip,
         activation=args.activation, learning_rate_schedule=args.learning_rate_schedule)
     return config, ControlHParams.create(lag=lag, **dict(args.hparam))

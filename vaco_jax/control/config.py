@@ -31,7 +31,7 @@ ADVANTAGE_NORMALIZATIONS = ("scale", "standardize", "none")
 REWARD_SCALINGS = ("return_std", "none")  # see vaco_jax.control.reward_scaling
 GRAD_CLIPS = ("global", "per_network")
 LEARNING_RATE_SCHEDULES = ("constant", "linear")
-RESET_STATES = ("per_rollout", "first")  # see vaco_jax.control.envs.episodes
+RESTARTS = ("fresh", "first")  # see vaco_jax.control.envs.episodes.restart_states
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,11 +88,11 @@ class ControlConfig(Config):
     # filter keeps (filtering changes the step's direction only; 0 when nothing is kept).
     filter_normalization: str = "all"
     acting: str = "gather"
-    # Where a finished environment restarts: `per_rollout`, a fresh initial state drawn for each
+    # Where a finished environment restarts: `fresh`, an initial state drawn for each
     # environment once per rollout; `first`, its own first initial state every time (Brax's
-    # `AutoResetWrapper` and PureJaxRL: no reset inside the training loop, every episode of an
-    # environment starting alike).
-    reset_states: str = "per_rollout"
+    # `AutoResetWrapper`, which PureJaxRL wraps around Brax tasks: no reset inside the training
+    # loop, every episode of an environment starting alike).
+    restart_from: str = "fresh"
 
     @property
     def steps_per_update(self) -> int:
@@ -134,7 +134,7 @@ def _validate_config(config: ControlConfig) -> None:
     check_choice("tv_estimator", config.tv_estimator, TV_ESTIMATORS)
     check_choice("filter_normalization", config.filter_normalization, FILTER_NORMALIZATIONS)
     check_choice("acting", config.acting, ACTING_STRATEGIES)
-    check_choice("reset_states", config.reset_states, RESET_STATES)
+    check_choice("restart_from", config.restart_from, RESTARTS)
     check_choice("advantage_normalization", config.advantage_normalization, ADVANTAGE_NORMALIZATIONS)
     check_choice("reward_scaling", config.reward_scaling, REWARD_SCALINGS)
     check_choice("grad_clip", config.grad_clip, GRAD_CLIPS)

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 from flax import struct
 
 from vaco_jax.control.envs import Environment, EnvState
-from vaco_jax.control.envs.episodes import (EpisodeState, reset_episodes, step_episodes,
-                                            where_done)
+from vaco_jax.control.envs.episodes import (EpisodeState, reset_episodes, restart_states,
+                                            step_episodes, where_done)
 from vaco_jax.control.networks import ActorCritic
 from vaco_jax.core.policy_buffer import Behaviour, cond_in_every_run, make_behaviour, newest
 
@@ -63,8 +63,7 @@ def rollout(env: Environment, model: ActorCritic, behaviour: Behaviour, episodes
     # the keys they always had, and no key is derived from one already used.
     env_root = jax.random.fold_in(key, 2)
     num_envs = episodes.step_count.shape[0]
-    reset_states = (episodes.first if episodes.first is not None else
-                    reset_episodes(env, jax.random.split(reset_key, num_envs)).env)
+    restarts = restart_states(env, episodes, reset_key)
     distribution = model.policy_distribution
     # `in_flight`: versions `[T, E]`, the behaviour policy changes during the rollout.
     per_step = behaviour.versions.ndim == 2
@@ -80,7 +79,7 @@ def rollout(env: Environment, model: ActorCritic, behaviour: Behaviour, episodes
         log_prob = distribution.log_prob(dist, action)
         state, outcome = step_episodes(env, state, distribution.env_action(action),
                                        jax.random.split(env_key, num_envs),
-                                       reset_states, episode_length)
+                                       restarts, episode_length)
         record = Transitions(obs=obs, action=action, reward=outcome.reward,
                              terminated=outcome.terminated, truncated=outcome.truncated,
                              next_obs=outcome.next_obs, behaviour_log_prob=log_prob,

@@ -60,14 +60,16 @@ METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "ve
 
 
 @functools.cache
-def mechanisms(algo: str) -> frozenset[str]:
+def algorithm_mechanisms(algo: str) -> frozenset[str]:
     """The stabilisers (`phase.MECHANISM_FRACTIONS`) whose fractions `algo`'s loss records; its
-    runs record the others as NaN (as 0 in runs tables written before they did)."""
-    zeros = jnp.zeros(2)
-    terms = PolicyTerms(log_prob=zeros, behaviour_log_prob=zeros, phase_log_prob=zeros,
-                        advantages=zeros, tv_log_rho=zeros, tv=None, kl_coef=jnp.zeros(()))
-    return phase.recorded_mechanisms(lambda: ALGORITHMS[algo].policy_loss(terms,
-                                                                         ControlHParams()))
+    runs record the others as NaN (as 0 in runs tables written before they did). KeyError for
+    an algorithm the registry does not have."""
+    loss = ALGORITHMS[algo].policy_loss
+    samples = jax.ShapeDtypeStruct((2,), jnp.float32)
+    terms = PolicyTerms(log_prob=samples, behaviour_log_prob=samples, phase_log_prob=samples,
+                        advantages=samples, tv_log_rho=samples, tv=None,
+                        kl_coef=jax.ShapeDtypeStruct((), jnp.float32))
+    return phase.recorded_mechanisms(lambda t: loss(t, ControlHParams()), terms)
 
 
 @struct.dataclass
@@ -161,8 +163,8 @@ class ControlTrainer(Trainer):
         per_actor = (init_per_actor_lags(lag_key, hp.lag, cfg.num_envs)
                      if cfg.lag_model == "per_actor" else jnp.zeros(cfg.num_envs, jnp.int32))
         episodes = reset_episodes(self.env, jax.random.split(env_key, cfg.num_envs))
-        if cfg.reset_states == "first":
-            episodes = episodes.replace(first=episodes.env)
+        if cfg.restart_from == "first":
+            episodes = episodes.replace(first_states=episodes.env)
         return ControlState(
             params=params,
             opt_state=self.optimizer(hp).init(params),

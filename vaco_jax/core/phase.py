@@ -37,11 +37,12 @@ def scan_epochs(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any,
     return jax.lax.scan(epoch, carry, jax.random.split(key, epochs))
 
 
-def recorded_mechanisms(policy_loss: Callable[[], tuple[Any, Mapping[str, Any]]]
-                        ) -> frozenset[str]:
-    """The `MECHANISM_FRACTIONS` that `policy_loss() -> (loss, metrics)` returns: the
-    stabilisers an algorithm has, read from its own loss traced on shapes (nothing computed)."""
-    _, metrics = jax.eval_shape(policy_loss)
+def recorded_mechanisms(policy_loss: Callable[[Any], tuple[Any, Mapping[str, Any]]],
+                        terms: Any) -> frozenset[str]:
+    """The `MECHANISM_FRACTIONS` that `policy_loss(terms) -> (loss, metrics)` returns: the
+    stabilisers an algorithm has, read from its own loss traced on the shapes `terms` gives
+    (`jax.ShapeDtypeStruct` leaves: nothing computed, no device used)."""
+    _, metrics = jax.eval_shape(policy_loss, terms)
     return frozenset(MECHANISM_FRACTIONS).intersection(metrics)
 
 

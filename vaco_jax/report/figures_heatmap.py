@@ -99,7 +99,7 @@ def figure_kept_gain(kept_gain: Mapping[str, Any], lags: Sequence[float]) -> Fig
     orders = {task: row_order([r for r in records if r["task"] == task]) for task in tasks}
     label_width = 0.075 * max(len(v) for order in orders.values() for v in order)
     heights = [1.0 + 0.42 * len(orders[task]) for task in tasks]
-    # At least wide enough for the title and tall enough for the colour bar's label.
+    # At least tall enough for the colour bar's label (the title wraps to the width).
     figure = Figure(figsize=(max(7.5, label_width + 2.6 * len(lags) + 1.6),
                              max(4.0, 1.0 + sum(heights))), layout="constrained")
     grid = figure.subplots(len(tasks), len(MEASURES), squeeze=False, sharey="row",
@@ -118,7 +118,7 @@ def figure_kept_gain(kept_gain: Mapping[str, Any], lags: Sequence[float]) -> Fig
                  "(score - initial) / synchronous (score - initial)",
                  "AUC: the mean score over training; rows by mean kept final score over lags > 0, "
                  "best first; grey: undefined or not run")
-    # About 9 characters of the title's font to an inch: each sentence wrapped to the width.
+    # About 8.5 characters of the title's font to an inch: each sentence wrapped to the width.
     width = int(8.5 * figure.get_figwidth())
     figure.suptitle("\n".join(line for sentence in sentences
                               for line in textwrap.wrap(sentence, width)))

@@ -102,7 +102,8 @@ def _kept_shares(
 
 
 def task_kept_gains(
-    run_table: pd.DataFrame, lags: Sequence[float], reps: int, seed: int
+    run_table: pd.DataFrame, lags: Sequence[float], sync_variants: Mapping[str, str], reps: int,
+    seed: int,
 ) -> list[dict[str, Any]]:
     """Per (variant, task, lag), every run of the task counted: the kept gain and AUC kept gain
     with their intervals, and beside them the raw (un-normalised) numbers they come from: the
@@ -110,7 +111,6 @@ def task_kept_gains(
     Variants without synchronous runs on a task (``synchronous_variants``) are left out of
     that task."""
     records = []
-    sync_variants = synchronous_variants(run_table)
     synchronous = run_table[run_table["lag"] == SYNC_LAG]
     for (variant, task), runs in run_table.groupby(["variant", "task"], sort=True):
         sync_runs = synchronous[(synchronous["variant"] == sync_variants.get(variant))
@@ -150,12 +150,13 @@ def pooled_kept_gains(
     sync_cells = {c.variant: c for c in complete if c.lag == SYNC_LAG}
     records = []
     for cell in complete:
-        sync = sync_cells.get(sync_variants.get(cell.variant, ""))
+        sync = sync_cells.get(sync_variants.get(cell.variant))
         if sync is None:
             continue
         records.append({
             "variant": cell.variant,
             "algo": cell.algo,
+            "sync_variant": sync.variant,
             "lag": cell.lag,
             "runs_per_task": int(cell.gains.shape[0]),
             **_kept_shares(
@@ -174,9 +175,9 @@ def summary(
     reason = skip_reason(lags)
     if reason is not None:
         return {"skipped": reason}
+    sync_variants = synchronous_variants(run_table)
     return {
         "sync_lag": SYNC_LAG,
-        "tasks": task_kept_gains(run_table, lags, reps, seed),
-        "pooled": pooled_kept_gains(complete, tasks, synchronous_variants(run_table), reps,
-                                    seed),
+        "tasks": task_kept_gains(run_table, lags, sync_variants, reps, seed),
+        "pooled": pooled_kept_gains(complete, tasks, sync_variants, reps, seed),
     }

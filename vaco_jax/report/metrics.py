@@ -50,18 +50,19 @@ def without_absent_mechanisms(table: pd.DataFrame,
     without it (``mechanisms(algo)``, KeyError for an algorithm it does not know, whose rows
     stay as recorded): runs tables written before trainers recorded NaN there hold 0, which
     would read as a stabiliser that never acted."""
-    def has(algo: str, fraction: str) -> bool:
+    known = {}
+    for algo in table["algo"].astype(str).unique():
         try:
-            return fraction in mechanisms(algo)
+            known[algo] = mechanisms(algo)
         except KeyError:
-            return True
-
+            pass
+    algos = table["algo"].astype(str)
     table = table.copy()
     for fraction in MECHANISM_FRACTIONS:
         columns = [c for c in (fraction, acted_name(fraction)) if c in table.columns]
-        absent = ~table["algo"].astype(str).map(lambda algo: has(algo, fraction))
-        if columns and absent.any():
-            table.loc[absent, columns] = np.nan
+        lacking = [algo for algo, has in known.items() if fraction not in has]
+        if columns and lacking:
+            table.loc[algos.isin(lacking), columns] = np.nan
     return table
 
 

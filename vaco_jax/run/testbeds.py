@@ -14,19 +14,16 @@ import dataclasses
 from typing import Any, Callable
 
 from vaco_jax.control import envs
-from vaco_jax.core.config import Config
-from vaco_jax.core.trainer import Trainer
+from vaco_jax.control import train as control_train
 from vaco_jax.control.algorithms import ALGORITHMS
 from vaco_jax.control.config import ControlConfig, ControlHParams
 from vaco_jax.control.config import validate as validate_control
+from vaco_jax.core.config import Config
+from vaco_jax.core.trainer import Trainer
 from vaco_jax.tokens import config as token_config
+from vaco_jax.tokens import train as token_train
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
-from vaco_jax.tokens import train as token_train
-from vaco_jax.tokens.train import METRICS as TOKEN_METRICS
-from vaco_jax.tokens.train import TokenTrainer
-from vaco_jax.control import train as control_train
-from vaco_jax.control.train import METRICS, ControlTrainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,16 +85,16 @@ class Testbed:
 
 CONTROL = Testbed(
     name="control", config=ControlConfig, hparams=ControlHParams, validate=validate_control,
-    trainer=ControlTrainer, metrics=METRICS, score_name="return",
+    trainer=control_train.ControlTrainer, metrics=control_train.METRICS, score_name="return",
     steps_name="environment steps", task_field="env", tasks=envs.names,
-    algorithms=tuple(ALGORITHMS), mechanisms=control_train.mechanisms,
+    algorithms=tuple(ALGORITHMS), mechanisms=control_train.algorithm_mechanisms,
     task_defaults=_control_task_defaults,
     reference=_control_reference)
 TOKENS = Testbed(
     name="tokens", config=TokenConfig, hparams=TokenHParams, validate=token_config.validate,
-    trainer=TokenTrainer, metrics=TOKEN_METRICS, score_name="held-out accuracy",
+    trainer=token_train.TokenTrainer, metrics=token_train.METRICS, score_name="held-out accuracy",
     steps_name="sampled responses", task_field="task", tasks=lambda: tuple(TASKS),
-    algorithms=token_config.ALGORITHMS, mechanisms=token_train.mechanisms,
+    algorithms=token_config.ALGORITHMS, mechanisms=token_train.algorithm_mechanisms,
     task_defaults=lambda task: {},
     reference=lambda config: Reference(1.0, "maximum (every held-out answer exact)"))
 TESTBEDS = {t.name: t for t in (CONTROL, TOKENS)}

@@ -49,15 +49,18 @@ METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "versio
 
 
 @functools.cache
-def mechanisms(algo: str) -> frozenset[str]:
+def algorithm_mechanisms(algo: str) -> frozenset[str]:
     """The stabilisers (`phase.MECHANISM_FRACTIONS`) whose fractions `algo`'s loss records; its
-    runs record the others as NaN (as 0 in runs tables written before they did)."""
-    tokens, sequences = jnp.zeros((2, 3)), jnp.zeros(2)
+    runs record the others as NaN (as 0 in runs tables written before they did). KeyError for
+    an algorithm the registry does not have."""
+    loss = ALGORITHMS[algo].policy_loss
+    tokens = jax.ShapeDtypeStruct((2, 3), jnp.float32)
+    sequences = jax.ShapeDtypeStruct((2,), jnp.float32)
     terms = TokenTerms(log_prob=tokens, behaviour_log_prob=tokens, phase_log_prob=tokens,
-                       advantages=sequences, mask=jnp.ones((2, 3)), version_gap=tokens,
-                       group=jnp.zeros(2, jnp.int32), reward=sequences,
+                       advantages=sequences, mask=tokens, version_gap=tokens,
+                       group=jax.ShapeDtypeStruct((2,), jnp.int32), reward=sequences,
                        reference_log_prob=tokens)
-    return phase.recorded_mechanisms(lambda: ALGORITHMS[algo].policy_loss(terms, TokenHParams()))
+    return phase.recorded_mechanisms(lambda t: loss(t, TokenHParams()), terms)
 
 
 @struct.dataclass
