@@ -19,9 +19,12 @@ from vaco_jax.run import compilation_cache  # noqa: E402
 TEST_CACHE = os.environ.get("VACO_JAX_TEST_CACHE",
                             os.path.join(tempfile.gettempdir(), "vaco_jax_test_xla_cache"))
 # The session's cache, as the commands set theirs (size limit included); the commands the tests
-# start as child processes compile into it too, not into the user's cache.
+# start as child processes compile into it too, not into the user's cache, under the same limit
+# (also those pointed at it through JAX's own variables): a process without a limit writes no
+# access times, and the eviction of every process with one then fails.
 os.environ[compilation_cache.ENVIRONMENT_VARIABLE] = TEST_CACHE
 compilation_cache.enable()
+os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(jax.config.jax_compilation_cache_max_size)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 

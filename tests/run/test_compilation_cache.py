@@ -13,8 +13,9 @@ TRAIN = ["train", "--env", "toy_reach", "--total-steps", "512", "--num-envs", "8
 
 
 @pytest.fixture
-def no_cache_yet():
-    """JAX without a cache folder for the test (the session's own is put back after)."""
+def no_cache_yet(monkeypatch):
+    """JAX without a cache folder or size for the test (the session's own are put back after)."""
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
     session = jax.config.jax_compilation_cache_dir
     size = jax.config.jax_compilation_cache_max_size
     jax.config.update("jax_compilation_cache_dir", None)
