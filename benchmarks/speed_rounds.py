@@ -18,7 +18,7 @@ resumes where it stopped. `summary.json` and the printed table are recomputed fr
 the folder's files, alone with `--summarise DIR`.
 
     PYTHONPATH=$PWD python -m benchmarks.speed_rounds --checkout PATH/TO/purejaxrl --rounds 8 \\
-        --out benchmarks/results/parity/speed_rounds_v2 [--cpus 0,1]
+        --out benchmarks/results/parity/speed_rounds_v2 [--cpus 0,1] [--config JSON]
     PYTHONPATH=$PWD python -m benchmarks.speed_rounds \\
         --summarise benchmarks/results/parity/speed_rounds_v2
 """
@@ -82,15 +82,20 @@ def run_rounds(folder: Path, rounds: int, runner: Runner) -> list[tuple[int, str
     return ran
 
 
-def side_commands(checkout: Path, seeds: int, total_steps: int | None) -> dict[str, list[str]]:
-    """Each side's command line, less its `--out`."""
+def side_commands(checkout: Path, seeds: int, total_steps: int | None,
+                  config: dict[str, Any] | None = None) -> dict[str, list[str]]:
+    """Each side's command line, less its `--out`; `config`: vaco_jax's `ControlConfig`
+    overrides of the parity settings (e.g. `restart_from`)."""
     vaco = [sys.executable, "-m", "benchmarks.parity", "--preset", "continuous",
             "--seeds", str(seeds), "--variant", "default"]
     purejaxrl = [sys.executable, "-m", "benchmarks.purejaxrl", "--script", "continuous",
                  "--checkout", str(checkout.resolve()), "--seeds", str(seeds)]
+    overrides = dict(config or {})
     if total_steps is not None:
-        vaco += ["--config", json.dumps({"total_steps": total_steps})]
+        overrides["total_steps"] = total_steps
         purejaxrl += ["--config", json.dumps({"TOTAL_TIMESTEPS": total_steps})]
+    if overrides:
+        vaco += ["--config", json.dumps(overrides)]
     return {"vaco_jax": vaco, "purejaxrl": purejaxrl}
 
 
@@ -219,11 +224,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--cpus", help="pin both sides to these CPUs (taskset -c), e.g. 0,1")
     p.add_argument("--total-steps", type=int,
                    help="environment steps per run (default: the parity settings' 499,712)")
+    p.add_argument("--config", type=json.loads, default={},
+                   help="JSON ControlConfig overrides for the vaco_jax side, e.g. "
+                        "'{\"restart_from\": \"first\", \"buffer_capacity\": 1}'")
     args = p.parse_args(argv)
     if args.summarise is None:
         if args.checkout is None or args.out is None:
             p.error("--checkout and --out are needed unless --summarise is given")
-        commands = side_commands(args.checkout, args.seeds, args.total_steps)
+        commands = side_commands(args.checkout, args.seeds, args.total_steps, args.config)
         keep_commands(args.out, {"commands": commands, "cpus": args.cpus})
         run_rounds(args.out, args.rounds, subprocess_runner(commands, args.cpus))
     print(markdown(summarise(args.summarise or args.out)))

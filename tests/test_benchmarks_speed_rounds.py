@@ -112,6 +112,10 @@ def test_a_folder_is_resumed_only_with_the_commands_it_was_measured_with(tmp_pat
     assert not any("--config" in command for command in full.values())
     assert '{"total_steps": 4096}' in short["vaco_jax"]
     assert '{"TOTAL_TIMESTEPS": 4096}' in short["purejaxrl"]
+    semantics = speed_rounds.side_commands(checkout, seeds=2, total_steps=4096,
+                                           config={"restart_from": "first"})
+    assert '{"restart_from": "first", "total_steps": 4096}' in semantics["vaco_jax"]
+    assert semantics["purejaxrl"] == short["purejaxrl"]  # PureJaxRL's settings are its own
     speed_rounds.keep_commands(tmp_path / "rounds", {"commands": full, "cpus": None})
     speed_rounds.keep_commands(tmp_path / "rounds", {"commands": full, "cpus": None})
     with pytest.raises(SystemExit, match="other settings"):
