@@ -231,6 +231,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.summarise is None:
         if args.checkout is None or args.out is None:
             p.error("--checkout and --out are needed unless --summarise is given")
+        if "total_steps" in args.config:
+            p.error("set the run length with --total-steps, which both sides receive, not in "
+                    "--config, which only vaco_jax reads")
         commands = side_commands(args.checkout, args.seeds, args.total_steps, args.config)
         keep_commands(args.out, {"commands": commands, "cpus": args.cpus})
         run_rounds(args.out, args.rounds, subprocess_runner(commands, args.cpus))

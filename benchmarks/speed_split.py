@@ -160,19 +160,23 @@ class WithoutEvaluation(ControlTrainer):
 COMPILED_PROGRAMS = ("vaco_jax", "vaco_jax_without_evaluation", "purejaxrl")
 
 
+def whole_run_program(name: str, config: ControlConfig, num_seeds: int,
+                      checkout: Path | None) -> harness.Program:
+    """Whole-run program `name` of `COMPILED_PROGRAMS` (one call is one whole run)."""
+    if name == "purejaxrl":
+        return purejaxrl_program(checkout, config, num_seeds, config.num_updates, config.epochs)
+    trainer = (ControlTrainer if name == "vaco_jax" else WithoutEvaluation)(config)
+    return harness.Program(
+        fn=jax.jit(jax.vmap(trainer.train)),
+        args=(programs.seed_keys(num_seeds), programs.hparams_for(config, num_seeds)),
+        advance=lambda args, out: args, steps_per_call=0)
+
+
 def compile_one(name: str, config: ControlConfig, num_seeds: int,
                 checkout: Path | None) -> dict[str, float]:
     """Seconds to lower and to compile whole-run program `name` of `COMPILED_PROGRAMS`."""
-    if name == "purejaxrl":
-        program = purejaxrl_program(checkout, config, num_seeds, config.num_updates,
-                                    config.epochs)
-    else:
-        trainer = (ControlTrainer if name == "vaco_jax" else WithoutEvaluation)(config)
-        program = harness.Program(
-            fn=jax.jit(jax.vmap(trainer.train)),
-            args=(programs.seed_keys(num_seeds), programs.hparams_for(config, num_seeds)),
-            advance=lambda args, out: args, steps_per_call=0)
-    compiled = harness.Compiled(program, warm_up=False)
+    compiled = harness.Compiled(whole_run_program(name, config, num_seeds, checkout),
+                                warm_up=False)
     return {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s,
             "total_s": compiled.lower_s + compiled.compile_s}
 

@@ -30,11 +30,24 @@ def _tree(**overrides):
     ({"small": jnp.array([jnp.nan])}, False),
     ({"half": jnp.array([1.0, -jnp.inf, 0.0], jnp.bfloat16)}, False),
     ({"scalar": jnp.float32(jnp.nan)}, False),
+    ({"big": jnp.ones((64, 32)).at[0, 0].set(jnp.nan)}, False),
     ({"count": jnp.array([-1], jnp.int32)}, True),  # integer leaves are always finite
+    # Large finite values are finite: no sum of them may overflow into a false verdict.
+    ({"big": jnp.full((64, 32), 3e38)}, True),
+    ({"big": jnp.full((64, 32), 6e4, jnp.float16)}, True),
+    ({"small": jnp.full(3, -3e38)}, True),
+    ({"empty": jnp.zeros(0)}, True),
 ])
 def test_all_finite(bad, expected, jitted):
     check = jax.jit(all_finite) if jitted else all_finite
     assert bool(check(_tree(**bad))) is expected
+
+
+def test_all_finite_under_vmap_judges_each_run_alone():
+    big = jnp.ones((2, 64, 32)).at[1, 5, 5].set(jnp.inf)
+    small = jnp.ones((2, 3)).at[0, 2].set(jnp.nan)
+    np.testing.assert_array_equal(jax.vmap(all_finite)({"big": big}), [True, False])
+    np.testing.assert_array_equal(jax.vmap(all_finite)({"small": small}), [False, True])
 
 
 def test_all_finite_of_a_tree_without_floating_point_leaves_holds():
@@ -77,6 +90,6 @@ def _guard_size(leaves: int) -> int:
 
 def test_the_verdict_is_computed_once_not_inside_every_leaf_it_freezes():
     # Per-leaf verdicts joined by `&` were copied by XLA into the select of each frozen leaf,
-    # a program growing with the square of the leaves: a whole run's held 2,388 is-finite
+    # a program growing with the square of the leaves: a whole run's program held 2,388 is-finite
     # operations and compiled 1.5 s slower for it.
     assert _guard_size(64) < 2.5 * _guard_size(32)
