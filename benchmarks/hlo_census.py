@@ -16,21 +16,19 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import re
 from pathlib import Path
 from typing import Any, Sequence
 
 from benchmarks import harness
-from benchmarks.parity import PUREJAXRL_SETTINGS
-from benchmarks.speed_split import COMPILED_PROGRAMS, whole_run_program
-from vaco_jax.control.config import ControlConfig
-from vaco_jax.run import io, testbeds
+from benchmarks.speed_split import COMPILED_PROGRAMS, parity_config, whole_run_program
+from vaco_jax.run import io
 
 ROOT = Path(__file__).resolve().parent.parent
 _SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _OPERATION = re.compile(r"^\s*(?:ROOT )?%\S+ = \S+ ([\w-]+)\(")
 _FIELDS = re.compile(r"(\w+)=(\d+)")
+_FRAME = re.compile(r"stack_frame_id=(\d+)")
 
 
 def source_lines(hlo: str) -> dict[int, str]:
@@ -72,7 +70,7 @@ def census(hlo: str, top: int = 25) -> dict[str, Any]:
         if not match:
             continue
         kinds[match.group(1)] += 1
-        frame = re.search(r"stack_frame_id=(\d+)", text)
+        frame = _FRAME.search(text)
         by_line[lines.get(int(frame.group(1)), "(unknown)") if frame else "(none)"] += 1
     return {"operations": sum(kinds.values()), "fusions": kinds["fusion"],
             "kinds": dict(kinds.most_common()),
@@ -97,8 +95,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         p.error(f"{out} exists; pass --overwrite to replace it")
-    settings = {**PUREJAXRL_SETTINGS, "env": args.env, **json.loads(args.config)}
-    config = ControlConfig.from_dict({**testbeds.CONTROL.task_defaults(args.env), **settings})
+    config = parity_config(args.env, args.config)
     print(f"compiling {args.program} (not running it) ...", flush=True)
     compiled = harness.Compiled(whole_run_program(args.program, config, args.seeds,
                                                   args.checkout), warm_up=False)

@@ -160,6 +160,13 @@ class WithoutEvaluation(ControlTrainer):
 COMPILED_PROGRAMS = ("vaco_jax", "vaco_jax_without_evaluation", "purejaxrl")
 
 
+def parity_config(env: str, overrides: str) -> ControlConfig:
+    """The parity settings on `env` with the task's defaults, updated by `overrides`, JSON
+    `ControlConfig` fields (the `--config` of this module's and `hlo_census`'s commands)."""
+    settings = {**PUREJAXRL_SETTINGS, "env": env, **json.loads(overrides)}
+    return ControlConfig.from_dict({**testbeds.CONTROL.task_defaults(env), **settings})
+
+
 def whole_run_program(name: str, config: ControlConfig, num_seeds: int,
                       checkout: Path | None) -> harness.Program:
     """Whole-run program `name` of `COMPILED_PROGRAMS` (one call is one whole run)."""
@@ -250,8 +257,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     if out.exists() and not args.overwrite and not args.compile_one:
         sys.exit(f"{out} exists; pass --overwrite to replace it")
-    settings = {**PUREJAXRL_SETTINGS, "env": args.env, **json.loads(args.config)}
-    config = ControlConfig.from_dict({**testbeds.CONTROL.task_defaults(args.env), **settings})
+    config = parity_config(args.env, args.config)
     if args.compile_one:
         print(json.dumps(compile_one(args.compile_one, config, args.seeds, args.checkout)))
         return {}
