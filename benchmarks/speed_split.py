@@ -18,7 +18,8 @@ nothing else at all.
 
 `--compile N` also lowers and compiles (without running) the whole programs of a run, each in a
 process of its own, N times: vaco_jax's `ControlTrainer.train`, the same with the evaluation
-left out (`WithoutEvaluation`), and with `--checkout` PureJaxRL's, which has no evaluation.
+left out (`WithoutEvaluation`), and with `--checkout` PureJaxRL's, which has no evaluation; and
+times the wait of vaco_jax's driver before its first chunk (`driver_wait`), the same way.
 
     PYTHONPATH=$PWD python -m benchmarks.speed_split --checkout PATH/TO/purejaxrl --compile 2 \\
         --out benchmarks/results/parity/speed_split.json
@@ -43,6 +44,7 @@ from benchmarks.parity import PUREJAXRL_SETTINGS
 from vaco_jax.control.config import ControlConfig
 from vaco_jax.control.train import ControlTrainer
 from vaco_jax.run import io, testbeds
+from vaco_jax.run.driver import Driver
 
 
 @functools.cache
@@ -158,6 +160,9 @@ class WithoutEvaluation(ControlTrainer):
 
 
 COMPILED_PROGRAMS = ("vaco_jax", "vaco_jax_without_evaluation", "purejaxrl")
+COMPILE_TIMED = (*COMPILED_PROGRAMS, "vaco_jax_driver")
+"""What `--compile` times: the whole-run programs, and the wait of `Driver.run` before its first
+chunk (`driver_wait`)."""
 
 
 def parity_config(env: str, overrides: str) -> ControlConfig:
@@ -179,9 +184,20 @@ def whole_run_program(name: str, config: ControlConfig, num_seeds: int,
         advance=lambda args, out: args, steps_per_call=0)
 
 
+def driver_wait(config: ControlConfig, num_seeds: int) -> dict[str, float]:
+    """Seconds `Driver.run` waits before its first chunk, what a user of `vaco-jax train` waits
+    for: the programs of the initial state, of the update-0 evaluation and of a chunk compiled
+    (the last beside the first two), and the first two run."""
+    driver = Driver(config, programs.hparams_for(config, num_seeds), range(num_seeds))
+    return {"total_s": driver.run(None, max_chunks=0, progress=False).timing.compile_seconds}
+
+
 def compile_one(name: str, config: ControlConfig, num_seeds: int,
                 checkout: Path | None) -> dict[str, float]:
-    """Seconds to lower and to compile whole-run program `name` of `COMPILED_PROGRAMS`."""
+    """Seconds to lower and to compile whole-run program `name` of `COMPILED_PROGRAMS`, or the
+    driver's wait (`driver_wait`)."""
+    if name == "vaco_jax_driver":
+        return driver_wait(config, num_seeds)
     compiled = harness.Compiled(whole_run_program(name, config, num_seeds, checkout),
                                 warm_up=False)
     return {"lower_s": compiled.lower_s, "compile_s": compiled.compile_s,
@@ -190,9 +206,9 @@ def compile_one(name: str, config: ControlConfig, num_seeds: int,
 
 def compile_times(argv: Sequence[str], checkout: Path | None,
                   rounds: int) -> dict[str, list[dict[str, float]]]:
-    """`compile_one` of each whole-run program in a process of its own (no trace or compile
+    """`compile_one` of each of `COMPILE_TIMED` in a process of its own (no trace or compile
     of one can warm another's caches), `rounds` times, the order reversed every other round."""
-    names = [n for n in COMPILED_PROGRAMS if n != "purejaxrl" or checkout is not None]
+    names = [n for n in COMPILE_TIMED if n != "purejaxrl" or checkout is not None]
     out: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
@@ -250,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--compile", type=int, default=0, metavar="ROUNDS",
                    help="also time the compilation of each side's whole-run program, each in "
                         "a fresh process, this many times")
-    p.add_argument("--compile-one", choices=COMPILED_PROGRAMS, help=argparse.SUPPRESS)
+    p.add_argument("--compile-one", choices=COMPILE_TIMED, help=argparse.SUPPRESS)
     p.add_argument("--out", required=True)
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
@@ -300,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             print(f"{name:36s} {result[name]:.3f}")
     print(f"matrix products at {result['floor_flops_per_s'] / 1e9:,.0f} GFLOP/s")
     for name, tries in result.get("whole_run_compile", {}).items():
-        totals = ", ".join(f"{t['lower_s']:.1f} + {t['compile_s']:.1f} s" for t in tries)
+        totals = ", ".join(f"{t['lower_s']:.1f} + {t['compile_s']:.1f} s" if "lower_s" in t
+                           else f"{t['total_s']:.1f} s" for t in tries)
         print(f"whole run {name:28s} lowered + compiled in {totals}")
     return result
 

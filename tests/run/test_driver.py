@@ -1,6 +1,7 @@
 """The chunked driver and `vaco-jax train`: outputs, resume exactness, refusals, bad input."""
 
 import json
+import threading
 
 import jax
 import numpy as np
@@ -11,6 +12,8 @@ from engine_configs import TOY
 import vaco_jax
 from vaco_jax import cli
 from vaco_jax.control.config import ControlHParams, ControlConfig
+from vaco_jax.run import driver
+from vaco_jax.run.background import BACKGROUND_THREAD
 from vaco_jax.run.driver import Driver
 
 CONFIG = TOY.replace(total_steps=TOY.steps_per_update * TOY.eval_every * 2)  # two periods
@@ -56,6 +59,28 @@ def test_resume_continues_exactly(straight, tmp_path):
     for name, values in uninterrupted.metrics.items():
         np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
     jax.tree.map(np.testing.assert_array_equal, resumed.state, uninterrupted.state)
+
+
+def test_a_fresh_run_compiles_its_chunk_program_once_beside_its_first_state(monkeypatch):
+    """The chunk program compiles in a thread of its own while the main thread compiles and runs
+    the initial state and evaluation, and the chunks then run it without compiling again;
+    across processes it compiles in the main thread, in the same order on every process."""
+    compiled = []
+
+    def listen(event, duration, **info):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append((info.get("fun_name"), threading.current_thread().name))
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:  # three runs: programs no other test of this process compiled
+        result = Driver(CONFIG, HPARAMS, [0, 1, 2]).run(chunk_periods=1, progress=False)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert result.complete
+    assert [thread for name, thread in compiled if name == "jit(run)"] == [BACKGROUND_THREAD]
+    assert {thread for name, thread in compiled if name in ("jit(init)", "jit(evaluate)")} == {
+        threading.main_thread().name}
+    monkeypatch.setattr(driver, "several", lambda: True)
+    assert Driver(CONFIG, HPARAMS, [0, 1])._compile_chunk_beside(1) is None
 
 
 def test_a_folder_saved_before_a_config_field_existed_resumes(straight, tmp_path):

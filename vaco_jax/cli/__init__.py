@@ -26,9 +26,9 @@ from vaco_jax.cli import envs as envs_cli
 from vaco_jax.cli import sweep as sweep_cli
 from vaco_jax.cli import tokens as tokens_cli
 from vaco_jax.cli import train as train_cli
-from vaco_jax.experiment.execute import background_work
 from vaco_jax.experiment.plan import PLAN_FILE
 from vaco_jax.run import compilation_cache, distributed, signals
+from vaco_jax.run.background import background_work
 
 def _given_flags(argv: Sequence[str]) -> set[str]:
     """The long flags written on the command line (`--flag` or `--flag=value`)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import threading
 import time
 from concurrent import futures
 from typing import Any, Callable, Sequence
@@ -31,6 +30,7 @@ from vaco_jax.experiment.parts import Selection
 from vaco_jax.experiment.plan import Batch, Plan
 from vaco_jax.experiment.results import metrics_readable, write_sweep_report
 from vaco_jax.experiment.spec import Experiment, parse_experiment
+from vaco_jax.run.background import in_background
 from vaco_jax.run.driver import Driver, TrainingResult
 from vaco_jax.run.run_folder import CONFIG_FILE, read_status
 from vaco_jax.run.lock import folder_lock
@@ -39,30 +39,6 @@ from vaco_jax.run.distributed import agreed_signal, from_process_0, is_writer, s
 from vaco_jax.run.signals import (Interrupted, exit_on_signals, raise_if_interrupted,
                                   requested)
 from vaco_jax.run.trackers import LoggedRun, Trackers, describe, run_hparams
-
-BACKGROUND_THREAD = "vaco_jax-compile"
-
-
-def _in_background(function: Callable[..., Any], *args: Any) -> futures.Future:
-    """Calls `function(*args)` in a thread of its own. Not a daemon: an interpreter that shuts
-    down under a running XLA compilation aborts, so a Python caller's exit waits for it (the
-    `vaco-jax` program leaves through `os._exit` instead, `background_work`)."""
-    future: futures.Future = futures.Future()
-
-    def work() -> None:
-        try:
-            future.set_result(function(*args))
-        except BaseException as error:  # handed to whoever waits for the result
-            future.set_exception(error)
-    threading.Thread(target=work, daemon=False, name=BACKGROUND_THREAD).start()
-    return future
-
-
-def background_work() -> bool:
-    """Whether a background compilation still runs (a program that must stop now then leaves
-    through `os._exit`)."""
-    return any(t.name == BACKGROUND_THREAD and t.is_alive() for t in threading.enumerate())
-
 
 def _compiled_driver(config: Config, hparams: Any, seeds: Sequence[int]) -> Driver:
     fault_point("background_compile", 0)
@@ -94,7 +70,7 @@ class _Programs:
         key = (config, len(seeds))
         if key not in self._drivers:
             if background:
-                self._drivers[key] = _in_background(_compiled_driver, config, hparams, seeds)
+                self._drivers[key] = in_background(_compiled_driver, config, hparams, seeds)
             else:
                 built = Driver(config, hparams, seeds)  # cached only once built
                 self._drivers[key] = futures.Future()

@@ -10,6 +10,8 @@ stopped.
 With `progress`, a driver that compiles says so on stderr (`compiling the training program
 ...`, then `compiled in S s`), and its bar counts one run's steps (per seed, named by the
 testbed's `steps_name`), its rate and ETA measured from the first chunk on, compiling excluded.
+A fresh run's chunk program compiles in a thread of its own, beside the compilation and run of
+its initial state and update-0 evaluation (`vaco_jax.run.background`), in one process.
 
 Files written to the output folder:
 - `config.json`: the testbed, its resolved config, each run's seed and hyper-parameters, and
@@ -61,6 +63,7 @@ import json
 import os
 import sys
 import time
+from concurrent import futures
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -74,6 +77,7 @@ from tqdm.auto import tqdm
 from vaco_jax.core.config import Config
 from vaco_jax.core.faults import fault_point
 from vaco_jax.run import io, manifest, run_folder, testbeds
+from vaco_jax.run.background import in_background
 from vaco_jax.run.distributed import (agreed_signal, from_process_0, host_copy, is_writer,
                                       several, shared_from_process_0)
 from vaco_jax.run.checkpoint import Checkpoints
@@ -241,8 +245,28 @@ class Driver:
     def compile(self, chunk_periods: int | None = None) -> None:
         """Compiles the programs `run(chunk_periods=...)` uses ahead of time (running `initial`),
         so that `run`, also of drivers made by `with_runs`, starts without compiling."""
-        state, _ = self.initial()
         periods = _chunk_periods(self.config.num_periods, chunk_periods)
+        beside = self._compile_chunk_beside(periods)
+        state, _ = self.initial()
+        self._compile_chunk(state, periods, beside)
+
+    def _compile_chunk_beside(self, periods: int) -> futures.Future | None:
+        """The compilation of the `periods`-period chunk program, started in a thread of its
+        own from the state's abstract shapes so that it runs beside `initial`'s (which compiles
+        and runs the first state and evaluation), or None across processes, where every process
+        must compile and run its programs in the same order."""
+        if several():
+            return None
+        shapes = jax.eval_shape(self._init, self._keys(0), self._place(self.hparams))
+        return in_background(self._compile_chunk, shapes, periods)
+
+    def _compile_chunk(self, state: Any, periods: int,
+                       beside: futures.Future | None = None) -> None:
+        """Compiles the `periods`-period chunk program for states like `state`, once `beside`
+        (`_compile_chunk_beside`) is done: a program it compiled is found in JAX's caches, since
+        on one device the program of a state's abstract shapes serves the state's arrays."""
+        if beside is not None:
+            beside.result()
         self._run.lower(state, self._place(self.hparams), periods).compile()
         self._compiled_chunks.add(periods)
 
@@ -301,6 +325,9 @@ class Driver:
         if announce:
             _say("compiling the training program ...")
         start = time.perf_counter()
+        # A resumed run's first chunk length is known once its checkpoint is read.
+        beside = (self._compile_chunk_beside(per_chunk)
+                  if not resume and per_chunk not in self._compiled_chunks else None)
         state, metrics = self.initial()
         compile_seconds = time.perf_counter() - start
         raise_if_interrupted()
@@ -321,9 +348,8 @@ class Driver:
         if periods_done < cfg.num_periods:
             periods = min(per_chunk, cfg.num_periods - periods_done)
             start = time.perf_counter()
-            self._run.lower(state, self._place(self.hparams), periods).compile()
+            self._compile_chunk(state, periods, beside)
             compile_seconds += time.perf_counter() - start
-            self._compiled_chunks.add(periods)
         if announce:
             _say(f"compiled in {compile_seconds:.1f} s")
         raise_if_interrupted()
