@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 
 import jax
 import numpy as np
@@ -13,7 +14,7 @@ import vaco_jax
 from vaco_jax import cli
 from vaco_jax.control.config import ControlHParams, ControlConfig
 from vaco_jax.run import driver
-from vaco_jax.run.background import BACKGROUND_THREAD
+from vaco_jax.run.background import BACKGROUND_THREAD, background_work, in_background
 from vaco_jax.run.driver import Driver
 
 CONFIG = TOY.replace(total_steps=TOY.steps_per_update * TOY.eval_every * 2)  # two periods
@@ -61,15 +62,22 @@ def test_resume_continues_exactly(straight, tmp_path):
     jax.tree.map(np.testing.assert_array_equal, resumed.state, uninterrupted.state)
 
 
+def _wait_for_background_work() -> None:
+    while background_work():
+        time.sleep(0.01)
+
+
 def test_a_fresh_run_compiles_its_chunk_program_once_beside_its_first_state(monkeypatch):
     """The chunk program compiles in a thread of its own while the main thread compiles and runs
-    the initial state and evaluation, and the chunks then run it without compiling again;
-    across processes it compiles in the main thread, in the same order on every process."""
+    the initial state and evaluation, and the chunks then run it without compiling again; while
+    another compilation runs in the background, and across processes (where every process
+    compiles in the same order), it compiles in the main thread."""
     compiled = []
 
     def listen(event, duration, **info):
         if event == "/jax/core/compile/backend_compile_duration":
             compiled.append((info.get("fun_name"), threading.current_thread().name))
+    _wait_for_background_work()  # another test's sweep may have left a group compiling
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:  # three runs: programs no other test of this process compiled
         result = Driver(CONFIG, HPARAMS, [0, 1, 2]).run(chunk_periods=1, progress=False)
@@ -79,8 +87,16 @@ def test_a_fresh_run_compiles_its_chunk_program_once_beside_its_first_state(monk
     assert [thread for name, thread in compiled if name == "jit(run)"] == [BACKGROUND_THREAD]
     assert {thread for name, thread in compiled if name in ("jit(init)", "jit(evaluate)")} == {
         threading.main_thread().name}
+    other = Driver(CONFIG, HPARAMS, [0, 1])
+    release = threading.Event()
+    in_background(release.wait)  # a sweep's next group compiling
+    try:
+        assert other._compile_chunk_beside(1) is None
+    finally:
+        release.set()
+    _wait_for_background_work()
     monkeypatch.setattr(driver, "several", lambda: True)
-    assert Driver(CONFIG, HPARAMS, [0, 1])._compile_chunk_beside(1) is None
+    assert other._compile_chunk_beside(1) is None
 
 
 def test_a_folder_saved_before_a_config_field_existed_resumes(straight, tmp_path):

@@ -11,7 +11,8 @@ With `progress`, a driver that compiles says so on stderr (`compiling the traini
 ...`, then `compiled in S s`), and its bar counts one run's steps (per seed, named by the
 testbed's `steps_name`), its rate and ETA measured from the first chunk on, compiling excluded.
 A fresh run's chunk program compiles in a thread of its own, beside the compilation and run of
-its initial state and update-0 evaluation (`vaco_jax.run.background`), in one process.
+its initial state and update-0 evaluation (`vaco_jax.run.background`), in one process and when
+no other compilation runs in the background.
 
 Files written to the output folder:
 - `config.json`: the testbed, its resolved config, each run's seed and hyper-parameters, and
@@ -77,7 +78,7 @@ from tqdm.auto import tqdm
 from vaco_jax.core.config import Config
 from vaco_jax.core.faults import fault_point
 from vaco_jax.run import io, manifest, run_folder, testbeds
-from vaco_jax.run.background import in_background
+from vaco_jax.run.background import background_work, in_background
 from vaco_jax.run.distributed import (agreed_signal, from_process_0, host_copy, is_writer,
                                       several, shared_from_process_0)
 from vaco_jax.run.checkpoint import Checkpoints
@@ -253,9 +254,10 @@ class Driver:
     def _compile_chunk_beside(self, periods: int) -> futures.Future | None:
         """The compilation of the `periods`-period chunk program, started in a thread of its
         own from the state's abstract shapes so that it runs beside `initial`'s (which compiles
-        and runs the first state and evaluation), or None across processes, where every process
-        must compile and run its programs in the same order."""
-        if several():
+        and runs the first state and evaluation). None across processes, where every process
+        must compile and run its programs in the same order, and while another compilation
+        runs in the background (a sweep's next group): a third would crowd a 2-core CPU."""
+        if several() or background_work():
             return None
         shapes = jax.eval_shape(self._init, self._keys(0), self._place(self.hparams))
         return in_background(self._compile_chunk, shapes, periods)
