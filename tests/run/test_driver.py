@@ -1,6 +1,10 @@
 """The chunked driver and `vaco-jax train`: outputs, resume exactness, refusals, bad input."""
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -10,6 +14,7 @@ import pandas as pd
 import pytest
 
 from engine_configs import TOY
+from processes import ROOT, with_devices
 import vaco_jax
 from vaco_jax import cli
 from vaco_jax.control.config import ControlHParams, ControlConfig
@@ -67,36 +72,66 @@ def _wait_for_background_work() -> None:
         time.sleep(0.01)
 
 
-def test_a_fresh_run_compiles_its_chunk_program_once_beside_its_first_state(monkeypatch):
-    """The chunk program compiles in a thread of its own while the main thread compiles and runs
-    the initial state and evaluation, and the chunks then run it without compiling again; while
-    another compilation runs in the background, and across processes (where every process
-    compiles in the same order), it compiles in the main thread."""
-    compiled = []
+def _chunk_compiles(run) -> list[str]:
+    """The threads that compiled a chunk program (`jit(run)`) during `run()`, each time one
+    did (JAX's compilation events, which every thread reports)."""
+    threads = []
 
     def listen(event, duration, **info):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiled.append((info.get("fun_name"), threading.current_thread().name))
+        if (event == "/jax/core/compile/backend_compile_duration"
+                and info.get("fun_name") == "jit(run)"):
+            threads.append(threading.current_thread().name)
     _wait_for_background_work()  # another test's sweep may have left a group compiling
     jax.monitoring.register_event_duration_secs_listener(listen)
-    try:  # three runs: programs no other test of this process compiled
-        result = Driver(CONFIG, HPARAMS, [0, 1, 2]).run(chunk_periods=1, progress=False)
+    try:
+        run()
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
-    assert result.complete
-    assert [thread for name, thread in compiled if name == "jit(run)"] == [BACKGROUND_THREAD]
-    assert {thread for name, thread in compiled if name in ("jit(init)", "jit(evaluate)")} == {
-        threading.main_thread().name}
-    other = Driver(CONFIG, HPARAMS, [0, 1])
+    return threads
+
+
+def test_a_fresh_run_compiles_its_chunk_program_once_beside_its_first_state(monkeypatch,
+                                                                             tmp_path):
+    """A fresh run's chunk program compiles in a thread of its own while the main thread
+    compiles and runs the initial state and evaluation, and the chunks then run it without
+    compiling again. A resumed run, a run while another compilation runs in the background and
+    a run across processes (where every process compiles in the same order) compile it in the
+    main thread. Each `Driver` has programs of its own, compiled anew."""
+    out = tmp_path / "run"
+    assert _chunk_compiles(lambda: Driver(CONFIG, HPARAMS, [0, 1]).run(
+        out, chunk_periods=1, max_chunks=1, progress=False)) == [BACKGROUND_THREAD]
+    assert _chunk_compiles(lambda: Driver.from_run_dir(out).run(
+        out, chunk_periods=1, resume=True, progress=False)) == [threading.main_thread().name]
     release = threading.Event()
     in_background(release.wait)  # a sweep's next group compiling
     try:
-        assert other._compile_chunk_beside(1) is None
+        assert Driver(CONFIG, HPARAMS, [0, 1])._start_chunk_compile(None, 1) is None
     finally:
         release.set()
     _wait_for_background_work()
     monkeypatch.setattr(driver, "several", lambda: True)
-    assert other._compile_chunk_beside(1) is None
+    assert Driver(CONFIG, HPARAMS, [0, 1])._start_chunk_compile(None, 1) is None
+
+
+@pytest.mark.slow
+def test_runs_sharded_over_two_devices_compile_their_chunk_program_once_beside():
+    """The initial state's abstract shapes carry its sharding over the devices, so the program
+    compiled beside is the one the sharded chunks run."""
+    script = textwrap.dedent("""
+        import sys, threading
+        sys.path.insert(0, "tests")
+        sys.path.insert(0, "tests/run")
+        import jax
+        from test_driver import CONFIG, HPARAMS, _chunk_compiles
+        from vaco_jax.run.driver import Driver
+        assert len(jax.devices()) == 2, jax.devices()
+        print(_chunk_compiles(lambda: Driver(CONFIG, HPARAMS, [0, 1]).run(
+            chunk_periods=1, progress=False)))
+    """)
+    found = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           cwd=ROOT, env=with_devices(dict(os.environ), 2), timeout=300)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.strip().splitlines()[-1] == repr([BACKGROUND_THREAD])
 
 
 def test_a_folder_saved_before_a_config_field_existed_resumes(straight, tmp_path):

@@ -12,7 +12,11 @@ With `progress`, a driver that compiles says so on stderr (`compiling the traini
 testbed's `steps_name`), its rate and ETA measured from the first chunk on, compiling excluded.
 A fresh run's chunk program compiles in a thread of its own, beside the compilation and run of
 its initial state and update-0 evaluation (`vaco_jax.run.background`), in one process and when
-no other compilation runs in the background.
+no other compilation runs in the background. A Python caller interrupted meanwhile exits once
+that compilation ends (the `vaco-jax` commands exit at once). JAX settings scoped with `with`
+(`jax.default_matmul_precision(...)` and the like) hold in their own thread only: under one, the
+run compiles its chunk program again in its own thread, with that setting, and the program
+compiled beside goes unused.
 
 Files written to the output folder:
 - `config.json`: the testbed, its resolved config, each run's seed and hyper-parameters, and
@@ -247,28 +251,32 @@ class Driver:
         """Compiles the programs `run(chunk_periods=...)` uses ahead of time (running `initial`),
         so that `run`, also of drivers made by `with_runs`, starts without compiling."""
         periods = _chunk_periods(self.config.num_periods, chunk_periods)
-        beside = self._compile_chunk_beside(periods)
+        chunk_compiling = self._start_chunk_compile(self._state_shapes(), periods)
         state, _ = self.initial()
-        self._compile_chunk(state, periods, beside)
+        self._compile_chunk(state, periods, chunk_compiling)
 
-    def _compile_chunk_beside(self, periods: int) -> futures.Future | None:
-        """The compilation of the `periods`-period chunk program, started in a thread of its
-        own from the state's abstract shapes so that it runs beside `initial`'s (which compiles
-        and runs the first state and evaluation). None across processes, where every process
-        must compile and run its programs in the same order, and while another compilation
-        runs in the background (a sweep's next group): a third would crowd a 2-core CPU."""
+    def _state_shapes(self) -> Any:
+        """The initial state's abstract shapes (with its shardings), computing nothing."""
+        return jax.eval_shape(self._init, self._keys(0), self._place(self.hparams))
+
+    def _start_chunk_compile(self, shapes: Any, periods: int) -> futures.Future | None:
+        """The compilation of the `periods`-period chunk program for states of `shapes`,
+        started in a thread of its own so that it runs beside `initial`'s (which compiles and
+        runs the first state and evaluation). None across processes, where every process must
+        compile and run its programs in the same order, and while another compilation runs in
+        the background, as a sweep's next group does (the calling thread counts: a sweep's
+        prefetch compiles in turn), since a third compilation at once slowed a sweep down."""
         if several() or background_work():
             return None
-        shapes = jax.eval_shape(self._init, self._keys(0), self._place(self.hparams))
         return in_background(self._compile_chunk, shapes, periods)
 
     def _compile_chunk(self, state: Any, periods: int,
-                       beside: futures.Future | None = None) -> None:
-        """Compiles the `periods`-period chunk program for states like `state`, once `beside`
-        (`_compile_chunk_beside`) is done: a program it compiled is found in JAX's caches, since
-        on one device the program of a state's abstract shapes serves the state's arrays."""
-        if beside is not None:
-            beside.result()
+                       chunk_compiling: futures.Future | None = None) -> None:
+        """Compiles the `periods`-period chunk program for states like `state` (arrays or their
+        abstract shapes), once `chunk_compiling` is done: JAX's caches hold the program it
+        compiled from the shapes, shardings included, and serve it to the state's arrays."""
+        if chunk_compiling is not None:
+            chunk_compiling.result()
         self._run.lower(state, self._place(self.hparams), periods).compile()
         self._compiled_chunks.add(periods)
 
@@ -322,14 +330,14 @@ class Driver:
         # Traced before compiling starts, so that what a trainer computes eagerly while its state
         # is first traced (a token run's warm start, trained or read from its cache) says so
         # before, and does not count as, compiling; the call below reuses the trace.
-        jax.eval_shape(self._init, self._keys(0), self._place(self.hparams))
+        shapes = self._state_shapes()
         announce = progress and not self._compiled_chunks  # a sweep's prefetched group: silent
         if announce:
             _say("compiling the training program ...")
         start = time.perf_counter()
         # A resumed run's first chunk length is known once its checkpoint is read.
-        beside = (self._compile_chunk_beside(per_chunk)
-                  if not resume and per_chunk not in self._compiled_chunks else None)
+        chunk_compiling = (self._start_chunk_compile(shapes, per_chunk)
+                           if not resume and per_chunk not in self._compiled_chunks else None)
         state, metrics = self.initial()
         compile_seconds = time.perf_counter() - start
         raise_if_interrupted()
@@ -350,7 +358,7 @@ class Driver:
         if periods_done < cfg.num_periods:
             periods = min(per_chunk, cfg.num_periods - periods_done)
             start = time.perf_counter()
-            self._compile_chunk(state, periods, beside)
+            self._compile_chunk(state, periods, chunk_compiling)
             compile_seconds += time.perf_counter() - start
         if announce:
             _say(f"compiled in {compile_seconds:.1f} s")
