@@ -2,9 +2,10 @@
 
 XLA releases Python's lock while it compiles, and one compilation leaves part of a machine's
 cores idle (1.4 to 1.7 of 2 busy on the CPU measured), so a compilation beside other work
-(another compilation, a batch training) shortens the wait. The threads are not daemons: an interpreter that shuts down under a running XLA
-compilation aborts, so a Python caller's exit waits for them (the `vaco-jax` program leaves
-through `os._exit` instead, when `background_work` says one still runs).
+(another compilation, a batch training) shortens the wait. The threads are not daemons: an
+interpreter that shuts down under a running XLA compilation aborts, so a Python caller's exit
+waits for them (the `vaco-jax` program leaves through `os._exit` instead, when
+`background_work` says one still runs).
 """
 
 from __future__ import annotations

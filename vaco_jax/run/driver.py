@@ -262,11 +262,12 @@ class Driver:
     def _start_chunk_compile(self, shapes: Any, periods: int) -> futures.Future | None:
         """The compilation of the `periods`-period chunk program for states of `shapes`,
         started in a thread of its own so that it runs beside `initial`'s (which compiles and
-        runs the first state and evaluation). None across processes, where every process must
-        compile and run its programs in the same order, and while another compilation runs in
-        the background, as a sweep's next group does (the calling thread counts: a sweep's
-        prefetch compiles in turn), since a third compilation at once slowed a sweep down."""
-        if several() or background_work():
+        runs the first state and evaluation). None once it is compiled, across processes, where
+        every process must compile and run its programs in the same order, and while another
+        compilation runs in the background, as a sweep's next group does (the calling thread
+        counts: a sweep's prefetch compiles in turn), since a third compilation at once slowed a
+        sweep down."""
+        if periods in self._compiled_chunks or several() or background_work():
             return None
         return in_background(self._compile_chunk, shapes, periods)
 
@@ -336,8 +337,7 @@ class Driver:
             _say("compiling the training program ...")
         start = time.perf_counter()
         # A resumed run's first chunk length is known once its checkpoint is read.
-        chunk_compiling = (self._start_chunk_compile(shapes, per_chunk)
-                           if not resume and per_chunk not in self._compiled_chunks else None)
+        chunk_compiling = None if resume else self._start_chunk_compile(shapes, per_chunk)
         state, metrics = self.initial()
         compile_seconds = time.perf_counter() - start
         raise_if_interrupted()
