@@ -180,7 +180,11 @@ def test_speed_split_splits_the_time_and_refuses_to_overwrite(tmp_path):
     updates_times_seeds = 2 * 2
     assert result["learning_flops_per_call"] == updates_times_seeds * speed_split.learning_flops(
         written)
-    assert 0 < result["vaco_jax_learning_share"] < 1
+    # The split is `bound`'s of the calls it timed (its arithmetic is tested below); how the
+    # times fall depends on the machine's load: tiny programs, two calls, tests running beside.
+    calls = {name: s["calls_s"] for name, s in result["programs"].items()}
+    assert all(t > 0 for times in calls.values() for t in times)
+    assert {k: result[k] for k in speed_split.bound(calls)} == speed_split.bound(calls)
     with pytest.raises(SystemExit, match="--overwrite"):
         speed_split.main(args)
 
