@@ -63,7 +63,8 @@ def time_evaluation(trainer: ControlTrainer, state, keys: jax.Array,
                     repeats: int = 3) -> tuple[float, float]:
     """Wall and CPU seconds of one vmapped final evaluation of `state` (each the least of
     `repeats` warm calls)."""
-    evaluation = Compiled(Program(fn=jax.jit(jax.vmap(trainer.evaluate)), args=(state, keys),
+    evaluation = Compiled(Program(fn=jax.jit(jax.vmap(trainer.evaluate)),
+                                  args=(trainer.evaluated(state), keys),
                                   advance=lambda args, out: args, steps_per_call=0))
     wall, cpu = [], []
     for _ in range(repeats):

@@ -132,6 +132,7 @@ def eval_program(config: ControlConfig, num_seeds: int, updates: int = 0) -> Pro
     unused (the signature is that of the other programs)."""
     del updates
     trainer, _, state = initial_state(config, num_seeds)
-    return Program(fn=jax.jit(jax.vmap(trainer.evaluate)), args=(state, seed_keys(num_seeds)),
+    return Program(fn=jax.jit(jax.vmap(trainer.evaluate)),
+                   args=(trainer.evaluated(state), seed_keys(num_seeds)),
                    advance=lambda args, out: args,
                    steps_per_call=num_seeds * config.num_eval_envs * config.episode_length)

@@ -155,7 +155,7 @@ def purejaxrl_program(checkout: Path, config: ControlConfig, num_seeds: int, upd
 class WithoutEvaluation(ControlTrainer):
     """The trainer with a constant for a score: its program is training alone."""
 
-    def evaluate(self, state, key):
+    def evaluate(self, policy, key):
         return jnp.zeros(())
 
 

@@ -9,6 +9,7 @@ import threading
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,6 +19,7 @@ from processes import ROOT, with_devices
 import vaco_jax
 from vaco_jax import cli
 from vaco_jax.control.config import ControlHParams, ControlConfig
+from vaco_jax.control.train import make_train
 from vaco_jax.run import driver
 from vaco_jax.run.background import BACKGROUND_THREAD, background_work, in_background
 from vaco_jax.run.driver import Driver
@@ -65,6 +67,37 @@ def test_resume_continues_exactly(straight, tmp_path):
     for name, values in uninterrupted.metrics.items():
         np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
     jax.tree.map(np.testing.assert_array_equal, resumed.state, uninterrupted.state)
+
+
+def test_scores_are_the_whole_run_program_s(straight):
+    """The driver scores each period after its chunk, with the program that scores the initial
+    state; the scores are, to the bit, those the whole-run program computes inside itself."""
+    _, result = straight
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(s), 0))(jnp.arange(2))
+    _, metrics = jax.jit(jax.vmap(make_train(CONFIG), in_axes=(0, None)))(keys, HPARAMS)
+    scores = result.metrics["eval_return"][:, 1:]
+    assert np.isfinite(scores).sum() == 2 * CONFIG.num_periods
+    np.testing.assert_array_equal(scores, metrics["eval_return"])
+
+
+def test_the_evaluation_is_traced_and_compiled_once_outside_the_chunk_program(tmp_path):
+    run = Driver(CONFIG, HPARAMS, [0, 1])
+    traced = []
+    evaluate = run.trainer.evaluate
+    run.trainer.evaluate = lambda policy, key: traced.append(1) or evaluate(policy, key)
+    compiled = []
+
+    def listen(event, duration, **info):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(info.get("fun_name"))
+    _wait_for_background_work()
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        run.run(tmp_path / "run", chunk_periods=1, progress=False)  # two chunks
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert len(traced) == 1
+    assert compiled.count("jit(evaluation_score)") == 1 and compiled.count("jit(run)") == 1
 
 
 def _wait_for_background_work() -> None:

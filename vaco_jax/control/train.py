@@ -3,8 +3,8 @@
 `make_train(config)` returns `train(key, hparams) -> (state, metrics)`, one pure function whose
 loops are all `lax.scan`s, safe under `jax.jit(jax.vmap(train))` over seeds and any leaf of
 `ControlHParams`. `ControlTrainer` exposes the same program in pieces (the contract of
-`vaco_jax.core.trainer.Trainer`: `init`, `collect`, `update`, `evaluate`, `run`) for the chunked
-driver, which checkpoints between chunks.
+`vaco_jax.core.trainer.Trainer`: `init`, `collect`, `update`, `evaluated`, `evaluate`, `run`)
+for the chunked driver, which checkpoints between chunks.
 
 One update = one rollout of `rollout_length` steps in each of `num_envs` environments, each
 acting with its own behaviour policy from the policy buffer, followed by one optimisation phase
@@ -429,10 +429,12 @@ class ControlTrainer(Trainer):
         return freeze_if_diverged(state, new_state, checked, metrics)
 
     # ----------------------------------------------------------------------------- evaluation
-    def evaluate(self, state: ControlState, key: jax.Array) -> jax.Array:
-        """Mean deterministic return of the learner's current policy on separate environments."""
-        return evaluate(self.env, self.model, state.policy, key,
-                        num_envs=self.config.num_eval_envs,
+    def evaluated(self, state: ControlState) -> Any:
+        return state.policy
+
+    def evaluate(self, policy: Any, key: jax.Array) -> jax.Array:
+        """Mean deterministic return of the learner's policy on separate environments."""
+        return evaluate(self.env, self.model, policy, key, num_envs=self.config.num_eval_envs,
                         episode_length=self.config.episode_length)
 
 

@@ -1,10 +1,16 @@
 """The contract every testbed's trainer keeps, and the parts of it written once for all.
 
 A testbed's trainer is built from a config (validated by its caller, before anything compiles)
-and provides `init`, `collect`, `update` and `evaluate`; this base gives it the optimiser, the
-period loop `run` (updates, then one evaluation, each loop a `lax.scan`), `train` and the
-abstract shapes of a run's state. The driver, sweeps and benchmarks call these five methods
-only, vmapped over runs, whatever the testbed.
+and provides `init`, `collect`, `update`, `evaluated` and `evaluate`; this base gives it the
+optimiser, the period loop `run` (each period's updates a `lax.scan`, ending with what its
+evaluation reads), `train` (every period, then their evaluations) and the abstract shapes of a
+run's state. The driver, sweeps and benchmarks call these methods only, vmapped over runs,
+whatever the testbed.
+
+`run` leaves the evaluations out: the driver evaluates each period with the program that
+evaluates the initial state, so that the evaluation (for a physics task, its own copies of the
+reset and the step, which XLA compiles once per place they appear) is compiled once, apart from
+and beside the chunk program, instead of twice.
 
 The state of every testbed is a `flax.struct` dataclass with at least `key`, `update`,
 `diverged` and `diverged_at` (`vaco_jax.core.divergence`).
@@ -18,10 +24,21 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from flax import struct
 
 from vaco_jax import losses
 
 Metrics = dict[str, jax.Array]
+
+
+@struct.dataclass
+class Evaluation:
+    """What one evaluation of a run reads: the learner's policy, the evaluation's key, and
+    whether the run had diverged (its score is then NaN)."""
+
+    policy: Any
+    key: jax.Array
+    diverged: jax.Array
 
 
 class Trainer(abc.ABC):
@@ -48,8 +65,20 @@ class Trainer(abc.ABC):
         """One `collect` and one optimisation phase; per-update scalar metrics."""
 
     @abc.abstractmethod
-    def evaluate(self, state: Any, key: jax.Array) -> jax.Array:
-        """The learner's score (a scalar)."""
+    def evaluated(self, state: Any) -> Any:
+        """What `evaluate` reads of a state: the learner's policy."""
+
+    @abc.abstractmethod
+    def evaluate(self, policy: Any, key: jax.Array) -> jax.Array:
+        """The score (a scalar) of the learner's `policy`, `evaluated(state)`."""
+
+    def evaluation_score(self, evaluation: Evaluation) -> jax.Array:
+        """`evaluate`'s score of one `Evaluation`, NaN once its run has diverged."""
+        return jnp.where(evaluation.diverged, jnp.nan,
+                         self.evaluate(evaluation.policy, evaluation.key))
+
+    def evaluation_of(self, state: Any, key: jax.Array) -> Evaluation:
+        return Evaluation(policy=self.evaluated(state), key=key, diverged=state.diverged)
 
     def gradient_clip(self, hp: Any) -> optax.GradientTransformation:
         return optax.clip_by_global_norm(hp.max_grad_norm)
@@ -69,13 +98,12 @@ class Trainer(abc.ABC):
         """The abstract shapes of `init`'s state, computing nothing (for memory estimates)."""
         return jax.eval_shape(self.init, key, hp)
 
-    def run(self, state: Any, hp: Any, num_periods: int) -> tuple[Any, Metrics]:
-        """`num_periods` x (`updates_per_period` updates, then one evaluation).
-
-        Metrics are per-update scalars `[num_periods * updates_per_period]`; the score metric
-        is NaN except at the last update of each period, and NaN there too once the run has
-        diverged.
-        """
+    def run(self, state: Any, hp: Any,
+            num_periods: int) -> tuple[Any, Metrics, Evaluation]:
+        """`num_periods` x `updates_per_period` updates: the state, per-update scalar metrics
+        `[num_periods * updates_per_period]` and each period's `Evaluation` (leaves
+        `[num_periods, ...]`, one copy of the policy per period), the evaluation of the state
+        it ended with, to score apart (`evaluation_score`)."""
         per_period = self.config.updates_per_period
 
         def period(state, _):
@@ -86,13 +114,20 @@ class Trainer(abc.ABC):
                 state = state.replace(key=key)
             else:
                 eval_key = state.key
-            score = jnp.where(state.diverged, jnp.nan, self.evaluate(state, eval_key))
-            metrics[self.score] = jnp.full(per_period, jnp.nan).at[-1].set(score)
-            return state, metrics
+            return state, (metrics, self.evaluation_of(state, eval_key))
 
-        state, metrics = jax.lax.scan(period, state, None, length=num_periods)
-        return state, jax.tree.map(lambda m: m.reshape((-1,) + m.shape[2:]), metrics)
+        state, (metrics, evaluations) = jax.lax.scan(period, state, None, length=num_periods)
+        return state, jax.tree.map(lambda m: m.reshape((-1,) + m.shape[2:]), metrics), evaluations
+
+    def with_scores(self, metrics: Metrics, evaluations: Evaluation) -> Metrics:
+        """`metrics` with the score metric: each period's `evaluation_score` at its last update,
+        NaN at the others."""
+        scores = jax.lax.map(self.evaluation_score, evaluations)
+        per_period = self.config.updates_per_period
+        filled = jnp.full((scores.shape[0], per_period), jnp.nan).at[:, -1].set(scores)
+        return {**metrics, self.score: filled.reshape(-1)}
 
     def train(self, key: jax.Array, hp: Any) -> tuple[Any, Metrics]:
-        """The whole run: `init`, then every period."""
-        return self.run(self.init(key, hp), hp, self.config.num_periods)
+        """The whole run: `init`, every period, then the periods' evaluations."""
+        state, metrics, evaluations = self.run(self.init(key, hp), hp, self.config.num_periods)
+        return state, self.with_scores(metrics, evaluations)

@@ -2,8 +2,10 @@
 
 The driver serves every testbed (`vaco_jax.run.testbeds`), the one whose config it is given. A
 chunk is a whole number of evaluation periods executed by one compiled call of the testbed
-trainer's `run`, vmapped over runs (seeds and hyper-parameter values). Between chunks the
-driver updates the progress bar, reports runs that diverged, writes the metrics so far and
+trainer's `run`, vmapped over runs (seeds and hyper-parameter values). After each chunk the
+driver scores its periods' evaluations with the program that scores the initial state, so the
+evaluation compiles once, apart from the chunk program. Between chunks the driver updates the
+progress bar, reports runs that diverged, writes the metrics so far and
 saves an Orbax checkpoint of the complete state, so `resume=True` continues exactly where it
 stopped.
 
@@ -182,7 +184,7 @@ class Driver:
         placement = {} if self._sharding is None else {"out_shardings": self._sharding}
         self.trainer = self.testbed.trainer(config)
         self._init = jax.jit(jax.vmap(self.trainer.init), **placement)
-        self._evaluate = jax.jit(jax.vmap(self.trainer.evaluate), **placement)
+        self._score = jax.jit(jax.vmap(self.trainer.evaluation_score), **placement)
         self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2,
                             **placement)
         # The chunk lengths compiled, shared with the drivers of `with_runs` as the programs are.
@@ -241,7 +243,8 @@ class Driver:
         state = self._init(self._keys(0), self._place(self.hparams))
         metrics = {name: np.full((self.num_runs, self.config.num_updates + 1), np.nan, np.float32)
                    for name in self.testbed.metrics}
-        metrics[self.testbed.score][:, 0] = host_copy(self._evaluate(state, self._keys(1)))
+        metrics[self.testbed.score][:, 0] = host_copy(
+            self._score(self.trainer.evaluation_of(state, self._keys(1))))
         for name in ZERO_AT_START:
             if name in metrics:
                 metrics[name][:, 0] = 0.0
@@ -412,11 +415,15 @@ class Driver:
                 # The last chunk stops at the run's end (a resumed run's chunk length need not
                 # divide the periods left).
                 periods = min(per_chunk, cfg.num_periods - periods_done)
-                state, chunk_metrics = self._run(state, hparams, periods)
+                state, chunk_metrics, evaluations = self._run(state, hparams, periods)
                 first = periods_done * cfg.updates_per_period + 1
                 for name, values in chunk_metrics.items():
                     metrics[name][:, first:first + periods * cfg.updates_per_period] = (
                         host_copy(values))
+                for p in range(periods):
+                    last = first + (p + 1) * cfg.updates_per_period - 1
+                    metrics[score][:, last] = host_copy(
+                        self._score(jax.tree.map(lambda x: x[:, p], evaluations)))
                 # The chunk's collectives all come before its files: a process lost while
                 # process 0 writes them is noticed at the next chunk, after its checkpoint.
                 saved_state = _savable(state) if out is not None else None

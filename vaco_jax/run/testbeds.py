@@ -2,8 +2,8 @@
 seed).
 
 A testbed contributes its config and hyper-parameter classes, their validation, a trainer
-(`vaco_jax.core.trainer.Trainer`: `init`, `collect`, `update`, `evaluate`, `run`, the same
-signatures on every testbed) and the names of its metrics; everything else (chunked runs,
+(`vaco_jax.core.trainer.Trainer`: `init`, `collect`, `update`, `evaluated`, `evaluate`, `run`,
+the same signatures on every testbed) and the names of its metrics; everything else (chunked runs,
 checkpoints, resume, sweeps, statistics, figures) is shared and speaks of scores. A testbed
 whose metrics include `diverged` (0/1 per update) has its diverged runs reported.
 """

@@ -338,10 +338,14 @@ class TokenTrainer(Trainer):
                                   metrics)
 
     # ------------------------------------------------------------------------ evaluation
-    def evaluate(self, state: TokenState, key: jax.Array) -> jax.Array:
-        """Greedy accuracy of the learner on the fixed held-out prompts (`key` unused)."""
+    def evaluated(self, state: TokenState) -> Any:
+        return state.params
+
+    def evaluate(self, policy: Any, key: jax.Array) -> jax.Array:
+        """Greedy accuracy of the learner's parameters on the fixed held-out prompts (`key`
+        unused)."""
         del key
-        return greedy_accuracy(self.policy, state.params, self.eval_prompts, self.eval_answers,
+        return greedy_accuracy(self.policy, policy, self.eval_prompts, self.eval_answers,
                                self.config.response_length)
 
 
