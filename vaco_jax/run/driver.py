@@ -5,9 +5,8 @@ chunk is a whole number of evaluation periods executed by one compiled call of t
 trainer's `run`, vmapped over runs (seeds and hyper-parameter values). After each chunk the
 driver scores its periods' evaluations with the program that scores the initial state, so the
 evaluation compiles once, apart from the chunk program. Between chunks the driver updates the
-progress bar, reports runs that diverged, writes the metrics so far and
-saves an Orbax checkpoint of the complete state, so `resume=True` continues exactly where it
-stopped.
+progress bar, reports runs that diverged, writes the metrics so far and saves an Orbax
+checkpoint of the complete state, so `resume=True` continues exactly where it stopped.
 
 With `progress`, a driver that compiles says so on stderr (`compiling the training program
 ...`, then `compiled in S s`), and its bar counts one run's steps (per seed, named by the
