@@ -80,47 +80,43 @@ def test_scores_are_the_whole_run_program_s(straight):
     np.testing.assert_array_equal(scores, metrics["eval_return"])
 
 
-def test_the_evaluation_is_traced_and_compiled_once_outside_the_chunk_program(tmp_path):
-    run = Driver(CONFIG, HPARAMS, [0, 1])
-    traced = []
-    evaluate = run.trainer.evaluate
-    run.trainer.evaluate = lambda policy, key: traced.append(1) or evaluate(policy, key)
-    compiled = []
-
-    def listen(event, duration, **info):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiled.append(info.get("fun_name"))
-    _wait_for_background_work()
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        run.run(tmp_path / "run", chunk_periods=1, progress=False)  # two chunks
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
-    assert len(traced) == 1
-    assert compiled.count("jit(evaluation_score)") == 1 and compiled.count("jit(run)") == 1
-
-
 def _wait_for_background_work() -> None:
     while background_work():
         time.sleep(0.01)
 
 
-def _chunk_compiles(run) -> list[str]:
-    """The threads that compiled a chunk program (`jit(run)`) during `run()`, each time one
-    did (JAX's compilation events, which every thread reports)."""
-    threads = []
+def _compilations(run) -> list[tuple[str, str]]:
+    """`(program, thread)` of every compilation during `run()` (JAX's compilation events, which
+    every thread reports)."""
+    compiled = []
 
     def listen(event, duration, **info):
-        if (event == "/jax/core/compile/backend_compile_duration"
-                and info.get("fun_name") == "jit(run)"):
-            threads.append(threading.current_thread().name)
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append((info.get("fun_name"), threading.current_thread().name))
     _wait_for_background_work()  # another test's sweep may have left a group compiling
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
         run()
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
-    return threads
+    return compiled
+
+
+def _chunk_compiles(run) -> list[str]:
+    """The threads that compiled a chunk program (`jit(run)`) during `run()`, each time one
+    did."""
+    return [thread for program, thread in _compilations(run) if program == "jit(run)"]
+
+
+def test_the_evaluation_is_traced_and_compiled_once_outside_the_chunk_program(tmp_path):
+    run = Driver(CONFIG, HPARAMS, [0, 1])
+    traced = []
+    evaluate = run.trainer.evaluate
+    run.trainer.evaluate = lambda policy, key: traced.append(1) or evaluate(policy, key)
+    programs = [program for program, _ in _compilations(
+        lambda: run.run(tmp_path / "run", chunk_periods=1, progress=False))]  # two chunks
+    assert len(traced) == 1
+    assert programs.count("jit(evaluation_score)") == 1 and programs.count("jit(run)") == 1
 
 
 def test_a_fresh_run_compiles_its_chunk_program_once_beside_its_first_state(monkeypatch,
