@@ -39,7 +39,8 @@ PAPER_SWEEP = ROOT / "experiments" / "paper_lag_sweep.toml"
 DONE = ROOT / "benchmarks" / "results" / "gpu-campaign"  # the campaign's committed results
 BUDGET_S = 35 * 60  # device time the campaign's steps may take together
 STEP_LIMIT_S = 600  # one device command at most
-MACHINE_START_S = 90  # a cold machine's start, paid again when it went back between calls
+MACHINE_START_S = 35  # a cold machine's start and the upload (33 s measured on the first lease)
+CALL_S = 560  # the steps of one command: gpu_campaign.sh stops its steps there and packs them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,22 +322,26 @@ def roofline_check(rate: float, measured: dict[str, Any]) -> dict[str, Any] | No
 
 
 STEPS: tuple[Step, ...] = (
+    # expected_s: the wall time the first lease measured (H100, 2026-11-26) where it ran the
+    # step, rounded up, wheel installation included in `setup`; the others are estimates.
     Step("setup", "install check, JAX version against pyproject.toml (warns), devices, imports",
-         60, step_setup),
+         30, step_setup),
     Step("physics_ant", "raw MJX rate (random actions) and synchronous ppo, timed alternately: "
-         "ant at 4,096 and 16,384 environments", 270, _physics(0)),
+         "ant at 4,096 and 16,384 environments", 180, _physics(0)),
     Step("physics_humanoid", "raw MJX rate and synchronous ppo: humanoid at 4,096 environments",
-         200, _physics(1)),
+         130, _physics(1)),
     Step("async_k16", "per-environment stale policies (vaco, uniform lags over K = 16, "
-         "gather) against vaco synchronous, ant 4,096", 200, _suite("async")),
+         "gather) against vaco synchronous, ant 4,096", 100, _suite("async")),
     Step("seeds", "1, 4, 16, 64 vmapped seeds of ant (1,024 environments each), total steps/s",
-         270, _suite("seeds")),
+         220, _suite("seeds")),
     Step("brax", "Brax's PPO trainer on ant 4,096 at the same settings, against synchronous ppo",
-         200, _suite("brax")),
-    Step("tokens", "token testbed: forward, generated and trained tokens/s, stale policies, "
-         "seeds 1 to 64, MFU", 180, _tokens("throughput,seeds")),
+         130, _suite("brax")),
+    Step("tokens", "token testbed: forward, generated and trained tokens/s of synchronous and "
+         "stale acting, MFU", 300, _tokens("throughput")),
+    Step("tokens_seeds", "token testbed: 1 to 64 vmapped seeds, trained tokens/s", 240,
+         _tokens("seeds")),
     Step("tokens_capacity", "largest token model (width doubled) and batch (prompts doubled) "
-         "whose update fits, time-boxed", 150, _tokens("capacity")),
+         "whose update fits, time-boxed", 200, _tokens("capacity")),
     Step("sweep_groups", "the paper sweep's first 2 groups (ant: ppo, ppo_recompute; 40 runs "
          "of 2,048 environments each), 30 updates: R measured", 330, step_sweep_groups),
     Step("sweep_plan", "`vaco-jax sweep paper_lag_sweep.toml --plan --steps-per-second R` and "
@@ -353,15 +358,46 @@ def steps_for(sizes: Sizes) -> tuple[Step, ...]:
     return tuple(s for s in STEPS if s.name not in physics)
 
 
-def plan_text(steps: Sequence[Step], budget_s: int = BUDGET_S) -> str:
+def plan_text(steps: Sequence[Step], budget_s: int = BUDGET_S,
+              done: dict[str, float] | None = None) -> str:
+    """The steps with their expected seconds (and the measured ones of the steps `done`), the
+    total against the budget, and the steps left grouped into commands of at most `CALL_S`."""
+    done = done or {}
     total = sum(s.expected_s for s in steps)
     width = max(len(s.name) for s in steps)
-    lines = [f"{'step':<{width}}  {'expected s':>10}  measures"]
-    lines += [f"{s.name:<{width}}  {s.expected_s:>10}  {s.measures}" for s in steps]
+    lines = [f"{'step':<{width}}  {'expected s':>10}  {'done in s':>9}  measures"]
+    lines += [f"{s.name:<{width}}  {s.expected_s:>10}  "
+              f"{'' if s.name not in done else round(done[s.name]):>9}  {s.measures}"
+              for s in steps]
     lines.append(f"{'total':<{width}}  {total:>10}  = {total / 60:.1f} min of device time "
                  f"(budget {budget_s / 60:.0f} min; add about {MACHINE_START_S} s for each "
                  f"call that finds the machine cold)")
+    left = [s for s in steps if s.name not in done]
+    if done:
+        lines.append(f"left: {len(left)} step(s), {sum(s.expected_s for s in left)} s expected")
+    lines += [f"call: bash benchmarks/gpu_campaign.sh {' '.join(call)}"
+              for call in calls(left)]
     return "\n".join(lines)
+
+
+def calls(steps: Sequence[Step], limit_s: int = CALL_S) -> list[list[str]]:
+    """`steps` in order, grouped into commands whose expected seconds stay within `limit_s`."""
+    groups: list[list[str]] = []
+    used = limit_s
+    for step in steps:
+        if used + step.expected_s > limit_s:
+            groups.append([])
+            used = 0
+        groups[-1].append(step.name)
+        used += step.expected_s
+    return groups
+
+
+def done_steps(folder: Path) -> dict[str, float]:
+    """The measured wall seconds of the step records in `folder` (the committed results)."""
+    records = (folder / f"{name}.json" for name in _STEP_NAMES)
+    return {path.stem: json.loads(path.read_text())["wall_s"]
+            for path in records if path.exists()}
 
 
 def check_budget(steps: Sequence[Step], budget_s: int = BUDGET_S) -> None:
@@ -403,15 +439,33 @@ def run_step(step: Step, ctx: Context, overwrite: bool = False) -> dict[str, Any
     return record
 
 
-def collect(folder: Path, commit: bool = True) -> list[str]:
-    """Copies what the GPU machine returned (`folder`: step records, suite results, the
-    shortened sweep, the log) into `benchmarks/results/gpu-campaign/` and commits them there, so
-    a later call skips the steps done. Returns the steps collected."""
+def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> list[str]:
+    """Copies what the GPU machine returned (`returned`: a folder, or the `campaign.tar.gz` that
+    `gpu_campaign.sh` packs, or a folder holding it; step records, suite results, the shortened
+    sweep, the log) into `benchmarks/results/gpu-campaign/` and commits them there, so a later
+    call skips the steps done. Refuses the records of a dry run and, unless `overwrite`, a step
+    already collected. Returns the steps collected."""
     import shutil
+    import tarfile
+    import tempfile
 
+    packed = returned / "campaign.tar.gz" if returned.is_dir() else returned
+    if packed.is_file():
+        with tempfile.TemporaryDirectory() as folder, tarfile.open(packed) as tar:
+            tar.extractall(folder, filter="data")
+            return collect(Path(folder), commit, overwrite)
+    for path in sorted(returned.glob("*.json")):
+        if path.stem not in _STEP_NAMES:
+            continue
+        sizes = json.loads(path.read_text()).get("sizes")
+        if sizes != "gpu":
+            raise ValueError(f"{path.name} was measured at the sizes {sizes!r}, not the "
+                             "campaign's 'gpu': not collected")
+        if (DONE / path.name).exists() and not overwrite:
+            raise ValueError(f"{DONE / path.name} exists: pass --overwrite to replace it")
     DONE.mkdir(parents=True, exist_ok=True)
     steps, copied = [], []
-    for path in sorted(folder.iterdir()):
+    for path in sorted(returned.iterdir()):
         if path.suffix in (".json", ".toml") or path.name == "campaign.log":
             target = DONE / path.name
             if path.name == "campaign.log" and target.exists():  # calls' logs one after another
@@ -439,19 +493,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--sizes", default="gpu", choices=tuple(SIZES),
                    help="gpu: the campaign; tiny: its dry run on a CPU")
     p.add_argument("--out", default=None, help="results folder (one JSON per step)")
-    p.add_argument("--overwrite", action="store_true", help="run steps already done again")
+    p.add_argument("--overwrite", action="store_true",
+                   help="run steps already done again (with --collect: replace steps collected)")
     p.add_argument("--collect", default=None, metavar="DIR",
-                   help="copy the files a GPU call returned (DIR) into "
+                   help="copy the files a GPU call returned (DIR, or its campaign.tar.gz) into "
                         "benchmarks/results/gpu-campaign/ and commit them, then exit")
     p.add_argument("--no-commit", action="store_true", help="with --collect: copy only")
     args = p.parse_args(argv)
     if args.collect:
-        steps = collect(Path(args.collect), commit=not args.no_commit)
+        try:
+            steps = collect(Path(args.collect), commit=not args.no_commit,
+                            overwrite=args.overwrite)
+        except ValueError as error:
+            p.error(f"--collect {args.collect}: {error}")
         print(f"collected {', '.join(steps) or 'no step records'} into {DONE}")
         return 0
     sizes = SIZES[args.sizes]
     steps = steps_for(sizes)
-    print(plan_text(steps), flush=True)
+    print(plan_text(steps, done=done_steps(DONE) if sizes.name == "gpu" else None), flush=True)
     check_budget(steps)
     if args.plan:
         return 0

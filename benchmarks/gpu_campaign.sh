@@ -7,14 +7,23 @@
 # Installs the wheels carried in .wheels/ (made here by benchmarks/gpu_wheels.sh) without any
 # index, and this package itself without its dependencies (the image's JAX is kept: the setup
 # step checks it against pyproject.toml and records it), then runs the steps with
-# `python -m benchmarks.gpu_campaign`. Results go to $OUT (the device's output folder) when it is
-# set, else to $CAMPAIGN_OUT or benchmarks/results/gpu-campaign; a step whose JSON is already in
-# benchmarks/results/gpu-campaign (copied back and committed) is skipped, so the campaign resumes.
+# `python -m benchmarks.gpu_campaign`, each stopped where the call's CAMPAIGN_LIMIT_S seconds
+# (default 560, inside a 600 s command) run out, so that what was measured still comes back.
+# With $OUT set (the device's output folder, which returns few files) the results are packed
+# into $OUT/campaign.tar.gz when the call ends; else they go to $CAMPAIGN_OUT or
+# benchmarks/results/gpu-campaign. A step whose JSON is already in benchmarks/results/gpu-campaign
+# (copied back and committed) is skipped, so the campaign resumes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DONE=benchmarks/results/gpu-campaign
-DEST=${OUT:-${CAMPAIGN_OUT:-$DONE}}
+LIMIT=${CAMPAIGN_LIMIT_S:-560}
+if [ -n "${OUT:-}" ]; then
+  DEST=$(mktemp -d)
+  trap 'tar czf "$OUT/campaign.tar.gz" -C "$DEST" . && echo "[campaign] packed into $OUT/campaign.tar.gz"' EXIT
+else
+  DEST=${CAMPAIGN_OUT:-$DONE}
+fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ "${1:-}" = "--plan" ]; then exec "$PY" -m benchmarks.gpu_campaign --plan; fi
@@ -27,9 +36,12 @@ fi
   echo "pip install -e . failed: using the checkout through PYTHONPATH" >&2
 mkdir -p "$DEST"
 for step in "$@"; do
-  if [ -f "$DONE/$step.json" ] && [ "$DEST" != "$DONE" ]; then
+  if [ -f "$DONE/$step.json" ] && [ "$DEST" != "$DONE" ] && [ "${CAMPAIGN_SIZES:-gpu}" = gpu ]; then
     echo "[campaign] $step: done already ($DONE/$step.json), skipped"; continue
   fi
-  "$PY" -m benchmarks.gpu_campaign --step "$step" --out "$DEST" --sizes "${CAMPAIGN_SIZES:-gpu}" \
+  left=$((LIMIT - SECONDS))
+  if [ "$left" -lt 20 ]; then echo "[campaign] $step: no time left in this call" >&2; exit 5; fi
+  timeout -s INT -k 15 "$left" \
+    "$PY" -m benchmarks.gpu_campaign --step "$step" --out "$DEST" --sizes "${CAMPAIGN_SIZES:-gpu}" \
     2>&1 | tee -a "$DEST/campaign.log" || exit 4
 done

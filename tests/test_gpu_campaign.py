@@ -31,9 +31,23 @@ def test_plan_sums_the_steps_and_fits_the_budget():
     gpu_campaign.check_budget(steps)
     with pytest.raises(ValueError, match="over the budget"):
         gpu_campaign.check_budget(steps, budget_s=total - 1)
+    assert f"call: bash benchmarks/gpu_campaign.sh {steps[0].name}" in text
     long = [gpu_campaign.Step("long", "too long for one command", 601, lambda ctx: {})]
     with pytest.raises(ValueError, match="limit of one command"):
         gpu_campaign.check_budget(long)
+
+
+def test_plan_groups_the_steps_left_into_commands_within_the_call_limit():
+    step = lambda name, seconds: gpu_campaign.Step(name, "", seconds, lambda ctx: {})  # noqa: E731
+    steps = [step("a", 300), step("b", 260), step("c", 1), step("d", 560), step("e", 10)]
+    assert gpu_campaign.calls(steps, limit_s=560) == [["a", "b"], ["c"], ["d"], ["e"]]
+    assert gpu_campaign.calls([], limit_s=560) == []
+    text = gpu_campaign.plan_text(steps, done={"a": 290.4, "c": 0.6})
+    assert "left: 3 step(s), 830 s expected" in text
+    assert [line for line in text.splitlines() if line.startswith("call:")] == [
+        "call: bash benchmarks/gpu_campaign.sh b", "call: bash benchmarks/gpu_campaign.sh d",
+        "call: bash benchmarks/gpu_campaign.sh e"]
+    assert text.splitlines()[1].split()[:3] == ["a", "300", "290"]
 
 
 def test_dry_run_runs_one_physics_step_on_the_toy_task():
@@ -168,6 +182,7 @@ def test_dry_run_writes_every_steps_json(tmp_path):
     throughput = r["tokens"]["parts"]["throughput"]
     assert throughput["forward"]["xla_flops_per_call"] > 0
     assert not throughput["forward"]["loops_counted_once"]
+    assert list(r["tokens_seeds"]["parts"]["seeds"]["rows"])[0] == "1"
     capacity = r["tokens_capacity"]["parts"]["capacity"]
     assert capacity["model"]["largest_fitting"] and capacity["batch"]["largest_fitting"]
     # The preset's own size heads both ladders and is compiled and timed once.
@@ -196,7 +211,7 @@ def test_readme_lists_every_step_with_its_expected_seconds():
 def test_collect_copies_step_records_and_the_log(tmp_path, monkeypatch):
     returned = tmp_path / "returned"
     returned.mkdir()
-    (returned / "setup.json").write_text('{"step": "setup"}')
+    (returned / "setup.json").write_text('{"step": "setup", "sizes": "gpu"}')
     (returned / "physics_ant_4096.run.json").write_text("{}")
     (returned / "campaign.log").write_text("first call\n")
     (returned / "core").write_text("not collected")
@@ -204,8 +219,40 @@ def test_collect_copies_step_records_and_the_log(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_campaign, "DONE", done)
     monkeypatch.setattr(gpu_campaign, "ROOT", tmp_path)
     assert gpu_campaign.collect(returned, commit=False) == ["setup"]
+    (returned / "setup.json").unlink()
     (returned / "campaign.log").write_text("second call\n")
-    gpu_campaign.collect(returned, commit=False)
+    assert gpu_campaign.collect(returned, commit=False) == []
     assert sorted(p.name for p in done.iterdir()) == [
         "campaign.log", "physics_ant_4096.run.json", "setup.json"]
     assert (done / "campaign.log").read_text() == "first call\nsecond call\n"
+
+
+def test_collect_unpacks_the_call_s_archive_and_refuses_dry_runs_and_overwrites(
+        tmp_path, monkeypatch):
+    import tarfile
+
+    done = tmp_path / "done"
+    monkeypatch.setattr(gpu_campaign, "DONE", done)
+    monkeypatch.setattr(gpu_campaign, "ROOT", tmp_path)
+
+    def returned(name: str, record: dict) -> Path:
+        folder = tmp_path / name
+        (folder / "packed").mkdir(parents=True)
+        (folder / "packed" / "brax.json").write_text(json.dumps(record))
+        with tarfile.open(folder / "campaign.tar.gz", "w:gz") as tar:
+            tar.add(folder / "packed", arcname=".")
+        return folder
+
+    first = returned("first", {"step": "brax", "sizes": "gpu", "wall_s": 120.3})
+    assert gpu_campaign.collect(first, commit=False) == ["brax"]
+    assert gpu_campaign.done_steps(done) == {"brax": 120.3}
+    again = returned("again", {"step": "brax", "sizes": "gpu", "wall_s": 99.0})
+    with pytest.raises(ValueError, match="exists: pass --overwrite"):
+        gpu_campaign.collect(again / "campaign.tar.gz", commit=False)
+    assert gpu_campaign.done_steps(done) == {"brax": 120.3}
+    assert gpu_campaign.collect(again, commit=False, overwrite=True) == ["brax"]
+    assert gpu_campaign.done_steps(done) == {"brax": 99.0}
+    dry = returned("dry", {"step": "brax", "sizes": "tiny", "wall_s": 3.0})
+    with pytest.raises(ValueError, match="sizes 'tiny'"):
+        gpu_campaign.collect(dry, commit=False, overwrite=True)
+    assert gpu_campaign.done_steps(done) == {"brax": 99.0}
