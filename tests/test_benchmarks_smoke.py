@@ -101,6 +101,26 @@ def test_recorded_token_results_render_as_tables():
             assert (heading in text) == (part in result["parts"]), (path, part)
 
 
+def test_brax_stand_in_places_copies_as_brax_s_epoch_returns_them():
+    """Brax's first epoch takes the stand-in's copies, the later ones that epoch's own outputs:
+    where their shardings differ, the epoch compiles twice."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from benchmarks import brax_ppo
+
+    _, ppo = brax_ppo._brax()
+    devices = jax.local_devices()[:1]
+    tree = {"w": jnp.arange(3.0), "n": jnp.int32(2)}
+    copies = jax.device_put_replicated(tree, devices)
+    np.testing.assert_array_equal(copies["w"], [[0.0, 1.0, 2.0]])
+    assert copies["n"].shape == (1,)
+    epoch = jax.pmap(lambda t: jax.tree.map(lambda x: x + 1, t), axis_name=ppo._PMAP_AXIS_NAME)
+    returned = epoch(copies)
+    assert [x.sharding for x in jax.tree.leaves(copies)] == \
+        [x.sharding for x in jax.tree.leaves(returned)]
+
+
 def test_purejaxrl_stand_ins_equal_vaco_jax_categorical_and_gymnax_v0_step():
     import jax.numpy as jnp
     import numpy as np
