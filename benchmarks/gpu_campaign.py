@@ -7,7 +7,7 @@
     python -m benchmarks.gpu_campaign --collect RETURNED   # results into benchmarks/results, committed
 
 On the GPU machine `benchmarks/gpu_campaign.sh STEP ...` installs the carried wheels first and
-runs the steps (README: "The moment a GPU is available"). Each step writes `DIR/STEP.json`
+runs the steps (README: "The GPU campaign"). Each step writes `DIR/STEP.json`
 (beside the results files of the suites it runs) and is skipped when that file exists, so the
 campaign resumes step by step. Every step reuses the benchmark suites: `benchmarks/run.py`
 (preset `gpu`), `benchmarks/tokens.py` (preset `gpu`), the sweep machinery of `vaco-jax sweep`
