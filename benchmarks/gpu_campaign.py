@@ -38,9 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PAPER_SWEEP = ROOT / "experiments" / "paper_lag_sweep.toml"
 DONE = ROOT / "benchmarks" / "results" / "gpu-campaign"  # the campaign's committed results
 BUDGET_S = 35 * 60  # device time the campaign's steps may take together
-STEP_LIMIT_S = 600  # one device command at most
 MACHINE_START_S = 35  # a cold machine's start and the upload (33 s measured on the first lease)
-CALL_S = 560  # the steps of one command: gpu_campaign.sh stops its steps there and packs them
+CALL_LIMIT_S = 560  # gpu_campaign.sh stops a call's steps there, then packs what they wrote
+# The steps grouped into one call: the limit less what their records' wall times leave out
+# (each step's interpreter start and imports, the wheels' installation on a fresh machine).
+CALL_S = CALL_LIMIT_S - 60
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,9 +385,9 @@ def plan_text(steps: Sequence[Step], budget_s: int = BUDGET_S,
 def calls(steps: Sequence[Step], limit_s: int = CALL_S) -> list[list[str]]:
     """`steps` in order, grouped into commands whose expected seconds stay within `limit_s`."""
     groups: list[list[str]] = []
-    used = limit_s
+    used = 0
     for step in steps:
-        if used + step.expected_s > limit_s:
+        if not groups or used + step.expected_s > limit_s:
             groups.append([])
             used = 0
         groups[-1].append(step.name)
@@ -394,10 +396,15 @@ def calls(steps: Sequence[Step], limit_s: int = CALL_S) -> list[list[str]]:
 
 
 def done_steps(folder: Path) -> dict[str, float]:
-    """The measured wall seconds of the step records in `folder` (the committed results)."""
-    records = (folder / f"{name}.json" for name in _STEP_NAMES)
-    return {path.stem: json.loads(path.read_text())["wall_s"]
-            for path in records if path.exists()}
+    """The measured wall seconds of the step records in `folder` (the committed results); a
+    record that does not parse or has no wall time is left out."""
+    done = {}
+    for name in _STEP_NAMES:
+        try:
+            done[name] = float(json.loads((folder / f"{name}.json").read_text())["wall_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return done
 
 
 def check_budget(steps: Sequence[Step], budget_s: int = BUDGET_S) -> None:
@@ -405,15 +412,15 @@ def check_budget(steps: Sequence[Step], budget_s: int = BUDGET_S) -> None:
     total = sum(s.expected_s for s in steps)
     if total > budget_s:
         raise ValueError(f"the campaign's steps expect {total} s, over the budget of {budget_s} s")
-    long = [s.name for s in steps if s.expected_s > STEP_LIMIT_S]
+    long = [s.name for s in steps if s.expected_s > CALL_S]
     if long:
-        raise ValueError(f"steps over the {STEP_LIMIT_S} s limit of one command: {long}")
+        raise ValueError(f"steps over the {CALL_S} s that one call gives its steps: {long}")
 
 
 # ----------------------------------------------------------------------------------- main
 def run_step(step: Step, ctx: Context, overwrite: bool = False) -> dict[str, Any] | None:
     """Runs `step` unless its JSON exists (then None); writes `STEP.json` with its wall time,
-    or with the error that stopped it (and re-raises)."""
+    or `STEP.failed.json` with the error or interruption that stopped it (and re-raises)."""
     from vaco_jax.run import io
 
     path = ctx.out / f"{step.name}.json"
@@ -426,7 +433,7 @@ def run_step(step: Step, ctx: Context, overwrite: bool = False) -> dict[str, Any
                               "sizes": ctx.sizes.name, "expected_s": step.expected_s}
     try:
         record["result"] = step.run(ctx)
-    except Exception as error:
+    except (Exception, KeyboardInterrupt) as error:  # KeyboardInterrupt: the call's time ran out
         record["error"] = f"{type(error).__name__}: {error}"
         record["traceback"] = traceback.format_exc()[-4000:]
         record["wall_s"] = round(time.perf_counter() - began, 1)
@@ -439,29 +446,48 @@ def run_step(step: Step, ctx: Context, overwrite: bool = False) -> dict[str, Any
     return record
 
 
+def _sizes_of(record: Any) -> str | None:
+    """The sizes a results file was measured at: a step record's `sizes`, a suite's preset."""
+    if not isinstance(record, dict):
+        return None
+    settings = record.get("settings")
+    return record.get("sizes") or (settings.get("name") if isinstance(settings, dict) else None)
+
+
 def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> list[str]:
     """Copies what the GPU machine returned (`returned`: a folder, or the `campaign.tar.gz` that
-    `gpu_campaign.sh` packs, or a folder holding it; step records, suite results, the shortened
-    sweep, the log) into `benchmarks/results/gpu-campaign/` and commits them there, so a later
-    call skips the steps done. Refuses the records of a dry run and, unless `overwrite`, a step
-    already collected. Returns the steps collected."""
+    `gpu_campaign.sh` packs, or a folder holding only it; step records, suite results, the
+    shortened sweep, the log) into `benchmarks/results/gpu-campaign/` and commits them there, so
+    a later call skips the steps done. Refuses the files of a dry run and, unless `overwrite`, a
+    step already collected. Returns the steps collected."""
     import shutil
     import tarfile
     import tempfile
 
+    if not returned.exists():
+        raise ValueError(f"{returned} does not exist")
     packed = returned / "campaign.tar.gz" if returned.is_dir() else returned
     if packed.is_file():
-        with tempfile.TemporaryDirectory() as folder, tarfile.open(packed) as tar:
-            tar.extractall(folder, filter="data")
+        loose = [p.name for p in returned.glob("*.json")] if returned.is_dir() else []
+        if loose:
+            raise ValueError(f"{returned} holds campaign.tar.gz and loose results {loose}: "
+                             "collect one of them")
+        with tempfile.TemporaryDirectory() as folder:
+            try:
+                with tarfile.open(packed) as tar:
+                    tar.extractall(folder, filter="data")
+            except tarfile.TarError as error:
+                raise ValueError(f"{packed} is not a readable archive ({error})") from error
             return collect(Path(folder), commit, overwrite)
     for path in sorted(returned.glob("*.json")):
-        if path.stem not in _STEP_NAMES:
-            continue
-        sizes = json.loads(path.read_text()).get("sizes")
-        if sizes != "gpu":
+        try:
+            sizes = _sizes_of(json.loads(path.read_text()))
+        except ValueError as error:
+            raise ValueError(f"{path.name} is not valid JSON ({error})") from error
+        if sizes not in (None, "gpu"):
             raise ValueError(f"{path.name} was measured at the sizes {sizes!r}, not the "
                              "campaign's 'gpu': not collected")
-        if (DONE / path.name).exists() and not overwrite:
+        if path.stem in _STEP_NAMES and (DONE / path.name).exists() and not overwrite:
             raise ValueError(f"{DONE / path.name} exists: pass --overwrite to replace it")
     DONE.mkdir(parents=True, exist_ok=True)
     steps, copied = [], []
@@ -475,10 +501,12 @@ def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> lis
             copied.append(str(target.relative_to(ROOT)))
             if path.suffix == ".json" and path.stem in _STEP_NAMES:
                 steps.append(path.stem)
+                (DONE / f"{path.stem}.failed.json").unlink(missing_ok=True)  # an earlier try's
     if commit and copied:
-        subprocess.run(["git", "add", *copied], cwd=ROOT, check=True)
+        subprocess.run(["git", "add", "-A", "--", *copied, str(DONE.relative_to(ROOT))],
+                       cwd=ROOT, check=True)
         subprocess.run(["git", "commit", "-m", f"GPU campaign results: {', '.join(steps) or 'logs'}",
-                        "--", *copied], cwd=ROOT, check=True)
+                        "--", str(DONE.relative_to(ROOT))], cwd=ROOT, check=True)
     return steps
 
 

@@ -17,16 +17,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DONE=benchmarks/results/gpu-campaign
-LIMIT=${CAMPAIGN_LIMIT_S:-560}
-if [ -n "${OUT:-}" ]; then
-  DEST=$(mktemp -d)
-  trap 'tar czf "$OUT/campaign.tar.gz" -C "$DEST" . && echo "[campaign] packed into $OUT/campaign.tar.gz"' EXIT
-else
-  DEST=${CAMPAIGN_OUT:-$DONE}
-fi
+LIMIT=${CAMPAIGN_LIMIT_S:-560}  # gpu_campaign.py's CALL_LIMIT_S
+MIN_STEP=${CAMPAIGN_MIN_STEP_S:-20}  # a step is not started with less time left than this
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=${XLA_PYTHON_CLIENT_PREALLOCATE:-false}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ "${1:-}" = "--plan" ]; then exec "$PY" -m benchmarks.gpu_campaign --plan; fi
+if [ -n "${OUT:-}" ]; then
+  DEST=$(mktemp -d)
+  trap 'mkdir -p "$OUT" && tar czf "$OUT/campaign.tar.gz" -C "$DEST" . &&
+        echo "[campaign] packed into $OUT/campaign.tar.gz"' EXIT
+else
+  DEST=${CAMPAIGN_OUT:-$DONE}
+fi
 if ! "$PY" -c "import brax, mujoco.mjx, gymnax" 2>/dev/null; then
   ls .wheels/*.whl >/dev/null 2>&1 || { echo "no .wheels/: run benchmarks/gpu_wheels.sh here and carry .wheels" >&2; exit 2; }
   "$PY" -m pip install -q --no-deps --no-index --no-compile --no-cache-dir .wheels/*.whl || exit 3
@@ -40,7 +42,7 @@ for step in "$@"; do
     echo "[campaign] $step: done already ($DONE/$step.json), skipped"; continue
   fi
   left=$((LIMIT - SECONDS))
-  if [ "$left" -lt 20 ]; then echo "[campaign] $step: no time left in this call" >&2; exit 5; fi
+  if [ "$left" -lt "$MIN_STEP" ]; then echo "[campaign] $step: no time left in this call" >&2; exit 5; fi
   timeout -s INT -k 15 "$left" \
     "$PY" -m benchmarks.gpu_campaign --step "$step" --out "$DEST" --sizes "${CAMPAIGN_SIZES:-gpu}" \
     2>&1 | tee -a "$DEST/campaign.log" || exit 4

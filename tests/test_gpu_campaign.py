@@ -27,13 +27,16 @@ def test_plan_sums_the_steps_and_fits_the_budget():
     text = gpu_campaign.plan_text(steps)
     assert f"total" in text and f"{total}" in text and f"{total / 60:.1f} min" in text
     assert total <= gpu_campaign.BUDGET_S <= 35 * 60
-    assert all(s.expected_s <= gpu_campaign.STEP_LIMIT_S for s in steps)
+    assert all(s.expected_s <= gpu_campaign.CALL_S for s in steps)
     gpu_campaign.check_budget(steps)
+    script = (ROOT / "benchmarks" / "gpu_campaign.sh").read_text()
+    assert f"CAMPAIGN_LIMIT_S:-{gpu_campaign.CALL_LIMIT_S}}}" in script
     with pytest.raises(ValueError, match="over the budget"):
         gpu_campaign.check_budget(steps, budget_s=total - 1)
     assert f"call: bash benchmarks/gpu_campaign.sh {steps[0].name}" in text
-    long = [gpu_campaign.Step("long", "too long for one command", 601, lambda ctx: {})]
-    with pytest.raises(ValueError, match="limit of one command"):
+    long = [gpu_campaign.Step("long", "too long for one call", gpu_campaign.CALL_S + 1,
+                              lambda ctx: {})]
+    with pytest.raises(ValueError, match="that one call gives its steps"):
         gpu_campaign.check_budget(long)
 
 
@@ -42,6 +45,8 @@ def test_plan_groups_the_steps_left_into_commands_within_the_call_limit():
     steps = [step("a", 300), step("b", 260), step("c", 1), step("d", 560), step("e", 10)]
     assert gpu_campaign.calls(steps, limit_s=560) == [["a", "b"], ["c"], ["d"], ["e"]]
     assert gpu_campaign.calls([], limit_s=560) == []
+    assert gpu_campaign.calls([step("z", 0), step("a", 300)], limit_s=560) == [["z", "a"]]
+    assert gpu_campaign.calls([step("long", 600)], limit_s=560) == [["long"]]
     text = gpu_campaign.plan_text(steps, done={"a": 290.4, "c": 0.6})
     assert "left: 3 step(s), 830 s expected" in text
     assert [line for line in text.splitlines() if line.startswith("call:")] == [
@@ -255,4 +260,72 @@ def test_collect_unpacks_the_call_s_archive_and_refuses_dry_runs_and_overwrites(
     dry = returned("dry", {"step": "brax", "sizes": "tiny", "wall_s": 3.0})
     with pytest.raises(ValueError, match="sizes 'tiny'"):
         gpu_campaign.collect(dry, commit=False, overwrite=True)
+    (dry / "packed" / "brax.json").unlink()  # a dry run's suite results alone
+    (dry / "packed" / "brax.run.json").write_text('{"settings": {"name": "tiny"}}')
+    with pytest.raises(ValueError, match="sizes 'tiny'"):
+        gpu_campaign.collect(dry / "packed", commit=False)
+    (dry / "packed" / "brax.run.json").unlink()
+    (dry / "packed" / "tokens.failed.json").write_text('{"step": "tokens", "sizes": "tiny"}')
+    with pytest.raises(ValueError, match="sizes 'tiny'"):
+        gpu_campaign.collect(dry / "packed", commit=False)
     assert gpu_campaign.done_steps(done) == {"brax": 99.0}
+    (first / "brax.json").write_text("{}")  # loose results beside the archive
+    with pytest.raises(ValueError, match="loose results"):
+        gpu_campaign.collect(first, commit=False, overwrite=True)
+    (tmp_path / "broken.tar.gz").write_text("not an archive")
+    with pytest.raises(ValueError, match="not a readable archive"):
+        gpu_campaign.collect(tmp_path / "broken.tar.gz", commit=False)
+    with pytest.raises(ValueError, match="does not exist"):
+        gpu_campaign.collect(tmp_path / "missing", commit=False)
+
+
+def test_collect_clears_the_failed_record_of_a_step_it_collects(tmp_path, monkeypatch):
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "tokens.failed.json").write_text('{"step": "tokens", "sizes": "gpu"}')
+    (done / "setup.json").write_text('{"step": "setup", "sizes": "gpu"}')  # no wall time
+    monkeypatch.setattr(gpu_campaign, "DONE", done)
+    monkeypatch.setattr(gpu_campaign, "ROOT", tmp_path)
+    returned = tmp_path / "returned"
+    returned.mkdir()
+    (returned / "tokens.json").write_text('{"step": "tokens", "sizes": "gpu", "wall_s": 280.0}')
+    assert gpu_campaign.collect(returned, commit=False) == ["tokens"]
+    assert sorted(p.name for p in done.iterdir()) == ["setup.json", "tokens.json"]
+    assert gpu_campaign.done_steps(done) == {"tokens": 280.0}
+
+
+def test_campaign_script_stops_a_step_at_the_call_s_limit_and_packs_what_came_before(tmp_path):
+    """`gpu_campaign.sh` with a stand-in interpreter: a quick step, then one that outlasts the
+    call's limit and is interrupted; the archive holds the first step's record and the log."""
+    import subprocess
+    import tarfile
+    import textwrap
+    import time
+
+    stand_in = tmp_path / "python"
+    stand_in.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import json, sys, time
+        args = sys.argv[1:]
+        if "--step" in args:
+            step, out = args[args.index("--step") + 1], args[args.index("--out") + 1]
+            print("[stand-in] running", step, flush=True)
+            if step == "slow":
+                time.sleep(60)
+            with open(f"{{out}}/{{step}}.json", "w") as f:
+                json.dump({{"step": step, "sizes": "gpu", "wall_s": 0.0}}, f)
+        """))
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**__import__("os").environ, "PYTHON": str(stand_in), "OUT": str(out),
+           "CAMPAIGN_LIMIT_S": "4", "CAMPAIGN_MIN_STEP_S": "1"}
+    began = time.monotonic()
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_campaign.sh"), "quick", "slow",
+                           "never"], env=env, capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - began < 30
+    assert done.returncode == 4, done.stdout + done.stderr
+    with tarfile.open(out / "campaign.tar.gz") as tar:
+        names = sorted(n.lstrip("./") for n in tar.getnames() if n not in (".", "./"))
+        log = tar.extractfile("./campaign.log").read().decode()
+    assert names == ["campaign.log", "quick.json"]
+    assert "running slow" in log and "running never" not in log
