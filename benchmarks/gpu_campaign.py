@@ -502,11 +502,11 @@ def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> lis
             if path.suffix == ".json" and path.stem in _STEP_NAMES:
                 steps.append(path.stem)
                 (DONE / f"{path.stem}.failed.json").unlink(missing_ok=True)  # an earlier try's
-    if commit and copied:
-        subprocess.run(["git", "add", "-A", "--", *copied, str(DONE.relative_to(ROOT))],
-                       cwd=ROOT, check=True)
+    if commit and copied:  # the folder whole: the files copied and the failed records removed
+        folder = str(DONE.relative_to(ROOT))
+        subprocess.run(["git", "add", "-A", "--", folder], cwd=ROOT, check=True)
         subprocess.run(["git", "commit", "-m", f"GPU campaign results: {', '.join(steps) or 'logs'}",
-                        "--", str(DONE.relative_to(ROOT))], cwd=ROOT, check=True)
+                        "--", folder], cwd=ROOT, check=True)
     return steps
 
 
