@@ -4,6 +4,7 @@ counting, and the dry run of every step on the CPU."""
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -317,7 +318,7 @@ def test_campaign_script_stops_a_step_at_the_call_s_limit_and_packs_what_came_be
         """))
     stand_in.chmod(0o755)
     out = tmp_path / "out"
-    env = {**__import__("os").environ, "PYTHON": str(stand_in), "OUT": str(out),
+    env = {**os.environ, "PYTHON": str(stand_in), "OUT": str(out),
            "CAMPAIGN_LIMIT_S": "4", "CAMPAIGN_MIN_STEP_S": "1"}
     began = time.monotonic()
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_campaign.sh"), "quick", "slow",
