@@ -105,10 +105,13 @@ def test_one_task_resets_and_steps():
     state = step(jax.random.split(jax.random.PRNGKey(1), count))
     assert state.obs.shape == (count, 3) and state.obs.dtype == jnp.float32
     assert state.reward.shape == state.terminated.shape == (count,)
-    # The adapter passes on Playground's own step: its observation, reward and `done`.
-    np.testing.assert_array_equal(state.obs, state.physics.obs)
-    np.testing.assert_array_equal(state.reward, state.physics.reward)
-    np.testing.assert_array_equal(state.terminated, state.physics.done)
+    # The adapter passes on Playground's own step (its observation, reward and `done`) from
+    # the leaves of Playground's state that the step reads.
+    own = jax.jit(lambda: jax.vmap(env._env.step)(jax.vmap(env._env.reset)(keys), actions))()
+    np.testing.assert_array_equal(state.obs, own.obs)
+    np.testing.assert_array_equal(state.reward, own.reward)
+    np.testing.assert_array_equal(state.terminated, own.done)
+    assert len(state.physics) < len(jax.tree.leaves(own))
     assert np.all((state.reward >= 0) & (state.reward <= 1))
     assert not np.any(state.terminated)  # `done` is raised only by NaN physics
     assert not np.array_equal(state.obs[0], state.obs[1])  # the actions reach the motor

@@ -24,7 +24,7 @@ from flax import struct
 
 @struct.dataclass
 class EnvState:
-    physics: Any  # the wrapped environment's own state pytree
+    physics: Any  # the wrapped environment's state, or the part of it its next step reads
     obs: jax.Array  # [observation_size] float32
     reward: jax.Array  # [] float32
     terminated: jax.Array  # [] float32, 1.0 where the episode ended by termination

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from vaco_jax.control.envs.base import EnvState
+from vaco_jax.control.envs.carried import CarriedLeaves
 
 BRAX_BACKENDS = ("mjx", "generalized", "positional", "spring")
 BRAX_ACTION_SIZES = {"ant": 8, "halfcheetah": 6, "hopper": 3, "humanoid": 17, "walker2d": 6,
@@ -26,39 +27,50 @@ def brax_backends(name: str) -> tuple[str, ...]:
     return ("generalized",) if name == "swimmer" else BRAX_BACKENDS
 
 
-def wrap_brax_state(state: Any) -> EnvState:
-    """The `EnvState` of a state with Brax's fields `obs`, `reward` and `done` (MuJoCo
-    Playground's `State` has them too), where `done` is raised by termination only."""
-    # Some Brax tasks return Python floats for a constant `done` or `reward`.
-    return EnvState(physics=state,
-                    obs=jnp.asarray(state.obs, jnp.float32),
-                    reward=jnp.asarray(state.reward, jnp.float32),
-                    terminated=jnp.asarray(state.done, jnp.float32))
-
-
 class BraxStateAdapter:
     """Reset and step of `self._env`, whose states have Brax's fields (a Brax `Env`, a MuJoCo
     Playground task), behind the `vaco_jax.control.envs.base.Environment` interface. Brax's
     `done` is raised only by termination: time limits come from its wrappers, which are not
-    used here."""
+    used here. The `physics` of the states it returns holds only the leaves of Brax's state
+    that the next step reads (`vaco_jax.control.envs.carried`)."""
 
     discrete = False
     _env: Any
 
-    def trace_once(self) -> None:
-        """Makes `reset` and `step` traced once for all their call sites, then inlined into
-        each: a training program resets and steps its environments at several places (the first
-        reset, each rollout's resets and steps, the evaluation's), and tracing MJX's physics
-        takes seconds each time. The compiled program stays what it was, result for result;
-        only the tracing is shared."""
+    def prepare(self, reset_shapes: Any) -> None:
+        """Finds the leaves a step reads, from the shapes of Brax's initial state, and makes
+        `reset` and `step` traced once for all their call sites, then inlined into each: a
+        training program resets and steps its environments at several places (the first reset,
+        each rollout's resets and steps, the evaluation's), and tracing MJX's physics takes
+        seconds each time. The compiled program stays what it was, result for result; only the
+        tracing is shared, that of the search for the carried leaves included."""
+        self._brax_step = jax.jit(self._env.step, inline=True)
+        action = jax.ShapeDtypeStruct((self.action_size,), jnp.float32)
+
+        def step_and_observed(state, action):
+            nxt = self._brax_step(state, action)
+            return nxt, self._observed(nxt)
+
+        self._carried = CarriedLeaves(step_and_observed, reset_shapes, action)
         self.reset = jax.jit(self.reset, inline=True)
         self.step = jax.jit(self.step, inline=True)
 
+    @staticmethod
+    def _observed(state: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+        # Some Brax tasks return Python floats for a constant `done` or `reward`.
+        return (jnp.asarray(state.obs, jnp.float32), jnp.asarray(state.reward, jnp.float32),
+                jnp.asarray(state.done, jnp.float32))
+
+    def _env_state(self, state: Any) -> EnvState:
+        obs, reward, terminated = self._observed(state)
+        return EnvState(physics=self._carried.carried(state), obs=obs, reward=reward,
+                        terminated=terminated)
+
     def reset(self, key: jax.Array) -> EnvState:
-        return wrap_brax_state(self._env.reset(key))
+        return self._env_state(self._env.reset(key))
 
     def step(self, state: EnvState, action: jax.Array, key: jax.Array) -> EnvState:
-        return wrap_brax_state(self._env.step(state.physics, action))
+        return self._env_state(self._brax_step(self._carried.whole(state.physics), action))
 
 
 class BraxEnvironment(BraxStateAdapter):
@@ -81,4 +93,4 @@ class BraxEnvironment(BraxStateAdapter):
         reset_shapes = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0))
         self.observation_size = int(reset_shapes.obs.shape[-1])
         self.action_size = int(self._env.action_size)
-        self.trace_once()
+        self.prepare(reset_shapes)

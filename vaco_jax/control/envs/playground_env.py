@@ -94,10 +94,11 @@ class PlaygroundEnvironment(BraxStateAdapter):
         if not np.all(self._env.mj_model.actuator_ctrllimited) or not np.all(ranges == [-1, 1]):
             raise ValueError(f"env={name!r}: its actuators' control ranges are not all "
                              f"[-1, 1], got {ranges.tolist()}")
-        obs = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0)).obs
+        reset_shapes = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0))
+        obs = reset_shapes.obs
         if not isinstance(obs, jax.ShapeDtypeStruct) or obs.ndim != 1:
             raise ValueError(f"env={name!r}: observations must be one vector, got "
                              f"{jax.tree.map(lambda x: x.shape, obs)}")
         self.observation_size = int(obs.shape[0])
         self.action_size = int(self._env.action_size)
-        self.trace_once()
+        self.prepare(reset_shapes)
