@@ -8,6 +8,7 @@ import textwrap
 import threading
 import time
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -271,3 +272,29 @@ def test_checkpoints_round_trip_trees_with_zero_size_arrays(tmp_path):
     assert step == 1
     jax.tree.map(np.testing.assert_array_equal, restored, tree)
     assert restored["state"]["contacts"].shape == (0, 4)
+
+
+def test_a_checkpoint_of_another_state_layout_is_refused_and_kept(tmp_path):
+    """A checkpoint that another version of the package wrote, with other state leaves, is not
+    damaged: resuming from it is refused with what differs, and nothing is deleted (skipping it
+    as damaged would start the run again and let its checkpoints be replaced)."""
+    from vaco_jax.run.checkpoint import Checkpoints
+
+    @flax.struct.dataclass
+    class Physics:
+        qpos: np.ndarray
+        xpos: np.ndarray
+
+    saved = {"state": {"physics": Physics(qpos=np.arange(3.0), xpos=np.ones((2, 3)))},
+             "step": np.int32(7)}
+    checkpoints = Checkpoints(tmp_path / "ckpt", identity="run")
+    checkpoints.save(1, saved)
+    step, restored = checkpoints.restore_latest(jax.tree.map(np.zeros_like, saved), warn=print)
+    assert step == 1 and isinstance(restored["state"]["physics"], Physics)
+    like = {"state": {"physics": (np.zeros(3),)}, "step": np.int32(0)}
+    warnings = []
+    with pytest.raises(ValueError, match=r"laid out otherwise .* \(1 leaves missing, e\.g\. "
+                       r"state\.physics\.0; 2 leaves not expected, e\.g\. state\.physics\.qpos\)"):
+        checkpoints.restore_latest(like, warn=warnings.append)
+    checkpoints.close()
+    assert warnings == [] and checkpoints.steps() == [1]

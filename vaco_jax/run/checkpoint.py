@@ -3,7 +3,8 @@
 `checkpoint/<step>/` holds the Orbax tree (`tree/`) and `identity.json`: the identity of the
 run that wrote it and the size and SHA-256 of every file of the tree, checked before the tree
 is handed to Orbax, so a truncated or altered checkpoint is recognised (and skipped) without
-reading it. A checkpoint is written into `<step>.partial/` and renamed into place only
+reading it. One whose leaves differ from the state restored into (written by a version of the
+package whose training state differs) is not damaged: resuming from it is refused. A checkpoint is written into `<step>.partial/` and renamed into place only
 once complete, so a process killed mid-write leaves a `.partial` folder (removed when the run
 folder is next opened) and never a half-written `<step>/`. Only the newest `keep` checkpoints
 are kept, the older ones deleted after a new one is committed. The run folder's manifest
@@ -141,10 +142,20 @@ class Checkpoints:
                      f"trying the previous one")
                 continue
             try:
-                return step, self._restore(path / "tree", like)
+                saved = self._checkpointer.metadata(path / "tree").item_metadata
+                unlike = _layout_difference(_leaf_paths(saved), _leaf_paths(_without_empty(like)))
+                if unlike is None:
+                    return step, self._restore(path / "tree", like)
             except Exception as error:  # Orbax/TensorStore raise many types for damaged files
                 warn(f"skipping damaged checkpoint {str(path)!r} ({_first_line(error)}); "
                      f"trying the previous one")
+                continue
+            # Not damaged: written by a version of vaco_jax whose training state differs.
+            raise ValueError(
+                f"cannot resume: checkpoint {str(path)!r} holds a training state laid out "
+                f"otherwise than this version of vaco_jax's ({unlike}); the version that wrote "
+                f"it (the run folder's config.json names it under provenance) can continue it, "
+                f"or start the run again with --overwrite")
         return None
 
     def _restore(self, path: Path, like: Any) -> Any:
@@ -219,6 +230,24 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _leaf_paths(tree: Any) -> set[str]:
+    """The dotted paths of `tree`'s leaves (attribute names, dictionary keys, indices), as
+    alike for a state and for the metadata Orbax saved of it."""
+    def name(key: Any) -> str:
+        return str(getattr(key, "name", getattr(key, "key", getattr(key, "idx", key))))
+    return {".".join(map(name, path)) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _layout_difference(saved: set[str], expected: set[str]) -> str | None:
+    """What differs between the leaf paths of a saved tree and of the tree expected, or None."""
+    missing, unexpected = sorted(expected - saved), sorted(saved - expected)
+    if not missing and not unexpected:
+        return None
+    parts = [f"{len(paths)} leaves {what}, e.g. {paths[0]}"
+             for paths, what in ((missing, "missing"), (unexpected, "not expected")) if paths]
+    return "; ".join(parts)
 
 
 def _without_empty(tree: Any) -> Any:
