@@ -13,6 +13,7 @@ from engine_configs import TOY_EXPERIMENT
 from vaco_jax import cli
 from vaco_jax.cli import train as train_cli
 from vaco_jax.control import envs
+from vaco_jax.control.envs.brax_env import BRAX_UNSUPPORTED, BraxEnvironment
 from vaco_jax.control.envs.toy import ToyReach
 from vaco_jax.experiment import parse_experiment
 
@@ -78,7 +79,10 @@ def test_an_unsupported_backend_names_the_task_s_backends():
 
 def test_built_in_registrations():
     assert envs.backends_for("ant")[0] == "mjx"
-    assert envs.backends_for("swimmer") == ("generalized",)  # Brax's swimmer refuses MJX
+    assert not set(BRAX_UNSUPPORTED) & set(envs.names())
+    with pytest.raises(ValueError, match="env='swimmer' is not supported: Brax runs it on its "
+                                         "generalized pipeline only"):
+        BraxEnvironment("swimmer", "generalized")
     assert envs.backends_for("CartpoleBalance") == ("mjx",)
     assert envs.backends_for("Breakout-MinAtar") == ("jax",)
     assert envs.task("CartPole-v1").reference_score == 500.0
@@ -99,7 +103,7 @@ def test_listing_the_registry_imports_neither_gymnax_nor_playground():
 
 @pytest.mark.slow
 def test_brax_listings_match_their_adapters():
-    for name in ("ant", "humanoid", "swimmer", "inverted_double_pendulum"):
+    for name in ("ant", "humanoid", "inverted_double_pendulum"):
         spec, env = envs.task(name), envs.make_env(name)
         assert (spec.discrete, spec.action_size) == (env.discrete, env.action_size), name
 

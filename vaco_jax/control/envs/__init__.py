@@ -16,8 +16,7 @@ import warnings
 from typing import Callable
 
 from vaco_jax.control.envs.base import Environment, EnvState
-from vaco_jax.control.envs.brax_env import (BRAX_ACTION_SIZES, BraxEnvironment,
-                                            brax_backends)
+from vaco_jax.control.envs.brax_env import BRAX_ACTION_SIZES, BRAX_BACKENDS, BraxEnvironment
 from vaco_jax.control.envs.gymnax_env import GYMNAX_TASKS, GymnaxEnvironment
 from vaco_jax.control.envs.playground_env import (EPISODE_LENGTH, PLAYGROUND_ACTION_SIZES,
                                                   PlaygroundEnvironment)
@@ -138,7 +137,7 @@ def _reference(name: str) -> dict[str, float | str]:
 
 for _name, _size in BRAX_ACTION_SIZES.items():
     register(_name, lambda backend, _name=_name: BraxEnvironment(_name, backend),
-             backends=brax_backends(_name), discrete=False, action_size=_size, **_reference(_name))
+             backends=BRAX_BACKENDS, discrete=False, action_size=_size, **_reference(_name))
 for _name, _gymnax in GYMNAX_TASKS.items():
     register(_name, lambda backend, _name=_name: GymnaxEnvironment(_name),
              episode_length=_gymnax.episode_length, discrete=_gymnax.discrete,

@@ -15,16 +15,15 @@ from vaco_jax.control.envs.carried import CarriedLeaves
 
 BRAX_BACKENDS = ("mjx", "generalized", "positional", "spring")
 BRAX_ACTION_SIZES = {"ant": 8, "halfcheetah": 6, "hopper": 3, "humanoid": 17, "walker2d": 6,
-                     "reacher": 2, "pusher": 7, "swimmer": 2, "inverted_pendulum": 1,
+                     "reacher": 2, "pusher": 7, "inverted_pendulum": 1,
                      "inverted_double_pendulum": 1}
 """The registered Brax tasks and their action dimensions, listed without building them
 (building one costs seconds)."""
-
-
-def brax_backends(name: str) -> tuple[str, ...]:
-    """The backends task `name` runs on, the default first: Brax's swimmer refuses every
-    pipeline but its generalized one."""
-    return ("generalized",) if name == "swimmer" else BRAX_BACKENDS
+BRAX_UNSUPPORTED = {
+    "swimmer": "Brax runs it on its generalized pipeline only, whose fluid forces call "
+               "jnp.clip(a_min=...), which JAX 0.10 removed, so its step cannot be traced",
+}
+"""Brax's other tasks, and why they are not registered."""
 
 
 class BraxStateAdapter:
@@ -77,6 +76,8 @@ class BraxEnvironment(BraxStateAdapter):
     """A Brax `Env`."""
 
     def __init__(self, name: str, backend: str = "mjx"):
+        if name in BRAX_UNSUPPORTED:
+            raise ValueError(f"env={name!r} is not supported: {BRAX_UNSUPPORTED[name]}")
         # Heavy import, paid only when a Brax task is used. MJX prints a notice to stdout when
         # the optional Warp backend is absent; it is irrelevant here and would clutter output.
         with contextlib.redirect_stdout(io.StringIO()):
