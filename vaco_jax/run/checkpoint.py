@@ -4,12 +4,12 @@
 run that wrote it and the size and SHA-256 of every file of the tree, checked before the tree
 is handed to Orbax, so a truncated or altered checkpoint is recognised (and skipped) without
 reading it. One whose leaves differ from the state restored into (written by a version of the
-package whose training state differs) is not damaged: resuming from it is refused. A checkpoint is written into `<step>.partial/` and renamed into place only
-once complete, so a process killed mid-write leaves a `.partial` folder (removed when the run
-folder is next opened) and never a half-written `<step>/`. Only the newest `keep` checkpoints
-are kept, the older ones deleted after a new one is committed. The run folder's manifest
-records each step folder while it exists, so an overwrite removes those and nothing else.
-Across processes only process 0 writes and reads checkpoints (`vaco_jax.run.distributed`).
+package whose training state differs) is not damaged: resuming from it is refused. A checkpoint
+is written into `<step>.partial/` and renamed into place only once complete, so a process
+killed mid-write leaves a `.partial` folder (removed when the run folder is next opened) and
+never a half-written `<step>/`. Only the newest `keep` checkpoints are kept, the older ones
+deleted after a new one is committed. The run folder's manifest records each step folder
+while it exists, so an overwrite removes those and nothing else. Across processes only process 0 writes and reads checkpoints (`vaco_jax.run.distributed`).
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ class BraxStateAdapter:
         `reset` and `step` traced once for all their call sites, then inlined into each: a
         training program resets and steps its environments at several places (the first reset,
         each rollout's resets and steps, the evaluation's), and tracing MJX's physics takes
-        seconds each time. The compiled program stays what it was, result for result; only the
-        tracing is shared, that of the search for the carried leaves included."""
+        seconds each time. Only the tracing is shared, that of the search for the carried
+        leaves included: each site compiles what it would have traced itself."""
         self._brax_step = jax.jit(self._env.step, inline=True)
         action = jax.ShapeDtypeStruct((self.action_size,), jnp.float32)
 

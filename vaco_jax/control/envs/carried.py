@@ -12,7 +12,8 @@ read by the next step.
 of the next state (its observation, reward and termination) depends on, directly or through the
 next values of other carried leaves. Every other leaf is overwritten before it is read, or feeds
 nothing but its own next value, so a step from the carried leaves (the others filled with zeros,
-which XLA then removes) gives the same observations, rewards and terminations, bit for bit.
+which XLA then removes) computes the same observations, rewards and terminations. XLA compiles
+the smaller program into other kernels, which may round some values differently in the last bit.
 """
 
 from __future__ import annotations
