@@ -9,7 +9,8 @@ is written into `<step>.partial/` and renamed into place only once complete, so 
 killed mid-write leaves a `.partial` folder (removed when the run folder is next opened) and
 never a half-written `<step>/`. Only the newest `keep` checkpoints are kept, the older ones
 deleted after a new one is committed. The run folder's manifest records each step folder
-while it exists, so an overwrite removes those and nothing else. Across processes only process 0 writes and reads checkpoints (`vaco_jax.run.distributed`).
+while it exists, so an overwrite removes those and nothing else. Across processes only
+process 0 writes and reads checkpoints (`vaco_jax.run.distributed`).
 """
 
 from __future__ import annotations
