@@ -236,9 +236,8 @@ def _sha256(path: Path) -> str:
 def _leaf_paths(tree: Any) -> set[str]:
     """The dotted paths of `tree`'s leaves (attribute names, dictionary keys, indices), as
     alike for a state and for the metadata Orbax saved of it."""
-    def name(key: Any) -> str:
-        return str(getattr(key, "name", getattr(key, "key", getattr(key, "idx", key))))
-    return {".".join(map(name, path)) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return {jax.tree_util.keystr(path, simple=True, separator=".")
+            for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def _layout_difference(saved: set[str], expected: set[str]) -> str | None:
