@@ -31,6 +31,9 @@ def no_driver(monkeypatch):
                               "32-bit integers), got -5"),
     (["--seeds", "3", "--seed-offset", "4294967294"], "--seed-offset must lie in 0..4294967293"),
     (["--keep", "notes.txt"], "--keep applies only with --overwrite"),
+    (["--overwrite", "--keep", "../x"], "--keep ../x: a kept path is relative to the output "
+                                        "folder and lies inside it"),
+    (["--overwrite", "--keep", "/notes.txt"], "--keep /notes.txt: a kept path is relative"),
 ])
 def test_out_of_range_run_flags_are_refused_before_anything_is_written(
         tmp_path, capsys, no_driver, command, flags, message):
@@ -116,3 +119,20 @@ def test_help_states_each_default_once(capsys):
     assert "(default: the task's own, as `vaco-jax envs` lists it)" in text
     assert "(default: None)" not in text
     assert "(default: ppo)" in text
+
+
+@pytest.mark.parametrize("setup, message", [
+    ("results", "already exists and is not empty"),
+    ("foreign", "which vaco_jax did not write"),
+])
+def test_a_refused_folder_prints_its_line_alone(tmp_path, capsys, setup, message):
+    """The run's header comes once the folder is accepted, so a refusal is one line."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    flags = ["--overwrite"] if setup == "foreign" else []
+    assert cli.main([*TRAIN, "--out", str(out), *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and message in captured.err
+    assert len(captured.err.strip().splitlines()) == 1, captured.err
+    assert (out / "notes.txt").read_text() == "mine"

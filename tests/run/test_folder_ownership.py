@@ -2,8 +2,12 @@
 vaco_jax wrote there (`run.manifest`): foreign files at every place a run or sweep writes are
 refused, or kept when named, never deleted."""
 
+import errno
+import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +214,133 @@ def test_a_full_disk_names_the_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match=f"cannot write '{tmp_path / 'status.json'}'"):
         io.write_text(tmp_path / "status.json", "{}")
     assert list(tmp_path.iterdir()) == []  # no temporary left behind
+
+
+def test_a_stale_record_naming_a_live_process_is_not_said_to_have_ended(tmp_path, capsys):
+    """The kernel's lock is free, so the record is stale; the process it names (here this one,
+    alive) is not said to have ended."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / LOCK_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                                "command": "vaco-jax train\x1b[2J\nforged",
+                                                "since": "then"}))
+    with folder_lock(folder):
+        [line] = capsys.readouterr().err.strip().splitlines()  # a forged newline stays one line
+    assert f"process {os.getpid()}" in line and "does not hold it (a stale record)" in line
+    assert "has ended" not in line and "\x1b" not in line
+
+
+@pytest.mark.parametrize("failing", ["open", "ftruncate"])
+def test_an_unwritable_lock_file_is_refused_in_one_line(tmp_path, monkeypatch, failing):
+    """A read-only folder (`open`) or an immutable lock file (`ftruncate`): this process runs
+    as root in CI, which no mode stops, so the system's refusal is put in its place."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    real = getattr(os, failing)
+
+    def refused(first, *args, **kwargs):
+        if failing == "ftruncate" or str(first).endswith(LOCK_FILE):
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        return real(first, *args, **kwargs)
+    monkeypatch.setattr(os, failing, refused)
+    with pytest.raises(ValueError, match=r"^cannot lock .*: cannot write .*\.vaco_jax\.lock' "
+                                         r"\(Operation not permitted\); make .*writable, or choose "
+                                         r"another folder$"):
+        with folder_lock(folder):
+            pass
+
+
+def test_an_overwrite_of_a_foreign_folder_stops_at_its_first_stranger(tmp_path, monkeypatch):
+    """`--out / --overwrite` must be refused at once, not after walking every file system."""
+    (tmp_path / "a.txt").write_text("mine")
+    (tmp_path / "proc").mkdir()
+    walk = Path.iterdir
+
+    def unreadable(path):
+        if path.name == "proc":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return walk(path)
+    monkeypatch.setattr(Path, "iterdir", unreadable)
+    with pytest.raises(FileExistsError, match="it holds 'a.txt', which vaco_jax did not write"):
+        io.prepare_output_dir(tmp_path, overwrite=True)
+
+
+@pytest.mark.parametrize("kept", ["../x", "/notes.txt", "a/../../x", ""])
+def test_a_kept_path_outside_the_folder_is_refused(tmp_path, kept):
+    sweep_folder(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(ValueError, match="a kept path is relative to the output folder and lies "
+                                         "inside it"):
+        io.prepare_output_dir(tmp_path, overwrite=True, keep=[kept])
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ("../victim/file", "climbs out of its folder through '..'"),
+    ("/etc/hostname", "is an absolute path, outside the folder"),
+    ("a//b", "is not a normalised path"),
+    ("a/./b", "is not a normalised path"),
+    ("a\0b", "holds a NUL character"),
+    ("\ud800", "is not a file name this system can encode"),
+])
+def test_a_manifest_naming_a_path_outside_is_damaged_and_nothing_is_removed(tmp_path, entry,
+                                                                            problem):
+    sweep_folder(tmp_path)
+    entries = manifest.recorded(tmp_path)
+    (tmp_path / manifest.MANIFEST_FILE).write_text(
+        json.dumps({"entries": {**entries, entry: "file"}}))
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(ValueError, match=re.escape(f"its entry {entry!r} {problem}")) as refused:
+        io.prepare_output_dir(tmp_path, overwrite=True)
+    assert len(str(refused.value).splitlines()) == 1 and "nothing was removed" in str(refused.value)
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_links_are_removed_as_links_and_never_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "file").write_text("theirs")
+    run = tmp_path / "run"
+    manifest.record(run, {"status.json": manifest.FILE, "checkpoint": manifest.FOLDER,
+                          "checkpoint/1": manifest.TREE})
+    (run / "status.json").symlink_to(victim / "file")
+    (run / "checkpoint").mkdir()
+    (run / "checkpoint" / "1").symlink_to(victim)
+    io.prepare_output_dir(run, overwrite=True)
+    assert list(run.iterdir()) == [] and (victim / "file").read_text() == "theirs"
+
+
+@pytest.mark.parametrize("linked", ["checkpoint", "runs", "runs/g-0"])
+def test_a_recorded_folder_that_is_a_link_stops_the_overwrite(tmp_path, linked):
+    victim = tmp_path / "victim"
+    sweep_folder(tmp_path / "sweep")
+    if linked == "checkpoint":
+        moved = tmp_path / "sweep" / "runs" / "g-0" / "checkpoint"
+        linked = "runs/g-0/checkpoint"
+    else:
+        moved = tmp_path / "sweep" / linked
+    moved.rename(victim)
+    moved.symlink_to(victim)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(ValueError, match=f"{linked!r} is a symbolic link, and vaco_jax writes and "
+                                         f"removes only inside its folder; nothing was removed"):
+        io.prepare_output_dir(tmp_path / "sweep", overwrite=True)
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "folder", "hard link"])
+def test_a_lock_file_that_is_no_plain_file_is_refused_and_its_target_untouched(tmp_path, kind):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("theirs")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lock = folder / LOCK_FILE
+    {"symlink": lambda: lock.symlink_to(victim), "fifo": lambda: os.mkfifo(lock),
+     "folder": lock.mkdir, "hard link": lambda: os.link(victim, lock)}[kind]()
+    with pytest.raises(ValueError, match=r"^cannot lock .*\.vaco_jax\.lock' (is not a plain file"
+                                         r"|is not a file|has other names).*choose another "
+                                         r"folder$"):
+        with folder_lock(folder):
+            pass
+    assert victim.read_text() == "theirs"
+    refuse_if_in_use(folder)  # a reader is not stopped by what no process locks

@@ -157,7 +157,41 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(reference, tmp_p
     assert cli.main(["train", "--resume", str(out), "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert f"skipping damaged checkpoint {str(newest)!r}" in err and "Traceback" not in err
+    assert "trying the previous one (step 3)" in err
     pd.testing.assert_frame_equal(metrics(out), metrics(reference))
+
+
+def test_a_resume_whose_checkpoints_are_all_damaged_is_refused_and_deletes_nothing(
+        reference, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    for step in checkpoint_steps(out):
+        (out / "checkpoint" / step / "identity.json").write_text("{garbled")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(out), "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.strip().splitlines()
+    assert "no usable checkpoint" in line and "every one is damaged" in line, line
+    assert all(repr(str(out / "checkpoint" / step)) in line for step in checkpoint_steps(out))
+    assert "--overwrite" in line and "trying the previous one" not in line
+    assert captured.out == ""  # refused before the run's header and before compiling
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    pd.testing.assert_frame_equal(metrics(out), metrics(reference))
+
+
+def test_a_damaged_manifest_warns_and_the_run_still_resumes(reference, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    (out / ".vaco_jax.manifest.json").write_text('{"entries": {"../elsewhere": "tree"}}')
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "'../elsewhere' climbs out of its folder" in err and "the run resumes" in err, err
+    pd.testing.assert_frame_equal(metrics(out), metrics(reference))
+    assert cli.main(["train", *ARGS, "--out", str(out), "--overwrite"]) == 2  # nothing removed
+    assert "climbs out of its folder" in capsys.readouterr().err
+    assert (out / "metrics.parquet").is_file()
 
 
 @pytest.mark.parametrize("name, message", [

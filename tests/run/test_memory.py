@@ -85,8 +85,9 @@ def test_the_host_check_refuses_runs_whose_metrics_and_checkpoints_do_not_fit(mo
     with pytest.raises(ValueError, match=r"^3 runs need about .* of host memory \(.* each\) for "
                                          r"their metrics and checkpoints, more than the host "
                                          r"budget of .* \(50% of the available host memory\); "
-                                         r"lower the run's size \(num_envs, .*\) or the number "
-                                         r"of runs \(--seeds\)$"):
+                                         r"shorten the run \(total_steps: 4 updates keep a row "
+                                         r"of metrics each\), lower the run's size "
+                                         r"\(num_envs, .*\) or the number of runs \(--seeds\)$"):
         memory.check_memory(TOY, ControlHParams.create(), 3, budget_bytes=100 * GIB)
 
 

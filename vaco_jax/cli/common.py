@@ -14,7 +14,7 @@ from vaco_jax import losses
 from vaco_jax.cli import console
 from vaco_jax.core.config import Config
 from vaco_jax.core.policy_buffer import LAG_MODELS
-from vaco_jax.run import distributed, driver, io, memory
+from vaco_jax.run import distributed, driver, io, manifest, memory
 from vaco_jax.run.trackers import TRACKERS, Trackers, seed_runs
 
 
@@ -157,8 +157,7 @@ def _check_run_flags(args) -> None:
     if not 0 <= args.seed_offset <= driver.MAX_SEED - args.seeds + 1:
         raise ValueError(f"--seed-offset must lie in 0..{driver.MAX_SEED - args.seeds + 1} (seeds "
                          f"are unsigned 32-bit integers), got {args.seed_offset}")
-    if args.keep and not args.overwrite:
-        raise ValueError("--keep applies only with --overwrite")
+    check_keep_flags(args)
     if args.resume:
         ignored = [action.option_strings[-1] for action in args.parser._actions
                    if action.option_strings and action.dest not in (*RESUME_FLAGS, "resume", "help")
@@ -171,6 +170,13 @@ def _check_run_flags(args) -> None:
                              f"--chunk-periods, --keep-checkpoints, --no-progress, "
                              f"--memory-budget and --log apply, and those of several "
                              f"processes)")
+
+
+def check_keep_flags(args) -> None:
+    """Refuses `--keep` without `--overwrite`, and a kept path outside the output folder."""
+    if args.keep and not args.overwrite:
+        raise ValueError("--keep applies only with --overwrite")
+    manifest.check_keep(args.keep)
 
 
 def run_driver(args, config: Config, hparams: Any) -> int:
@@ -199,10 +205,12 @@ def run_driver(args, config: Config, hparams: Any) -> int:
         runs = driver.Driver(config, hparams, seeds)
         overwrite, keep = args.overwrite, args.keep
     logged = seed_runs(runs, group=Path(out).resolve().name)
-    print(console.header(runs, out, resume=bool(args.resume)), flush=True)
-    with trackers:
+    with trackers:  # the header once the folder is accepted: a refusal prints its line alone
         result = runs.run(out, resume=bool(args.resume), overwrite=overwrite, keep=keep,
-                          on_chunk=lambda chunk: trackers.log(logged, chunk), **options)
+                          on_chunk=lambda chunk: trackers.log(logged, chunk),
+                          on_start=lambda: print(console.header(runs, out,
+                                                                resume=bool(args.resume)),
+                                                 flush=True), **options)
     print(console.summary(result, out))
     if not result.diverged.all():
         print(console.next_steps(result, out))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vaco_jax.cli.common import add_log, add_memory_budget, add_overwrite_flags
+from vaco_jax.cli.common import (add_log, add_memory_budget, add_overwrite_flags,
+                                  check_keep_flags)
 from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
                                  write_sweep_report)
@@ -77,8 +78,7 @@ def run_sweep(args) -> int:
     if args.steps_per_second is not None and (not args.plan or args.steps_per_second <= 0):
         raise ValueError(f"--steps-per-second must be a positive rate given with --plan, got "
                          f"{args.steps_per_second}")
-    if args.keep and not args.overwrite:
-        raise ValueError("--keep applies only with --overwrite")
+    check_keep_flags(args)
     if args.resume and args.overwrite:
         raise ValueError("--resume continues the sweep in --out and --overwrite replaces it: give "
                          "one of them")
@@ -115,8 +115,7 @@ def run_sweep(args) -> int:
 
 def run_report(args) -> int:
     if args.parts is not None:
-        if args.keep and not args.overwrite:
-            raise ValueError("--keep applies only with --overwrite")
+        check_keep_flags(args)
         summary = merge_parts(args.parts, args.out, allow_incomplete=args.allow_incomplete,
                               overwrite=args.overwrite, keep=args.keep)
     elif args.allow_incomplete or args.overwrite or args.keep:

@@ -124,6 +124,9 @@ def load_sweep_to_resume(out_dir: str | os.PathLike, experiment: Experiment | No
     """The plan saved in `out_dir`, refusing an `experiment` or `part` other than the saved
     ones (None: whatever is saved)."""
     plan = load_sweep(out_dir)
+    # What a resumed sweep writes into: none may lead outside its folder.
+    manifest.refuse_links(out_dir, (RUNS_DIR, *TRACKER_FOLDERS,
+                                    *(f"{RUNS_DIR}/{batch.name}" for batch in plan.batches)))
     if experiment is not None and not same_experiment(experiment, plan.experiment):
         raise ValueError(f"cannot resume {str(out_dir)!r}: it holds a different experiment "
                          f"({plan.experiment.name!r}); leave the experiment out to resume it")

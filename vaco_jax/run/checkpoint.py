@@ -9,8 +9,10 @@ is written into `<step>.partial/` and renamed into place only once complete, so 
 killed mid-write leaves a `.partial` folder (removed when the run folder is next opened) and
 never a half-written `<step>/`. Only the newest `keep` checkpoints are kept, the older ones
 deleted after a new one is committed. The run folder's manifest records each step folder
-while it exists, so an overwrite removes those and nothing else. Across processes only
-process 0 writes and reads checkpoints (`vaco_jax.run.distributed`).
+while it exists, so an overwrite removes those and nothing else. A folder may come from someone
+else: a `checkpoint/` that is a link is refused, a step folder that is a link is no checkpoint,
+and a resume whose checkpoints are all damaged is refused rather than started again. Across
+processes only process 0 writes and reads checkpoints (`vaco_jax.run.distributed`).
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def committed_steps(directory: str | os.PathLike) -> list[int]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    return sorted((int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit()),
-                  reverse=True)
+    return sorted((int(p.name) for p in directory.iterdir()
+                   if p.name.isdigit() and p.is_dir() and not p.is_symlink()), reverse=True)
 
 
 class Checkpoints:
@@ -59,7 +61,13 @@ class Checkpoints:
         if keep < 1:
             raise ValueError(f"keep_checkpoints must be a positive integer, got {keep}")
         self.directory = Path(directory).absolute()
+        if self.directory.is_symlink() or (self.directory.exists() and not self.directory.is_dir()):
+            raise ValueError(f"cannot use {str(self.directory)!r}: it is "
+                             f"{'a symbolic link' if self.directory.is_symlink() else 'a file'}, "
+                             f"and vaco_jax keeps its checkpoints in a folder of the run's own; "
+                             f"replace it by a folder, or start the run in another folder")
         self.identity, self.keep, self._writer = identity, keep, writer
+        self._damage_found: dict[int, str | None] = {}
         # Across processes only process 0 saves and restores, NumPy trees (`vaco_jax.run.driver`).
         alone = this_process_only()
         self._checkpointer = ocp.Checkpointer(
@@ -67,7 +75,7 @@ class Checkpoints:
             multiprocessing_options=alone)
         if writer and self.directory.is_dir():
             for partial in self.directory.glob(f"*{PARTIAL_SUFFIX}"):
-                shutil.rmtree(partial, ignore_errors=True)
+                _remove(partial)
 
     def steps(self) -> list[int]:
         """The committed steps, newest first."""
@@ -81,7 +89,7 @@ class Checkpoints:
         final = self.directory / str(step)
         partial = self.directory / f"{step}{PARTIAL_SUFFIX}"
         try:
-            shutil.rmtree(partial, ignore_errors=True)
+            _remove(partial)
             self._record({final.name: manifest.TREE, partial.name: manifest.TREE})
             self.directory.mkdir(parents=True, exist_ok=True)
             with _thread_tracebacks_silenced():
@@ -91,13 +99,12 @@ class Checkpoints:
                                                     "files": _manifest(partial / "tree")})
             if before_commit is not None:
                 before_commit()
-            if final.exists():  # the same step written again by a resumed run
-                shutil.rmtree(final)
+            _remove(final)  # the same step written again by a resumed run
             os.replace(partial, final)
         except Exception as error:
             with _thread_tracebacks_silenced():
                 self._checkpointer.close()  # waits for the writer threads the error left running
-            shutil.rmtree(partial, ignore_errors=True)
+            _remove(partial)
             self._forget([partial.name])
             kept = self.steps()
             raise CheckpointWriteError(
@@ -123,41 +130,72 @@ class Checkpoints:
     def restore_latest(self, like: Any, warn: Callable[[str], None]) -> tuple[int, Any] | None:
         """The newest readable checkpoint as `(step, tree)` in the structure, shapes and dtypes
         of `like` (arrays), or None if there is none; a damaged one is skipped with a warning,
-        one of another run refused."""
+        one of another run refused, and so is a folder whose checkpoints are all damaged."""
+        steps, damaged = self.steps(), []
+        for index, step in enumerate(steps):
+            path = self.directory / str(step)
+            problem = self._damage(step)
+            if problem is None:
+                try:
+                    saved = self._checkpointer.metadata(path / "tree").item_metadata
+                    unlike = _layout_difference(_leaf_paths(saved),
+                                                _leaf_paths(_without_empty(like)))
+                    if unlike is None:
+                        return step, self._restore(path / "tree", like)
+                except Exception as error:  # Orbax/TensorStore raise many types for damaged files
+                    problem = _first_line(error)
+                else:  # Not damaged: written by a version whose training state differs.
+                    raise ValueError(
+                        f"cannot resume: checkpoint {str(path)!r} holds a training state laid "
+                        f"out otherwise than this version of vaco_jax's ({unlike}); the version "
+                        f"that wrote it (the run folder's config.json names it under "
+                        f"provenance) can continue it, or start the run again with --overwrite")
+            damaged.append(f"{str(path)!r} ({problem})")
+            if index + 1 < len(steps):
+                warn(f"skipping damaged checkpoint {str(path)!r} ({problem}); trying the "
+                     f"previous one (step {steps[index + 1]})")
+        if damaged:
+            raise ValueError(self._none_usable(damaged))
+        return None
+
+    def check_usable(self) -> None:
+        """Refuses (ValueError) a folder holding checkpoints none of which is intact, or one of
+        another run, before anything is compiled; reads identities and file digests only."""
+        damaged = []
         for step in self.steps():
+            problem = self._damage(step)
+            if problem is None:
+                return
+            damaged.append(f"{str(self.directory / str(step))!r} ({problem})")
+        if damaged:
+            raise ValueError(self._none_usable(damaged))
+
+    def _none_usable(self, damaged: list[str]) -> str:
+        return (f"cannot resume: no usable checkpoint in {str(self.directory)!r}, "
+                f"{'every one is' if len(damaged) > 1 else 'the only one is'} damaged: "
+                f"{'; '.join(damaged)}; nothing was removed: start the run again with "
+                f"--overwrite, which removes them")
+
+    def _damage(self, step: int) -> str | None:
+        """Why checkpoint `step` is damaged (its identity unreadable, its files not those
+        written), or None; one of another run is refused. Checked once per step."""
+        if step not in self._damage_found:
             path = self.directory / str(step)
             try:
                 identity = json.loads((path / IDENTITY_FILE).read_text())
                 owner, files = identity["run_identity"], identity["files"]
+                if not isinstance(files, dict):
+                    raise TypeError("its files are not a table")
             except (OSError, ValueError, KeyError, TypeError) as error:
-                warn(f"skipping damaged checkpoint {str(path)!r} ({IDENTITY_FILE} unreadable: "
-                     f"{_first_line(error)}); trying the previous one")
-                continue
+                self._damage_found[step] = f"{IDENTITY_FILE} unreadable: {_first_line(error)}"
+                return self._damage_found[step]
             if owner != self.identity:
                 raise ValueError(
                     f"cannot resume: checkpoint {str(path)!r} belongs to another run (identity "
-                    f"{owner}, this run is {self.identity}); start the run again with --overwrite")
-            damaged = _first_mismatch(path / "tree", files)
-            if damaged is not None:
-                warn(f"skipping damaged checkpoint {str(path)!r} ({damaged}); "
-                     f"trying the previous one")
-                continue
-            try:
-                saved = self._checkpointer.metadata(path / "tree").item_metadata
-                unlike = _layout_difference(_leaf_paths(saved), _leaf_paths(_without_empty(like)))
-                if unlike is None:
-                    return step, self._restore(path / "tree", like)
-            except Exception as error:  # Orbax/TensorStore raise many types for damaged files
-                warn(f"skipping damaged checkpoint {str(path)!r} ({_first_line(error)}); "
-                     f"trying the previous one")
-                continue
-            # Not damaged: written by a version of vaco_jax whose training state differs.
-            raise ValueError(
-                f"cannot resume: checkpoint {str(path)!r} holds a training state laid out "
-                f"otherwise than this version of vaco_jax's ({unlike}); the version that wrote "
-                f"it (the run folder's config.json names it under provenance) can continue it, "
-                f"or start the run again with --overwrite")
-        return None
+                    f"{str(owner)[:40]!r}, this run is {self.identity}); start the run again "
+                    f"with --overwrite")
+            self._damage_found[step] = _first_mismatch(path / "tree", files)
+        return self._damage_found[step]
 
     def _restore(self, path: Path, like: Any) -> Any:
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _without_empty(like))
@@ -193,6 +231,14 @@ def _thread_tracebacks_silenced() -> Iterator[None]:
         threading.excepthook, sys.unraisablehook = hooks
 
 
+def _remove(path: Path) -> None:
+    """Removes a step folder vaco_jax writes; a link there is removed as a link."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _reason(error: BaseException) -> str:
     """Why a write failed, short: a full disk says so, whatever layer raised it."""
     if "No space left on device" in str(error) or getattr(error, "errno", None) == errno.ENOSPC:
@@ -213,9 +259,16 @@ def _manifest(tree: Path) -> dict[str, list]:
 
 
 def _first_mismatch(tree: Path, manifest: dict[str, list]) -> str | None:
-    """What differs first between the files under `tree` and `manifest`, or None."""
-    for name, (size, digest) in manifest.items():
+    """What differs first between the files under `tree` and `manifest`, or None; a name
+    outside `tree`, or reached through a link, is a difference too."""
+    for name, entry in manifest.items():
         f = tree / name
+        if (not isinstance(name, str) or name.startswith("/") or ".." in name.split("/")
+                or not isinstance(entry, list) or len(entry) != 2):
+            return f"{name!r} is no file of a checkpoint"
+        size, digest = entry
+        if any(p.is_symlink() for p in [f, *f.parents][:len(Path(name).parts)]):
+            return f"{name} is a symbolic link"
         if not f.is_file():
             return f"{name} is missing"
         if f.stat().st_size != size:

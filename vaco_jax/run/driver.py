@@ -286,13 +286,15 @@ class Driver:
     def run(self, out_dir: str | os.PathLike | None = None, *, chunk_periods: int | None = None,
             max_chunks: int | None = None, resume: bool = False, overwrite: bool = False,
             keep: Sequence[str] = (), keep_checkpoints: int | None = None, progress: bool = True,
-            on_chunk: Callable[[TrainingResult], None] | None = None) -> TrainingResult:
+            on_chunk: Callable[[TrainingResult], None] | None = None,
+            on_start: Callable[[], None] | None = None) -> TrainingResult:
         """Trains every run to `config.num_updates` (or `max_chunks` chunks), writing results
         and checkpoints (the newest `keep_checkpoints`, default 2) into `out_dir` when given,
         which this process locks (`vaco_jax.run.lock`); `overwrite` replaces a run there,
         refusing a folder that holds files vaco_jax did not write but the `keep` ones.
-        `on_chunk` sees the result after each chunk (written and checkpointed). A resumed run
-        takes the chunk length and checkpoint count it was started with unless given."""
+        `on_chunk` sees the result after each chunk (written and checkpointed), `on_start` is
+        called once the folder is accepted, before compiling. A resumed run takes the chunk
+        length and checkpoint count it was started with unless given."""
         out = None if out_dir is None else Path(out_dir)
         writes = out is not None and is_writer()
         with folder_lock(out) if writes else contextlib.nullcontext():
@@ -301,11 +303,12 @@ class Driver:
                                       writes=run_folder.RUN_WRITES)
             return self._run_in(out, resume=resume, chunk_periods=chunk_periods,
                                 max_chunks=max_chunks, keep_checkpoints=keep_checkpoints,
-                                progress=progress, on_chunk=on_chunk)
+                                progress=progress, on_chunk=on_chunk, on_start=on_start)
 
     def _run_in(self, out: Path | None, *, resume: bool, chunk_periods: int | None,
                 max_chunks: int | None, keep_checkpoints: int | None, progress: bool,
-                on_chunk: Callable[[TrainingResult], None] | None) -> TrainingResult:
+                on_chunk: Callable[[TrainingResult], None] | None,
+                on_start: Callable[[], None] | None) -> TrainingResult:
         cfg = self.config
         options = {"chunk_periods": chunk_periods, "keep_checkpoints": keep_checkpoints}
         if out is not None and resume:
@@ -327,6 +330,10 @@ class Driver:
                     "provenance": provenance()})
             checkpoints = Checkpoints(out / run_folder.CHECKPOINT_DIR, self.identity, keep=keep,
                                       writer=is_writer())
+            if resume:
+                from_process_0(checkpoints.check_usable)
+        if on_start is not None:
+            on_start()
         # Restored and compiled before stops are deferred: nothing is trained yet that a stop
         # at once (`vaco_jax.run.signals`) loses.
         fault_point("compile", 0)
@@ -475,6 +482,7 @@ class Driver:
         """The saved `config.json`, if it describes this run. Its config is compared as
         `from_dict` reads it, so that a record written before a config field existed (a token
         run's five-field warm start, read as `LEGACY`) describes the run it was."""
+        run_folder.check_to_resume(out)
         saved = run_folder.saved_config(out)
         current = json.loads(json.dumps(self.describe(), default=io.jsonable))
         recorded = {k: saved.get(k) for k in current}

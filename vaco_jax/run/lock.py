@@ -5,7 +5,8 @@ written there and held for the process's life: the kernel releases it however th
 (kill -9 included), so a lock file left behind by a dead process is recognised as stale and
 taken over. The file holds who took the lock (process, host, command, time), for the message of
 a refusal. Locks are reentrant within a process, so a sweep that holds its folder may rewrite
-its report there.
+its report there. A folder may come from someone else: the lock file is opened without following
+a link and must be a plain file of one name, so that taking the lock writes nothing elsewhere.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import shlex
 import socket
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -37,8 +39,15 @@ _guard = threading.Lock()  # `_held` is changed by the main thread and read by t
 def _holder_text(record: dict | None) -> str:
     if not record:
         return "another process"
-    return (f"process {record.get('pid')} on host {record.get('host')!r} "
-            f"(`{record.get('command')}`, since {record.get('since')})")
+    pid, host, command, since = (_printable(record.get(k))
+                                 for k in ("pid", "host", "command", "since"))
+    return f"process {pid} on host {host!r} (`{command}`, since {since})"
+
+
+def _printable(value: object, limit: int = 300) -> str:
+    """A field of a lock record, which another folder's owner wrote, as one line of plain text."""
+    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _read_record(fd: int) -> dict | None:
@@ -70,11 +79,37 @@ def _pid_alive(pid: object) -> bool:
     return True
 
 
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a fifo must not block the open
+
+
+def _open_lock_file(folder: Path) -> int:
+    """The folder's lock file opened for writing (created if missing), refusing (ValueError) one
+    that is not a plain file of one name: a link, a pipe, a folder, a hard link to another file."""
+    path = folder / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o644)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise ValueError(f"cannot lock {str(folder)!r}: {str(path)!r} is not a plain file "
+                             f"(a link, a folder or a pipe), and vaco_jax keeps its lock there; "
+                             f"remove it, or choose another folder") from None
+        raise ValueError(f"cannot lock {str(folder)!r}: cannot write {str(path)!r} "
+                         f"({error.strerror}); make the folder writable, or choose another "
+                         f"folder") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "has other names (hard links)" if stat.S_ISREG(info.st_mode) else "is not a file"
+        raise ValueError(f"cannot lock {str(folder)!r}: {str(path)!r} {what}, and vaco_jax "
+                         f"writes its lock record there; remove it, or choose another folder")
+    return fd
+
+
 def _acquire(folder: Path) -> int:
     """An open descriptor of the folder's lock file, locked by this process."""
     path = folder / LOCK_FILE
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(folder)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -88,7 +123,7 @@ def _acquire(folder: Path) -> int:
                 raise
             _refuse_live_record(folder, fd)
         try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            same = os.fstat(fd).st_ino == os.lstat(path).st_ino
         except FileNotFoundError:
             same = False
         if not same:  # its holder removed the file on release after we opened it: again
@@ -96,11 +131,22 @@ def _acquire(folder: Path) -> int:
             continue
         stale = _read_record(fd)
         if stale:
+            # The kernel's lock is free, so whatever the record names does not hold it: say
+            # that it ended only where that can be seen.
+            ended = (stale.get("host") == socket.gethostname()
+                     and not _pid_alive(stale.get("pid")))
             print(f"warning: taking over the lock of {str(folder)!r} left by "
-                  f"{_holder_text(stale)}, which has ended without releasing it",
-                  file=sys.stderr, flush=True)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(_own_record()) + "\n").encode("utf-8"), 0)
+                  f"{_holder_text(stale)}, "
+                  + ("which has ended without releasing it" if ended else
+                     "which does not hold it (a stale record)"), file=sys.stderr, flush=True)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(_own_record()) + "\n").encode("utf-8"), 0)
+        except OSError as error:  # an immutable or full file system's file
+            os.close(fd)
+            raise ValueError(f"cannot lock {str(folder)!r}: cannot write "
+                             f"{str(path)!r} ({error.strerror}); make it writable, or choose "
+                             f"another folder") from None
         return fd
 
 
@@ -125,10 +171,12 @@ def refuse_if_in_use(folder: str | os.PathLike) -> None:
     if os.path.realpath(folder) in _held:
         return
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
     except OSError:
-        return  # no lock file: nobody holds it
+        return  # no lock file (or a link, which no vaco-jax process locks): nobody holds it
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return  # no vaco-jax process locks anything but a file
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         raise FolderInUse(f"{str(folder)!r} is in use by {_holder_text(_read_record(fd))}; "

@@ -37,6 +37,8 @@ SIZE_FIELDS = {
     "tokens": ("prompts", "group_size", "context", "width", "layers", "buffer_capacity"),
 }
 """Per testbed, the config fields a run's memory grows with, which a refusal names."""
+LENGTH_FIELDS = {"control": "total_steps", "tokens": "num_updates"}
+"""Per testbed, the config field a run's length is set by: its metrics on the host grow with it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,4 +153,8 @@ def check_memory(config: Config, hparams: Any, num_runs: int, *, budget_bytes: i
         raise ValueError(device_refusal(per_device, estimate.device, budget, advice))
     host_budget = host_memory_budget()
     if num_runs * estimate.host > host_budget:
-        raise ValueError(host_refusal(num_runs, estimate.host, host_budget, advice))
+        length = LENGTH_FIELDS[testbeds.of_config(config).name]
+        raise ValueError(host_refusal(
+            num_runs, estimate.host, host_budget,
+            f"shorten the run ({length}: {config.num_updates:,} updates keep a row of metrics "
+            f"each), {advice}"))

@@ -37,6 +37,19 @@ def write_results(out: Path, table: pd.DataFrame, status: dict[str, Any]) -> Non
     io.write_json(out / STATUS_FILE, status)
 
 
+def check_to_resume(out: Path) -> None:
+    """Refuses (ValueError) a run folder whose checkpoint or tracker folder is a symbolic link,
+    through which a resumed run would write outside it; a damaged manifest is warned about (the
+    run resumes, and an overwrite refuses the folder until the manifest is moved away)."""
+    manifest.refuse_links(out, (CHECKPOINT_DIR, TENSORBOARD_DIR, WANDB_DIR))
+    try:
+        manifest.recorded(out)
+    except manifest.DamagedManifest as damaged:
+        warn(f"{str(damaged.path)!r} is damaged ({damaged.problem}): the run resumes without "
+             f"recording its files there, and --overwrite refuses the folder until it is moved "
+             f"away")
+
+
 def saved_config(out: Path) -> dict[str, Any]:
     """The run's saved `config.json`, refusing a missing or unreadable one."""
     path = out / CONFIG_FILE
