@@ -59,7 +59,9 @@ def machine() -> dict[str, Any]:
                  "cpu_count": os.cpu_count()},
         "versions": versions,
         "environment": {k: os.environ.get(k) for k in ("XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE",
-                                                        "JAX_PLATFORMS")},
+                                                        "XLA_PYTHON_CLIENT_MEM_FRACTION",
+                                                        "XLA_PYTHON_CLIENT_ALLOCATOR",
+                                                        "TF_GPU_ALLOCATOR", "JAX_PLATFORMS")},
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }
 
@@ -139,6 +141,46 @@ def device_memory() -> dict[str, int] | None:
     return {k: int(stats[k]) for k in keys if k in stats}
 
 
+def free_device_bytes(limit_bytes: int | None = None) -> int | None:
+    """Bytes a new allocation may still take on the first device: `limit_bytes` (default: the
+    allocator's limit, which JAX sets at XLA_PYTHON_CLIENT_MEM_FRACTION of the device, 75%
+    unless set) less the bytes in use (the allocator's count, else the live arrays' sizes).
+    None where neither a limit is given nor the backend reports one (a CPU)."""
+    stats = device_memory() or {}
+    limit = limit_bytes if limit_bytes is not None else stats.get("bytes_limit")
+    if limit is None:
+        return None
+    in_use = stats.get("bytes_in_use")
+    if in_use is None:
+        in_use = sum(a.nbytes for a in jax.live_arrays())
+    return int(limit - in_use)
+
+
+def memory_analysis(executable: Any) -> dict[str, int] | None:
+    """XLA's memory analysis of a compiled program: the bytes of its arguments, outputs (those
+    aliased to arguments apart) and temporary buffers, and `call_bytes`, what one call allocates
+    beyond its arguments (temporaries and unaliased outputs). None where the backend gives no
+    analysis."""
+    try:
+        stats = executable.memory_analysis()
+    except Exception:  # noqa: BLE001  (not every backend or version implements it)
+        return None
+    if stats is None:
+        return None
+    fields = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
+              "alias_bytes": "alias_size_in_bytes", "temp_bytes": "temp_size_in_bytes",
+              "generated_code_bytes": "generated_code_size_in_bytes"}
+    out = {name: int(getattr(stats, field, 0) or 0) for name, field in fields.items()}
+    out["call_bytes"] = out["temp_bytes"] + out["output_bytes"] - out["alias_bytes"]
+    return out
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is the device allocator's out-of-memory (XLA's RESOURCE_EXHAUSTED)."""
+    return isinstance(error, Exception) and (
+        "RESOURCE_EXHAUSTED" in str(error) or "Out of memory" in str(error))
+
+
 # ----------------------------------------------------------------------------------- compiles
 class CompileEvents:
     """Counts and times JAX compilation events while the context is open."""
@@ -189,8 +231,20 @@ class Compiled:
         self.lower_s = lowered_at - start
         self.compile_s = time.perf_counter() - lowered_at
         self.args = program.args
-        if warm_up:  # first-call allocations and transfers stay out of the timings; training
-            self.call(carry_on=True)  # programs reach a state with policy versions pushed
+        self.warmed_up = False
+        if warm_up:
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """The warm-up call (once; later calls do nothing): first-call allocations and transfers
+        stay out of the timings, and training programs reach a state with policy versions
+        pushed, from which every timed call starts. The first arguments are then let go (the
+        program keeps none), so that the device holds one state per program, not two."""
+        if self.warmed_up:
+            return
+        self.call(carry_on=True)
+        self.program = dataclasses.replace(self.program, args=())
+        self.warmed_up = True
 
     def call(self, carry_on: bool = False) -> float:
         """Runs one call from `self.args`; `carry_on` makes its output the next call's input."""

@@ -16,7 +16,9 @@ On a GPU or TPU: install JAX's accelerator plugin as the README's "Installing on
 says, then run the same command; the accelerator preset (add with 4 digits, P x G = 64 x 16,
 4 layers of width 256, seeds 1 to 64) is chosen from `jax.default_backend()`, and every row
 records the device's peak memory. The model and batch flags resize every row: to find the
-largest that fits, raise them until compilation fails with RESOURCE_EXHAUSTED.
+largest that fits, raise them until compilation fails with RESOURCE_EXHAUSTED. A seed count
+whose call needs more device memory than is free (XLA's memory analysis; `--memory-limit-gib`
+sets the limit) is recorded as not fitting, and the other counts are timed.
 
 Timing follows `benchmarks/harness.py`: compilation apart from throughput, programs compared in
 alternating calls, the machine's load recorded; results go to a JSON file written atomically
@@ -28,7 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import functools
 import sys
 import time
 from pathlib import Path
@@ -76,6 +77,9 @@ class Settings:
     actings: tuple[str, ...] | None = None  # rows of ACTINGS measured (None: every row)
     capacity_s: float = 240.0  # time box of the search for the largest model and batch
     capacity_doublings: int = 6  # most doublings of width, then of prompts, in that search
+    # Device memory the seed counts may use (GiB); None: the allocator's own limit where the
+    # device reports one (a GPU), else (a CPU) no check.
+    memory_limit_gib: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -169,12 +173,26 @@ def update_program(config: TokenConfig, num_seeds: int, updates: int) -> harness
                            steps_per_call=num_seeds * updates * _tokens(config))
 
 
-@functools.cache
+_UPDATES: dict[tuple[TokenConfig, int, int], harness.Compiled] = {}
+
+
 def compiled_update(config: TokenConfig, num_seeds: int, updates: int) -> harness.Compiled:
-    """`update_program` compiled once until `seeds` has run: its one-seed program is
-    `throughput`'s `fixed:0` update. Each holds its state on the device, so the cache is emptied
-    after `seeds` and before `capacity`, which measures what fits."""
-    return harness.Compiled(update_program(config, num_seeds, updates))
+    """`update_program` compiled (not yet warmed up: `.warm_up()`) once until `seeds` has run:
+    its one-seed program is `throughput`'s `fixed:0` update. Each holds its state on the device,
+    so `release_updates` lets them go after `seeds` and before `capacity`, which measures what
+    fits."""
+    key = (config, num_seeds, updates)
+    if key not in _UPDATES:
+        _UPDATES[key] = harness.Compiled(update_program(config, num_seeds, updates),
+                                         warm_up=False)
+    return _UPDATES[key]
+
+
+def release_updates(*keys: tuple[TokenConfig, int, int]) -> None:
+    """Lets the programs of `compiled_update` (those of `keys`, or every one) and their device
+    state go."""
+    for key in keys or list(_UPDATES):
+        _UPDATES.pop(key, None)
 
 
 # ----------------------------------------------------------------------------------- measurements
@@ -217,6 +235,7 @@ def throughput(settings: Settings, log) -> dict[str, Any]:
         programs[f"generate/{row}"] = harness.Compiled(
             generate_program(acting, settings.batches_per_call))
         programs[f"update/{row}"] = compiled_update(acting, 1, settings.updates_per_call)
+        programs[f"update/{row}"].warm_up()
     log(f"timing {len(programs)} programs in {settings.repeats} rounds")
     timed = dict(zip(programs, harness.timed_rounds(list(programs.values()),
                                                     repeats=settings.repeats,
@@ -240,19 +259,88 @@ def throughput(settings: Settings, log) -> dict[str, Any]:
     return {"forward": forward, "rows": rows}
 
 
+GIB = 2 ** 30
+
+
 def seeds(settings: Settings, log) -> dict[str, Any]:
-    """Whole updates of `fixed:0` with 1, 4, ... runs vmapped, timed in the same rounds."""
-    programs = {}
-    for n in settings.seed_counts:
+    """Whole updates of `fixed:0` with 1, 4, ... runs vmapped, timed in the same rounds.
+
+    Memory: each count's program keeps its state on the device between calls (89 MB a seed at
+    the `gpu` preset), and each call asks besides for what XLA's memory analysis of it gives:
+    its temporary buffer, which grows with the seeds (1.4 GB a seed on an H200, 83.3 GiB at 64
+    seeds), and its outputs. So every count is compiled first (largest first) and its need
+    checked against the device's free memory with every kept program's state on it: a count
+    that does not fit is recorded as not fitting, with the bytes it needs and those free, and
+    its state let go; the others are still timed. The programs are warmed up largest first, so
+    that an allocator that grows its pool as programs ask (XLA_PYTHON_CLIENT_PREALLOCATE=false,
+    the campaign's setting) reserves the largest temporary buffer while the pool is smallest
+    and the smaller ones reuse that space. A count whose warm-up call, or a round, still runs
+    out of memory (the pool's fragments) is recorded with the error and the others are timed
+    (again) without it. The counts kept are timed in alternating calls, as before.
+    """
+    config, updates = settings.config, settings.updates_per_call
+    limit = None if settings.memory_limit_gib is None else int(settings.memory_limit_gib * GIB)
+    counts = sorted(set(settings.seed_counts), reverse=True)
+    programs: dict[int, harness.Compiled] = {}
+    rows: dict[int, dict[str, Any]] = {}
+    for n in counts:
         log(f"compiling updates of {n} vmapped seed(s)")
-        programs[n] = compiled_update(settings.config, n, settings.updates_per_call)
-    timed = dict(zip(programs, harness.timed_rounds(list(programs.values()),
-                                                    repeats=settings.repeats,
-                                                    max_wait_s=settings.max_wait_s)))
-    compiled_update.cache_clear()
-    one = timed[settings.seed_counts[0]]
-    return {"rows": {str(n): {**summary, "of_first": harness.paired_rate_ratio(summary, one)}
-                     for n, summary in timed.items()}}
+        try:
+            programs[n] = compiled_update(config, n, updates)
+        except Exception as error:  # noqa: BLE001  (out of memory is the measurement)
+            if not harness.is_out_of_memory(error):
+                raise
+            rows[n] = {"fits": False, "memory": None,
+                       "note": "does not fit (out of memory making its state or compiling)",
+                       "error": f"{type(error).__name__}: {str(error)[:400]}"}
+            log(f"{n} seed(s): {rows[n]['error']}")
+            continue
+        rows[n] = {"memory": harness.memory_analysis(programs[n].executable)}
+
+    def drop(n: int, **why: Any) -> None:
+        compiled = programs.pop(n)
+        release_updates((config, n, updates))
+        rows[n].update(fits=False, lower_s=round(compiled.lower_s, 3),
+                       compile_s=round(compiled.compile_s, 3), **why)
+        log(f"{n} seed(s): {why.get('note') or why.get('error')}")
+
+    # The largest first: a count dropped lets its state go before the next is checked.
+    for n in [n for n in counts if n in programs]:
+        free, memory = harness.free_device_bytes(limit), rows[n]["memory"]
+        rows[n]["free_bytes"] = free
+        if free is not None and memory is not None and memory["call_bytes"] > free:
+            drop(n, note=f"does not fit ({_gib(memory['call_bytes'])} GiB needed, "
+                         f"{_gib(free)} GiB free)")
+    for n in counts:
+        if n in programs:
+            log(f"warming up updates of {n} vmapped seed(s)")
+            try:
+                programs[n].warm_up()
+            except Exception as error:  # noqa: BLE001  (out of memory is the measurement)
+                if not harness.is_out_of_memory(error):
+                    raise
+                drop(n, note="does not fit (out of memory at its first call)",
+                     error=f"{type(error).__name__}: {str(error)[:400]}")
+    timed: dict[int, dict[str, Any]] = {}
+    while programs:
+        kept = sorted(programs)
+        log(f"timing {len(kept)} seed count(s) {kept} in {settings.repeats} rounds")
+        try:
+            timed = dict(zip(kept, harness.timed_rounds([programs[n] for n in kept],
+                                                        repeats=settings.repeats,
+                                                        max_wait_s=settings.max_wait_s)))
+            break
+        except Exception as error:  # noqa: BLE001
+            if not harness.is_out_of_memory(error):
+                raise
+            drop(kept[-1], note="does not fit (out of memory in the timed rounds)",
+                 error=f"{type(error).__name__}: {str(error)[:400]}")
+    release_updates()
+    first = min(timed, default=None)
+    for n, summary in timed.items():
+        rows[n] = {"fits": True, **summary, **rows[n],
+                   "of_first": harness.paired_rate_ratio(summary, timed[first])}
+    return {"first_timed": first, "rows": {str(n): rows[n] for n in sorted(rows)}}
 
 
 def capacity(settings: Settings, log) -> dict[str, Any]:
@@ -262,7 +350,7 @@ def capacity(settings: Settings, log) -> dict[str, Any]:
     over a few calls. Time-boxed (`capacity_s`, half for each search, whose first size is always
     tried, and measured once for both): a search stopped by time says so, and its largest size
     is then only the largest tried."""
-    compiled_update.cache_clear()
+    release_updates()
     out: dict[str, Any] = {}
     measured: dict[TokenConfig, dict[str, Any]] = {}  # the preset's size heads both ladders
     for ladder, field in (("model", "width"), ("batch", "prompts")):
@@ -377,11 +465,29 @@ def markdown(results: dict[str, Any]) -> str:
     if "seeds" in parts:
         rows = parts["seeds"]["rows"]
         table = [[n, _rate(r["steps_per_s"]), _rate(r["steps_per_s_median"]),
-                  _ratio(r["of_first"]), _compile(r), _load(r)] for n, r in rows.items()]
+                  _ratio(r["of_first"]), _compile(r), _call_gib(r), _load(r)]
+                 if r.get("fits", True) else
+                 [n, r.get("note", "does not fit"), "-", "-",
+                  _compile(r) if "compile_s" in r else "-", _call_gib(r), "-"]
+                 for n, r in rows.items()]
+        first = parts["seeds"].get("first_timed")
         lines += ["", f"#### Vmapped seeds ({BASELINE}, trained tokens/s of all seeds)", "",
                   _table(["seeds", "tok/s (best)", "tok/s (median)",
-                          "x one seed (median of rounds)", "compile s", "load"], table)]
+                          "x one seed (median of rounds)" if first in (None, 1) else
+                          f"x {first} seeds (median of rounds)", "compile s",
+                          "GiB a call asks (XLA)", "load"], table)]
     return "\n".join(lines)
+
+
+def _call_gib(r: dict[str, Any]) -> str:
+    """What one call allocates beyond its arguments, by XLA's memory analysis."""
+    memory = r.get("memory")
+    return "-" if not memory else _gib(memory["call_bytes"])
+
+
+def _gib(n_bytes: int) -> str:
+    gib = n_bytes / GIB
+    return f"{gib:.1f}" if abs(gib) >= 0.1 else f"{gib:.2g}"
 
 
 def _tflops(m: dict[str, Any]) -> str:
@@ -418,6 +524,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=None, help="timed calls per program")
     p.add_argument("--max-wait", type=float, default=None,
                    help="seconds to wait for other processes to leave the CPU before timing")
+    p.add_argument("--memory-limit-gib", type=float, default=None,
+                   help="device memory the seed counts may use; a count whose call needs more "
+                        "(XLA's memory analysis) is recorded as not fitting (default: the "
+                        "allocator's limit on a GPU, no check on a CPU)")
     args = p.parse_args(argv)
     unknown = set(args.only.split(",")) - set(PARTS)
     if unknown:
@@ -438,6 +548,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         own["repeats"] = args.repeats
     if args.max_wait is not None:
         own["max_wait_s"] = args.max_wait
+    if args.memory_limit_gib is not None:
+        own["memory_limit_gib"] = args.memory_limit_gib
     return dataclasses.replace(settings, **own)
 
 

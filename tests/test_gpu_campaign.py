@@ -203,6 +203,30 @@ def test_dry_run_writes_every_steps_json(tmp_path):
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*.json")} == before
 
 
+def test_tokens_seeds_gives_the_allocator_more_of_the_device_unless_told(tmp_path, monkeypatch):
+    import subprocess
+
+    seen = []
+
+    def run(command, cwd, check, env):
+        seen.append(env)
+        Path(command[command.index("--out") + 1]).write_text('{"parts": {"seeds": {}}}')
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(gpu_campaign.subprocess, "run", run)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    steps = {s.name: s for s in gpu_campaign.STEPS}
+    ctx = gpu_campaign.Context(gpu_campaign.SIZES["tiny"], tmp_path, print)
+    assert steps["tokens_seeds"].run(ctx) == {"file": "tokens_seeds.tokens.json",
+                                              "parts": {"seeds": {}}}
+    assert seen[-1]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.9"
+    steps["tokens"].run(ctx)  # the other steps keep JAX's default (75%)
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in seen[-1]
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.8")  # a value set wins
+    steps["tokens_seeds"].run(ctx)
+    assert seen[-1]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.8"
+
+
 def test_readme_lists_every_step_with_its_expected_seconds():
     import re
 
