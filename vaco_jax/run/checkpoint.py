@@ -181,12 +181,16 @@ class Checkpoints:
         written), or None; one of another run is refused. Checked once per step."""
         if step not in self._damage_found:
             path = self.directory / str(step)
+            linked = [name for name in (IDENTITY_FILE, "tree") if (path / name).is_symlink()]
+            if linked:  # read through, it would restore another folder's arrays
+                self._damage_found[step] = f"{linked[0]} is a symbolic link"
+                return self._damage_found[step]
             try:
                 identity = json.loads((path / IDENTITY_FILE).read_text())
                 owner, files = identity["run_identity"], identity["files"]
                 if not isinstance(files, dict):
                     raise TypeError("its files are not a table")
-            except (OSError, ValueError, KeyError, TypeError) as error:
+            except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
                 self._damage_found[step] = f"{IDENTITY_FILE} unreadable: {_first_line(error)}"
                 return self._damage_found[step]
             if owner != self.identity:

@@ -70,7 +70,7 @@ def read_json(path: str | os.PathLike, remedy: str) -> Any:
     path = Path(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise ValueError(f"cannot read {str(path)!r} ({type(error).__name__}: {error}); "
                          f"{remedy}") from None
 

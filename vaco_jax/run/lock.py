@@ -51,11 +51,12 @@ def _printable(value: object, limit: int = 300) -> str:
 
 
 def _read_record(fd: int) -> dict | None:
+    """The lock's record, or None where there is none to read (JSON nested too deeply too)."""
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         record = json.loads(os.read(fd, 1 << 16).decode("utf-8") or "null")
         return record if isinstance(record, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 

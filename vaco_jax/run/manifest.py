@@ -66,7 +66,7 @@ def recorded(folder: str | os.PathLike) -> dict[str, str] | None:
         raise DamagedManifest(path, f"it is {_file_type(info)}, not a file")
     try:
         entries = dict(json.loads(path.read_text(encoding="utf-8"))["entries"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
         raise DamagedManifest(path, f"{type(error).__name__}: {error}") from None
     for key, kind in entries.items():
         problem = _entry_problem(key, kind)
@@ -101,6 +101,12 @@ def _entry_problem(key: object, kind: object) -> str | None:
 def _short(value: object, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _shown(name: str) -> str:
+    """A file name as one line: as it is, or quoted and escaped where it holds a newline, a
+    terminal escape or another unprintable character (a folder's names are untrusted)."""
+    return name if name.isprintable() else repr(name)
 
 
 def lstat(path: Path) -> os.stat_result | None:
@@ -196,7 +202,7 @@ def check_keep(keep: Sequence[str]) -> None:
     for kept in keep:
         parts = PurePosixPath(kept).parts
         if not kept or kept.startswith("/") or ".." in parts or "\0" in kept:
-            raise ValueError(f"--keep {kept}: a kept path is relative to the output folder and "
+            raise ValueError(f"--keep {_shown(kept)}: a kept path is relative to the output folder and "
                              f"lies inside it (for example notes.txt or notes/)")
 
 
@@ -214,7 +220,7 @@ def remove_recorded(folder: str | os.PathLike, keep: Sequence[str] = (),
         key = PurePosixPath(kept.strip("/")).as_posix()
         if _is_recorded(folder, PurePosixPath(key)) or any(
                 _matches(k, pattern) for k in [key, *_parents(key)] for pattern in writes):
-            raise ValueError(f"--keep {kept}: vaco_jax writes {key!r} there, so it cannot be "
+            raise ValueError(f"--keep {_shown(kept)}: vaco_jax writes {key!r} there, so it cannot be "
                              f"kept; move it out of the folder to keep it")
     removals = _removals(folder)  # every manifest read and every path checked
     with contextlib.ExitStack() as locks:
@@ -227,7 +233,7 @@ def remove_recorded(folder: str | os.PathLike, keep: Sequence[str] = (),
                     "by an earlier version, or not by vaco_jax)")
             raise FileExistsError(
                 f"cannot overwrite {str(folder)!r}: it holds {stranger!r}, which vaco_jax did "
-                f"not write{none}; move it away, or keep it with --keep {stranger}")
+                f"not write{none}; move it away, or keep it with --keep {_shown(stranger)}")
         for removal in removals:
             removal()
 
