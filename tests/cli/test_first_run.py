@@ -15,7 +15,7 @@ from vaco_jax.control.config import ControlConfig
 from vaco_jax.core.policy_buffer import LAG_MODELS
 from vaco_jax.report import run_figures
 from vaco_jax.run import testbeds
-from vaco_jax.run.manifest import recorded
+from vaco_jax.infra.manifest import recorded
 from vaco_jax.tokens.config import TokenConfig
 
 # 4 updates of 8 environments x 16 steps, evaluated every 2; toy_reach's own episode length

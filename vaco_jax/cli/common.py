@@ -14,7 +14,8 @@ from vaco_jax import losses
 from vaco_jax.cli import console
 from vaco_jax.core.config import Config
 from vaco_jax.core.policy_buffer import LAG_MODELS
-from vaco_jax.run import distributed, driver, io, manifest, memory
+from vaco_jax.infra import io, manifest
+from vaco_jax.run import distributed, driver, memory
 from vaco_jax.run.trackers import TRACKERS, Trackers, seed_runs
 
 

@@ -30,8 +30,8 @@ from vaco_jax.report import (
 )
 from vaco_jax.report import markdown as report_markdown
 from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, check_runs, hp_columns
-from vaco_jax.run import io
-from vaco_jax.run.provenance import provenance
+from vaco_jax.infra import io
+from vaco_jax.infra.provenance import provenance
 
 DEFAULT_TITLE = "Policy-lag benchmark report"
 REPORT_WRITES = (RUNS_FILE, "summary.json", "report.md", "fig_*.png", "fig_*.pdf")

@@ -21,7 +21,7 @@ compiled beside goes unused.
 
 Files written to the output folder:
 - `config.json`: the testbed, its resolved config, each run's seed and hyper-parameters, and
-  the provenance (package versions, code version, devices: `vaco_jax.run.provenance`);
+  the provenance (package versions, code version, devices: `vaco_jax.infra.provenance`);
 - `metrics.csv` and `metrics.parquet`: one row per run per update, plus an update-0 row holding
   the initial policy's evaluation;
 - `status.json`: progress and, per run, whether and when it diverged;
@@ -30,9 +30,9 @@ Files written to the output folder:
 Config, status and every checkpoint carry the run's identity, a hash of its testbed, config,
 seeds and hyper-parameters; `config.json` also holds the run options a resume needs (the chunk
 length and the number of checkpoints kept), so `resume=True` needs nothing but the folder.
-The folder's manifest (`vaco_jax.run.manifest`) records these files, and overwriting removes
+The folder's manifest (`vaco_jax.infra.manifest`) records these files, and overwriting removes
 exactly them, refusing a folder that holds anything else; the process holds the folder's lock
-(`vaco_jax.run.lock`) while it runs, so no other process writes there. Resuming restores the newest intact checkpoint of this
+(`vaco_jax.infra.lock`) while it runs, so no other process writes there. Resuming restores the newest intact checkpoint of this
 run (skipping damaged ones with a warning), cuts the metrics back to it and shortens the last
 chunk to the run's end.
 
@@ -81,15 +81,16 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from vaco_jax.core.config import Config
-from vaco_jax.core.faults import fault_point
-from vaco_jax.run import io, manifest, run_folder, testbeds
+from vaco_jax.infra.faults import fault_point
+from vaco_jax.infra import io, manifest, run_folder
+from vaco_jax.run import testbeds
 from vaco_jax.run.background import background_work, in_background
 from vaco_jax.run.distributed import (agreed_signal, from_process_0, host_copy, is_writer,
                                       several, shared_from_process_0)
 from vaco_jax.run.checkpoint import Checkpoints
-from vaco_jax.run.lock import folder_lock
-from vaco_jax.run.provenance import provenance
-from vaco_jax.run.run_folder import latest_finite, warn
+from vaco_jax.infra.lock import folder_lock
+from vaco_jax.infra.provenance import provenance
+from vaco_jax.infra.run_folder import latest_finite, warn
 from vaco_jax.run.signals import Interrupted, StopRequests, raise_if_interrupted
 
 
@@ -290,7 +291,7 @@ class Driver:
             on_start: Callable[[], None] | None = None) -> TrainingResult:
         """Trains every run to `config.num_updates` (or `max_chunks` chunks), writing results
         and checkpoints (the newest `keep_checkpoints`, default 2) into `out_dir` when given,
-        which this process locks (`vaco_jax.run.lock`); `overwrite` replaces a run there,
+        which this process locks (`vaco_jax.infra.lock`); `overwrite` replaces a run there,
         refusing a folder that holds files vaco_jax did not write but the `keep` ones.
         `on_chunk` sees the result after each chunk (written and checkpointed), `on_start` is
         called once the folder is accepted, before compiling. A resumed run takes the chunk

@@ -47,9 +47,9 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from vaco_jax.core.faults import fault_point
-from vaco_jax.core.orbax_options import this_process_only
-from vaco_jax.core.user_cache import user_cache_dir
+from vaco_jax.infra.faults import fault_point
+from vaco_jax.infra.orbax_options import this_process_only
+from vaco_jax.infra.user_cache import user_cache_dir
 from vaco_jax.tokens import tasks
 from vaco_jax.tokens.model import ModelSpec, TokenPolicy
 
@@ -184,7 +184,7 @@ def settings_hash(task: tasks.Task, spec: ModelSpec, settings: WarmStart) -> str
 
 def default_cache_dir() -> Path:
     """The user's cache of warm starts: `$XDG_CACHE_HOME/vaco_jax/warm_start`, else
-    `~/.cache/vaco_jax/warm_start` (`core.user_cache`)."""
+    `~/.cache/vaco_jax/warm_start` (`infra.user_cache`)."""
     return user_cache_dir("warm_start")
 
 

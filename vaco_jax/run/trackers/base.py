@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from vaco_jax.core.config import Config
-from vaco_jax.run import io, manifest, testbeds
+from vaco_jax.infra import io, manifest
+from vaco_jax.run import testbeds
 
 if TYPE_CHECKING:
     from vaco_jax.run.driver import Driver, TrainingResult
