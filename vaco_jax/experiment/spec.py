@@ -21,10 +21,9 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 
-from vaco_jax.core.config import Config
+from vaco_jax.core.config import Config, check_seeds
 from vaco_jax.core.policy_buffer import LAG_MODELS
 from vaco_jax.run import testbeds
-from vaco_jax.run.driver import check_seeds
 from vaco_jax.run.testbeds import Testbed
 
 REFERENCE_KEY = "reference_scores"

@@ -80,7 +80,7 @@ import pandas as pd
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from vaco_jax.core.config import Config
+from vaco_jax.core.config import Config, check_seeds
 from vaco_jax.infra.faults import fault_point
 from vaco_jax.infra import io, manifest, run_folder
 from vaco_jax.run import testbeds
@@ -95,7 +95,6 @@ from vaco_jax.run.signals import Interrupted, StopRequests, raise_if_interrupted
 
 
 DEFAULT_KEEP_CHECKPOINTS = 2
-MAX_SEED = 2**32 - 1
 ZERO_AT_START = ("env_steps", "diverged")
 """Metrics the update-0 row holds as 0 (where the testbed has them): counters and flags."""
 
@@ -526,19 +525,6 @@ class Driver:
 def _say(message: str) -> None:
     """A progress message on stderr, where the bars are (any bar under way is redrawn below)."""
     tqdm.write(message, file=sys.stderr)
-
-
-def check_seeds(seeds: Sequence[int]) -> list[int]:
-    """The seeds as integers, refusing none at all and any outside 0..2**32-1 (a PRNG key's
-    seed is a uint32), before anything is compiled or written."""
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise ValueError("seeds must name at least one seed (--seeds is a positive count)")
-    outside = [s for s in seeds if not 0 <= s <= MAX_SEED]
-    if outside:
-        raise ValueError(f"seeds must lie in 0..{MAX_SEED} (a PRNG seed is an unsigned 32-bit "
-                         f"integer), got {outside[0]}")
-    return seeds
 
 
 def _divergence(metrics: dict[str, np.ndarray],
