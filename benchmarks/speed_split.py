@@ -44,7 +44,7 @@ from benchmarks.parity import PUREJAXRL_SETTINGS
 from vaco_jax.control.config import ControlConfig
 from vaco_jax.control.train import ControlTrainer
 from vaco_jax.infra import io
-from vaco_jax.run import testbeds
+from vaco_jax import testbeds
 from vaco_jax.run.driver import Driver
 
 

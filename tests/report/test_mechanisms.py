@@ -220,7 +220,7 @@ def test_absent_mechanisms_are_masked_per_algorithm_and_unknown_algorithms_kept(
                 "vaco": {"filter_fraction", "is_truncated_fraction"}}),
 ])
 def test_each_testbed_reads_its_algorithms_stabilisers_from_their_losses(testbed, expected):
-    from vaco_jax.run import testbeds
+    from vaco_jax import testbeds
 
     bed = testbeds.named(testbed)
     for algo, fractions in expected.items():

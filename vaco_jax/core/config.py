@@ -30,6 +30,10 @@ class Config:
     (evaluations), `updates_per_period` and `steps_per_update` (its unit of training progress).
     """
 
+    # The testbed whose runs this config describes (`vaco_jax.testbeds.named`); a class
+    # attribute, not a field, so that neither `config.json` nor an experiment file sets it.
+    testbed: ClassVar[str]
+
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
 

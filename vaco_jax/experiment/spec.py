@@ -21,10 +21,10 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 
+from vaco_jax import testbeds
 from vaco_jax.core.config import Config, check_seeds
 from vaco_jax.core.policy_buffer import LAG_MODELS
-from vaco_jax.run import testbeds
-from vaco_jax.run.testbeds import Testbed
+from vaco_jax.testbeds import Testbed
 
 REFERENCE_KEY = "reference_scores"
 OLD_REFERENCE_KEY = "reference_returns"
@@ -72,7 +72,7 @@ class Group:
     def hparams(self, indices: Sequence[int]) -> Any:
         """The stacked hyper-parameters of `runs[i]` for each `i` in `indices` (leaves `[R]`)."""
         runs = [self.runs[i] for i in indices]
-        values = testbeds.of_config(self.config).hparams.create(
+        values = testbeds.named(self.config.testbed).hparams.create(
             **self.fixed, lag=[r.lag for r in runs],
             **{n: [r.hparams[n] for r in runs] for n in self.swept})
         return jax.tree.map(lambda x: jnp.broadcast_to(x, (len(runs),)), values)

@@ -1,6 +1,6 @@
 """The chunked driver: runs vmapped seeds chunk by chunk with progress, checkpoints and outputs.
 
-The driver serves every testbed (`vaco_jax.run.testbeds`), the one whose config it is given. A
+The driver serves every testbed (`vaco_jax.testbeds`), the one its config names. A
 chunk is a whole number of evaluation periods executed by one compiled call of the testbed
 trainer's `run`, vmapped over runs (seeds and hyper-parameter values). After each chunk the
 driver scores its periods' evaluations with the program that scores the initial state, so the
@@ -80,10 +80,10 @@ import pandas as pd
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
+from vaco_jax import testbeds
 from vaco_jax.core.config import Config, check_seeds
 from vaco_jax.infra.faults import fault_point
 from vaco_jax.infra import io, manifest, run_folder
-from vaco_jax.run import testbeds
 from vaco_jax.run.background import background_work, in_background
 from vaco_jax.run.distributed import (agreed_signal, from_process_0, host_copy, is_writer,
                                       several, shared_from_process_0)
@@ -172,7 +172,7 @@ class Driver:
 
     def __init__(self, config: Config, hparams: Any, seeds: Sequence[int],
                  devices: Sequence[jax.Device] | None = None):
-        self.testbed = testbeds.of_config(config)
+        self.testbed = testbeds.named(config.testbed)
         self.config = config
         self._recorded_identity: str | None = None
         self._set_runs(hparams, seeds)
@@ -600,5 +600,5 @@ def train(config: Config, hparams: Any = None, seeds: Sequence[int] = (0,),
     """Convenience entry point: `Driver(config, hparams, seeds).run(out_dir, **run_options)`,
     the testbed's default hyper-parameters where `hparams` is None."""
     if hparams is None:
-        hparams = testbeds.of_config(config).hparams.create()
+        hparams = testbeds.named(config.testbed).hparams.create()
     return Driver(config, hparams, seeds).run(out_dir, **run_options)
