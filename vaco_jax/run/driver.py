@@ -84,6 +84,7 @@ from vaco_jax import testbeds
 from vaco_jax.core.config import Config, check_seeds
 from vaco_jax.infra.faults import fault_point
 from vaco_jax.infra import io, manifest, run_folder
+from vaco_jax.run import compat
 from vaco_jax.run.background import background_work, in_background
 from vaco_jax.run.distributed import (agreed_signal, from_process_0, host_copy, is_writer,
                                       several, shared_from_process_0)
@@ -480,15 +481,12 @@ class Driver:
 
     def _check_resumable(self, out: Path) -> dict[str, Any]:
         """The saved `config.json`, if it describes this run. Its config is compared as
-        `from_dict` reads it, so that a record written before a config field existed (a token
-        run's five-field warm start, read as `LEGACY`) describes the run it was."""
+        `from_dict` reads it today (`compat.config_as_now`)."""
         run_folder.check_to_resume(out)
         saved = run_folder.saved_config(out)
         current = json.loads(json.dumps(self.describe(), default=io.jsonable))
         recorded = {k: saved.get(k) for k in current}
-        if isinstance(recorded["config"], dict):
-            recorded["config"] = json.loads(json.dumps(
-                type(self.config).from_dict(recorded["config"]).to_dict(), default=io.jsonable))
+        recorded["config"] = compat.config_as_now(type(self.config), recorded["config"])
         if recorded != current:
             raise ValueError(f"cannot resume {str(out)!r}: its config.json describes a different run")
         return saved
