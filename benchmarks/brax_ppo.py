@@ -153,7 +153,7 @@ def main() -> None:
     import json
 
     from benchmarks.parity import PUREJAXRL_SETTINGS
-    from vaco_jax.run import io as vaco_io
+    from vaco_jax.infra import io as vaco_io
 
     p = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     p.add_argument("--env", default="inverted_double_pendulum")

@@ -435,7 +435,7 @@ def check_budget(steps: Sequence[Step], budget_s: int = BUDGET_S) -> None:
 def run_step(step: Step, ctx: Context, overwrite: bool = False) -> dict[str, Any] | None:
     """Runs `step` unless its JSON exists (then None); writes `STEP.json` with its wall time,
     or `STEP.failed.json` with the error or interruption that stopped it (and re-raises)."""
-    from vaco_jax.run import io
+    from vaco_jax.infra import io
 
     path = ctx.out / f"{step.name}.json"
     if path.exists() and not overwrite:

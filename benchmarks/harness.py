@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import jax
 
-from vaco_jax.run import io
+from vaco_jax.infra import io
 
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from benchmarks import harness
 from benchmarks.speed_split import COMPILED_PROGRAMS, parity_config, whole_run_program
-from vaco_jax.run import io
+from vaco_jax.infra import io
 
 ROOT = Path(__file__).resolve().parent.parent
 _SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")

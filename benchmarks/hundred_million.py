@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from benchmarks import harness
-from vaco_jax.run import io, run_folder
+from vaco_jax.infra import io, run_folder
 from vaco_jax.run.checkpoint import committed_steps
 
 PRESET = ("--env", "inverted_double_pendulum", "--algo", "vaco", "--lag", "uniform:4",

@@ -31,7 +31,7 @@ import numpy as np
 from benchmarks.harness import Compiled, Program
 from vaco_jax.control.config import ControlHParams, ControlConfig
 from vaco_jax.control.train import ControlTrainer
-from vaco_jax.run import testbeds
+from vaco_jax import testbeds
 
 PUREJAXRL_SETTINGS = dict(algo="ppo", num_envs=64, rollout_length=32, epochs=4, minibatches=4,
                           total_steps=499_712, actor_hidden=(256, 256), critic_hidden=(256, 256),

@@ -461,7 +461,7 @@ def markdown(results: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------------- main
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from benchmarks import harness
-    from vaco_jax.run import io
+    from vaco_jax.infra import io
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--out", default=None, help="results JSON, rewritten after every program")

@@ -36,7 +36,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import jax  # noqa: E402
 
 from benchmarks import harness, suites, tables  # noqa: E402
-from vaco_jax.run import io  # noqa: E402
+from vaco_jax.infra import io  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -38,7 +38,7 @@ import numpy as np
 
 from benchmarks import harness
 from vaco_jax.report import stats
-from vaco_jax.run import io
+from vaco_jax.infra import io
 
 ROOT = Path(__file__).resolve().parent.parent
 SIDES = ("vaco_jax", "purejaxrl")

@@ -43,7 +43,8 @@ from benchmarks import harness, programs
 from benchmarks.parity import PUREJAXRL_SETTINGS
 from vaco_jax.control.config import ControlConfig
 from vaco_jax.control.train import ControlTrainer
-from vaco_jax.run import io, testbeds
+from vaco_jax.infra import io
+from vaco_jax import testbeds
 from vaco_jax.run.driver import Driver
 
 

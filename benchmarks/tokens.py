@@ -44,7 +44,7 @@ import jax.numpy as jnp  # noqa: E402
 from benchmarks import harness  # noqa: E402
 from benchmarks.programs import seed_keys  # noqa: E402
 from benchmarks.tables import _compile, _load, _percent, _rate, _ratio, _table  # noqa: E402
-from vaco_jax.run import io  # noqa: E402
+from vaco_jax.infra import io  # noqa: E402
 from vaco_jax.core.policy_buffer import push  # noqa: E402
 from vaco_jax.tokens import tasks  # noqa: E402
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate  # noqa: E402

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vaco_jax.core.faults import FAULT_ENV
+from vaco_jax.infra.faults import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from vaco_jax import cli
+from vaco_jax import cli, testbeds
 from vaco_jax.cli import console
 from vaco_jax.control.config import ControlConfig
 from vaco_jax.core.policy_buffer import LAG_MODELS
 from vaco_jax.report import run_figures
-from vaco_jax.run import testbeds
-from vaco_jax.run.manifest import recorded
+from vaco_jax.infra.manifest import recorded
 from vaco_jax.tokens.config import TokenConfig
 
 # 4 updates of 8 environments x 16 steps, evaluated every 2; toy_reach's own episode length
@@ -150,6 +149,6 @@ def test_the_reference_is_the_tasks_at_its_own_episode_length():
     assert (reference.score, reference.meaning) == (1000.0, "maximum (reward at most 1 per step)")
     assert testbeds.CONTROL.reference(ControlConfig(env="toy_reach", episode_length=40)) is None
     cartpole = ControlConfig(env="CartPole-v1", episode_length=500)
-    assert testbeds.of_config(cartpole).reference(cartpole).score == 500.0
+    assert testbeds.named(cartpole.testbed).reference(cartpole).score == 500.0
     assert testbeds.TOKENS.reference(TokenConfig()).score == 1.0
 

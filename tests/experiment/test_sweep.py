@@ -23,7 +23,8 @@ from vaco_jax import cli
 from vaco_jax import report
 from vaco_jax import experiment as sweep
 from vaco_jax.experiment import execute
-from vaco_jax.run import memory, testbeds
+from vaco_jax import testbeds
+from vaco_jax.run import memory
 from vaco_jax.control.config import ControlHParams
 from vaco_jax.tokens.algorithms import ALGORITHMS as TOKEN_ALGORITHMS
 

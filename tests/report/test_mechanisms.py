@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from vaco_jax.core.phase import ACTED_METRICS, MECHANISM_FRACTIONS, acted_name
-from vaco_jax.report import Score, metrics, write_report
+from vaco_jax.report import Score, compat, metrics, write_report
 from vaco_jax.report import write as write_module
 from vaco_jax.report.markdown import MECHANISM_WORDS
 
@@ -204,7 +204,7 @@ def test_absent_mechanisms_are_masked_per_algorithm_and_unknown_algorithms_kept(
     table = pd.DataFrame({"algo": ["ppo", "vaco", "mystery"], "clip_fraction": [0.1, 0.0, 0.0],
                           "clip_acted": [1.0, 0.0, 0.0], "filter_fraction": [0.0, 0.2, 0.3]})
     registry = {"ppo": {"clip_fraction"}, "vaco": {"filter_fraction"}}
-    masked = metrics.without_absent_mechanisms(table, registry.__getitem__)
+    masked = compat.without_absent_mechanisms(table, registry.__getitem__)
     np.testing.assert_array_equal(masked["clip_fraction"], [0.1, NAN, 0.0])
     np.testing.assert_array_equal(masked["clip_acted"], [1.0, NAN, 0.0])
     np.testing.assert_array_equal(masked["filter_fraction"], [NAN, 0.2, 0.3])
@@ -220,7 +220,7 @@ def test_absent_mechanisms_are_masked_per_algorithm_and_unknown_algorithms_kept(
                 "vaco": {"filter_fraction", "is_truncated_fraction"}}),
 ])
 def test_each_testbed_reads_its_algorithms_stabilisers_from_their_losses(testbed, expected):
-    from vaco_jax.run import testbeds
+    from vaco_jax import testbeds
 
     bed = testbeds.named(testbed)
     for algo, fractions in expected.items():

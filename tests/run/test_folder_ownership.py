@@ -1,5 +1,5 @@
-"""A folder is owned by one process at a time (`run.lock`), and an overwrite removes exactly what
-vaco_jax wrote there (`run.manifest`): foreign files at every place a run or sweep writes are
+"""A folder is owned by one process at a time (`infra.lock`), and an overwrite removes exactly what
+vaco_jax wrote there (`infra.manifest`): foreign files at every place a run or sweep writes are
 refused, or kept when named, never deleted."""
 
 import errno
@@ -16,13 +16,13 @@ import jax.numpy as jnp
 import pytest
 
 from vaco_jax.report.write import REPORT_WRITES
-from vaco_jax.run import io, manifest, run_folder
+from vaco_jax.infra import io, manifest, run_folder
 from vaco_jax.run.checkpoint import Checkpoints
-from vaco_jax.run.lock import LOCK_FILE, FolderInUse, folder_lock, refuse_if_in_use
+from vaco_jax.infra.lock import LOCK_FILE, FolderInUse, folder_lock, refuse_if_in_use
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = ("import sys, time\n"
-        "from vaco_jax.run.lock import folder_lock\n"
+        "from vaco_jax.infra.lock import folder_lock\n"
         "with folder_lock(sys.argv[1]):\n"
         "    print('held', flush=True)\n"
         "    time.sleep(120)\n")

@@ -9,9 +9,9 @@ import pytest
 from engine_configs import TOY
 from processes import vaco_env
 
-from vaco_jax import cli
+from vaco_jax import cli, testbeds
 from vaco_jax.control.config import ControlHParams
-from vaco_jax.run import driver, memory, testbeds
+from vaco_jax.run import driver, memory
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 
 HUGE = TOY.replace(num_envs=100_000_000, total_steps=100_000_000 * 16 * 4)
@@ -96,7 +96,7 @@ def test_the_host_check_refuses_runs_whose_metrics_and_checkpoints_do_not_fit(mo
                          ids=["control", "tokens"])
 def test_the_fields_a_refusal_names_grow_the_estimate(config, hparams):
     base = memory.run_memory(config, hparams).device
-    for field in memory.SIZE_FIELDS[testbeds.of_config(config).name]:
+    for field in memory.SIZE_FIELDS[config.testbed]:
         value = getattr(config, field)
         bigger = tuple(2 * v for v in value) if isinstance(value, tuple) else 2 * value
         assert memory.run_memory(config.replace(**{field: bigger}), hparams).device > base, field

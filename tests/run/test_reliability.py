@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from processes import vaco_command, vaco_env
-from vaco_jax.run.lock import LOCK_FILE
+from vaco_jax.infra.lock import LOCK_FILE
 
 pytestmark = pytest.mark.slow  # whole processes, compiled, stopped and raced
 

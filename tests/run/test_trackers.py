@@ -19,9 +19,9 @@ from wandb.proto import wandb_internal_pb2
 
 from engine_configs import TOY_EXPERIMENT
 from vaco_jax import cli
-from vaco_jax.core.faults import FAULT_ENV
+from vaco_jax.infra.faults import FAULT_ENV
 from vaco_jax.experiment import load_sweep
-from vaco_jax.run import manifest
+from vaco_jax.infra import manifest
 
 TRAIN = ["train", "--env", "toy_reach", "--algo", "ppo", "--seeds", "2", "--total-steps", "512",
          "--num-envs", "8", "--rollout-length", "16", "--epochs", "1", "--minibatches", "1",

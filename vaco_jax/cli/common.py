@@ -12,9 +12,10 @@ import jax
 
 from vaco_jax import losses
 from vaco_jax.cli import console
-from vaco_jax.core.config import Config
+from vaco_jax.core.config import MAX_SEED, Config
 from vaco_jax.core.policy_buffer import LAG_MODELS
-from vaco_jax.run import distributed, driver, io, manifest, memory
+from vaco_jax.infra import io, manifest
+from vaco_jax.run import distributed, driver, memory
 from vaco_jax.run.trackers import TRACKERS, Trackers, seed_runs
 
 
@@ -154,8 +155,8 @@ def _check_run_flags(args) -> None:
                         ("--keep-checkpoints", args.keep_checkpoints)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be a positive integer, got {value}")
-    if not 0 <= args.seed_offset <= driver.MAX_SEED - args.seeds + 1:
-        raise ValueError(f"--seed-offset must lie in 0..{driver.MAX_SEED - args.seeds + 1} (seeds "
+    if not 0 <= args.seed_offset <= MAX_SEED - args.seeds + 1:
+        raise ValueError(f"--seed-offset must lie in 0..{MAX_SEED - args.seeds + 1} (seeds "
                          f"are unsigned 32-bit integers), got {args.seed_offset}")
     check_keep_flags(args)
     if args.resume:

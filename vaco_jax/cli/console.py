@@ -13,11 +13,11 @@ import sys
 import numpy as np
 from tqdm.auto import tqdm
 
+from vaco_jax import testbeds
 from vaco_jax.core.config import Config
 from vaco_jax.core.phase import MECHANISM_FRACTIONS, acted_name
 from vaco_jax.report.markdown import MECHANISM_WORDS
 from vaco_jax.report.metrics import mechanism_name
-from vaco_jax.run import testbeds
 from vaco_jax.run.driver import Driver, TrainingResult
 
 NEXT = {"control": ("train", "experiments/quick.toml", "runs/quick",
@@ -72,7 +72,7 @@ def header(runs: Driver, out: str, resume: bool) -> str:
 def summary(result: TrainingResult, out: str) -> str:
     """Steps per seed, the time spent training (compiling apart), each seed's first and last
     score beside the reference, and the result files."""
-    testbed, cfg = testbeds.of_config(result.config), result.config
+    testbed, cfg = testbeds.named(result.config.testbed), result.config
     final = result.table().groupby("seed")[testbed.score].agg(
         lambda s: s.dropna().iloc[-1] if s.notna().any() else np.nan)
     initial = result.metrics[testbed.score][:, 0]
@@ -122,7 +122,7 @@ def _stabilisers(table, algo: str) -> list[str]:
 
 def next_steps(result: TrainingResult, out: str) -> str:
     """What to do after a run: plot it, change its lag, run the quick study."""
-    testbed, cfg = testbeds.of_config(result.config), result.config
+    testbed, cfg = testbeds.named(result.config.testbed), result.config
     command, experiment, folder, compares = NEXT[testbed.name]
     if cfg.lag_model == "fixed" and _lag(result) == 0:
         level = min(SUGGESTED_LAG, cfg.buffer_capacity - 1)

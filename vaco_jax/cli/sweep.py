@@ -12,7 +12,7 @@ from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  write_sweep_report)
 from vaco_jax.report.run_figures import write_run_figures
 from vaco_jax.run import distributed
-from vaco_jax.run.run_folder import CONFIG_FILE
+from vaco_jax.infra.run_folder import CONFIG_FILE
 from vaco_jax.run.trackers import Trackers
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from vaco_jax import testbeds
 from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
 from vaco_jax.control import envs
 from vaco_jax.control.config import ControlConfig, ControlHParams
-from vaco_jax.run import testbeds
 
 OUT = "runs/train"
 

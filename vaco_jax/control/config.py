@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import numpy as np
 
@@ -38,6 +39,7 @@ RESTARTS = ("fresh", "first")  # see vaco_jax.control.envs.episodes.restart_stat
 class ControlConfig(Config):
     """Structural settings of one training program (static under `jit`)."""
 
+    testbed: ClassVar[str] = "control"
     env: str = "inverted_double_pendulum"
     backend: str | None = None  # None: the task's default (MJX for Brax tasks)
     algo: str = "ppo"

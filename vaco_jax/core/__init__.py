@@ -1,3 +1,3 @@
 """The asynchronous core both testbeds plug into: the config and hyper-parameter bases, the
 policy buffer and lag models, the trainer contract with its period loop, the optimisation
-phase's epoch loop, the divergence freeze and the user's cache folder. It knows no testbed."""
+phase's epoch loop and the divergence freeze. It knows no testbed."""

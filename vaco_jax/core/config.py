@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, ClassVar, Mapping, Self
+from typing import Any, Callable, ClassVar, Mapping, Self, Sequence
 
 import jax.numpy as jnp
 import numpy as np
 
 from vaco_jax.core.policy_buffer import LAG_MODELS, LAG_WARMUPS, validate_lag_probabilities
+
+MAX_SEED = 2**32 - 1
+"""The largest seed: a PRNG key's seed is an unsigned 32-bit integer."""
 
 
 class Config:
@@ -26,6 +29,10 @@ class Config:
     `lag_warmup`, `buffer_capacity`, `epochs`, `minibatches`, `num_updates`, `num_periods`
     (evaluations), `updates_per_period` and `steps_per_update` (its unit of training progress).
     """
+
+    # The testbed whose runs this config describes (`vaco_jax.testbeds.named`); a class
+    # attribute, not a field, so that neither `config.json` nor an experiment file sets it.
+    testbed: ClassVar[str]
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
@@ -113,6 +120,19 @@ def check_lag_settings(config: Config) -> None:
 def check_positive_int(field: str, value: Any) -> None:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"{field} must be a positive integer, got {value!r}")
+
+
+def check_seeds(seeds: Sequence[int]) -> list[int]:
+    """The seeds as integers, refusing none at all and any outside 0..2**32-1 (a PRNG key's
+    seed is a uint32), before anything is compiled or written."""
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must name at least one seed (--seeds is a positive count)")
+    outside = [s for s in seeds if not 0 <= s <= MAX_SEED]
+    if outside:
+        raise ValueError(f"seeds must lie in 0..{MAX_SEED} (a PRNG seed is an unsigned 32-bit "
+                         f"integer), got {outside[0]}")
+    return seeds
 
 
 def once_per_config(check: Callable[[Any], None]) -> Callable[[Any], None]:

@@ -16,7 +16,8 @@ Modules, in the order a sweep uses them:
 - `folder`: the sweep folder's layout, its saved plan, starting and resuming;
 - `execute`: running the batches, each group's program compiled once (`sweep`);
 - `results`: the runs table of the finished batches and the report;
-- `merge`: the report of an experiment from the folders of its parts.
+- `merge`: the report of an experiment from the folders of its parts;
+- `compat`: experiment files as earlier versions wrote them, read as today's.
 """
 
 from vaco_jax.experiment.execute import run_sweep, sweep

@@ -32,9 +32,9 @@ from vaco_jax.experiment.results import metrics_readable, write_sweep_report
 from vaco_jax.experiment.spec import Experiment, parse_experiment
 from vaco_jax.run.background import in_background
 from vaco_jax.run.driver import Driver, TrainingResult
-from vaco_jax.run.run_folder import CONFIG_FILE, read_status
-from vaco_jax.run.lock import folder_lock
-from vaco_jax.core.faults import fault_point
+from vaco_jax.infra.run_folder import CONFIG_FILE, read_status
+from vaco_jax.infra.lock import folder_lock
+from vaco_jax.infra.faults import fault_point
 from vaco_jax.run.distributed import agreed_signal, from_process_0, is_writer, several
 from vaco_jax.run.signals import (Interrupted, exit_on_signals, raise_if_interrupted,
                                   requested)

@@ -25,9 +25,9 @@ from vaco_jax.experiment.plan import PLAN_FILE
 from vaco_jax.experiment.results import (finished_batches_table, unfinished_groups,
                                          write_experiment_report)
 from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
-from vaco_jax.run import io, manifest
+from vaco_jax.infra import io, manifest
 from vaco_jax.report.write import REPORT_WRITES
-from vaco_jax.run.lock import folder_lock, refuse_if_in_use
+from vaco_jax.infra.lock import folder_lock, refuse_if_in_use
 
 PARTS_FILE = "parts.json"
 

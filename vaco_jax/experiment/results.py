@@ -20,9 +20,9 @@ from vaco_jax import report
 from vaco_jax.experiment.folder import batch_dir, batch_finished
 from vaco_jax.experiment.plan import Batch, Plan
 from vaco_jax.experiment.spec import Experiment, Group
-from vaco_jax.run import io
-from vaco_jax.run.run_folder import METRICS_FILE, read_status
-from vaco_jax.run.lock import folder_lock
+from vaco_jax.infra import io
+from vaco_jax.infra.run_folder import METRICS_FILE, read_status
+from vaco_jax.infra.lock import folder_lock
 
 
 def _coordinates(experiment: Experiment, group: Group, batch: Batch,

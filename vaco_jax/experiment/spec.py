@@ -21,16 +21,13 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 
-from vaco_jax.core.config import Config
+from vaco_jax import testbeds
+from vaco_jax.core.config import Config, check_seeds
 from vaco_jax.core.policy_buffer import LAG_MODELS
-from vaco_jax.run import testbeds
-from vaco_jax.run.driver import check_seeds
-from vaco_jax.run.testbeds import Testbed
+from vaco_jax.experiment import compat
+from vaco_jax.testbeds import Testbed
 
 REFERENCE_KEY = "reference_scores"
-OLD_REFERENCE_KEY = "reference_returns"
-"""The older name of `[reference_scores]`, still read so that experiment files written before
-the rename run unchanged."""
 TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "focus_algo",
                   "lag", "forward", "config", "hparams", "overrides", REFERENCE_KEY)
 LAG_KEYS = ("model", "levels")
@@ -73,7 +70,7 @@ class Group:
     def hparams(self, indices: Sequence[int]) -> Any:
         """The stacked hyper-parameters of `runs[i]` for each `i` in `indices` (leaves `[R]`)."""
         runs = [self.runs[i] for i in indices]
-        values = testbeds.of_config(self.config).hparams.create(
+        values = testbeds.named(self.config.testbed).hparams.create(
             **self.fixed, lag=[r.lag for r in runs],
             **{n: [r.hparams[n] for r in runs] for n in self.swept})
         return jax.tree.map(lambda x: jnp.broadcast_to(x, (len(runs),)), values)
@@ -265,16 +262,6 @@ def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
     return tuple(specs)
 
 
-def _reference_table(spec: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The `[reference_scores]` table, or `[reference_returns]` (its older name), with the key it
-    was given under, so that an error names the key the file uses."""
-    if REFERENCE_KEY in spec and OLD_REFERENCE_KEY in spec:
-        raise ValueError(f"[{REFERENCE_KEY}] and [{OLD_REFERENCE_KEY}] are one table "
-                         f"([{OLD_REFERENCE_KEY}] is its older name); give only [{REFERENCE_KEY}]")
-    key = OLD_REFERENCE_KEY if OLD_REFERENCE_KEY in spec else REFERENCE_KEY
-    return key, _table(spec, key)
-
-
 def _forward_values(table: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     _check_keys(table, FORWARD_KEYS)
     return {k: _values(k, v, int) for k, v in table.items()}
@@ -359,7 +346,7 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
             spec = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
             raise ValueError(f"not valid TOML: {error}") from None
-        _check_keys([k for k in spec if k != OLD_REFERENCE_KEY], TOP_LEVEL_KEYS)
+        _check_keys(compat.without_older_keys(spec), TOP_LEVEL_KEYS)
         missing = [k for k in ("tasks", "algos", "seeds", "lag") if k not in spec]
         if missing:
             raise ValueError(f"missing required key(s) {missing}")
@@ -374,7 +361,8 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
         focus_algo = spec.get("focus_algo", "vaco" if "vaco" in algos else algos[0])
         _values("focus_algo", focus_algo, str, algos)
         lag_specs = _lag_specs(spec["lag"])
-        reference_key, references = _reference_table(spec)
+        reference_key = compat.given_key(spec, REFERENCE_KEY)
+        references = _table(spec, reference_key)
         with _context(f"[{reference_key}]"):
             _check_names("task", list(references), tasks)
             reference_scores = {t: float(_values(t, v)[0]) for t, v in references.items()}
@@ -416,13 +404,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         raise ValueError(f"experiment file {str(path)!r}: {error}") from None
 
 
-def _read_as_now(source: str) -> dict[str, Any]:
-    """The parsed TOML of an experiment file, an older key under its name now."""
-    return {REFERENCE_KEY if key == OLD_REFERENCE_KEY else key: value
-            for key, value in tomllib.loads(source).items()}
-
-
 def same_experiment(a: Experiment, b: Experiment) -> bool:
     """Whether two experiment files say the same thing (parsed TOML; comments, layout and the
     older name of a key aside), so a sweep started before a key's rename resumes and merges."""
-    return _read_as_now(a.source) == _read_as_now(b.source)
+    return compat.read_as_now(a.source) == compat.read_as_now(b.source)

@@ -9,6 +9,7 @@ draw, ``markdown``
 writes ``report.md``, ``collapse`` asks whether the ESS falls before the score collapses,
 ``stats`` holds the aggregates and bootstraps, and ``write`` runs it all: ``write_report``.
 ``run_figures`` draws the figures of a single run's folder instead (``vaco-jax report RUN_DIR``).
+``compat`` reads runs tables as earlier versions wrote them.
 """
 
 from vaco_jax.report.runs_table import (

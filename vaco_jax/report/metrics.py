@@ -10,7 +10,7 @@ in effect without it; and per-update measures of how far the behaviour policy la
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -42,28 +42,6 @@ ROBUST_SUFFIXES = ("_median", "_p90")
 RUN_QUANTILES = {"median": 0.5, "p90": 0.9}
 """Quantiles over each run's updates reported beside the mean."""
 RUN_SUMMARIES = ("mean", *RUN_QUANTILES)
-
-
-def without_absent_mechanisms(table: pd.DataFrame,
-                              mechanisms: Callable[[str], Collection[str]]) -> pd.DataFrame:
-    """``table`` with each stabiliser's fraction and acted share NaN in the rows of algorithms
-    without it (``mechanisms(algo)``, KeyError for an algorithm it does not know, whose rows
-    stay as recorded): runs tables written before trainers recorded NaN there hold 0, which
-    would read as a stabiliser that never acted."""
-    known = {}
-    for algo in table["algo"].astype(str).unique():
-        try:
-            known[algo] = mechanisms(algo)
-        except KeyError:
-            pass
-    algos = table["algo"].astype(str)
-    table = table.copy()
-    for fraction in MECHANISM_FRACTIONS:
-        columns = [c for c in (fraction, acted_name(fraction)) if c in table.columns]
-        lacking = [algo for algo, has in known.items() if fraction not in has]
-        if columns and lacking:
-            table.loc[algos.isin(lacking), columns] = np.nan
-    return table
 
 
 def fraction_means(table: pd.DataFrame) -> pd.DataFrame:

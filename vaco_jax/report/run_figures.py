@@ -20,11 +20,12 @@ from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from vaco_jax import testbeds
 from vaco_jax.core.config import Config
 from vaco_jax.report.figures import new_figure, shared_legend, variant_colours
 from vaco_jax.report.metrics import FRACTION_METRICS
-from vaco_jax.run import io, run_folder, testbeds
-from vaco_jax.run.lock import folder_lock
+from vaco_jax.infra import io, run_folder
+from vaco_jax.infra.lock import folder_lock
 
 
 TRAINING_SCORES = {"reward_mean": ("Mean reward of each update's sampled responses", "reward")}

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from vaco_jax.report import (
     cells,
     collapse,
+    compat,
     figures,
     figures_heatmap,
     figures_runs,
@@ -30,8 +31,8 @@ from vaco_jax.report import (
 )
 from vaco_jax.report import markdown as report_markdown
 from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, check_runs, hp_columns
-from vaco_jax.run import io
-from vaco_jax.run.provenance import provenance
+from vaco_jax.infra import io
+from vaco_jax.infra.provenance import provenance
 
 DEFAULT_TITLE = "Policy-lag benchmark report"
 REPORT_WRITES = (RUNS_FILE, "summary.json", "report.md", "fig_*.png", "fig_*.pdf")
@@ -252,7 +253,7 @@ def write_report(
         ESS-versus-collapse table (``vaco_jax.report.collapse``).
       mechanisms: the stabilisers each algorithm has (``algo`` -> its fraction metrics); the
         fractions of the others count as absent whatever the table holds
-        (``metrics.without_absent_mechanisms``). None: read from the table alone (NaN: absent).
+        (``compat.without_absent_mechanisms``). None: read from the table alone (NaN: absent).
 
     Writes ``runs.parquet`` (``runs`` as given), ``summary.json``, ``report.md``
     and each figure as ``fig_*.png`` and ``fig_*.pdf``; a figure without data
@@ -264,7 +265,7 @@ def write_report(
     scoring.check_options(tasks, reference_scores, final_fraction)
     table = scoring.prepared(runs, score)
     if mechanisms is not None:
-        table = metrics.without_absent_mechanisms(table, mechanisms)
+        table = compat.without_absent_mechanisms(table, mechanisms)
     final = scoring.final_scores(table, final_fraction)
     references = scoring.normalisation(table, final, reference_scores)
     table = scoring.with_scores(table, references, score)

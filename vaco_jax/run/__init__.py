@@ -1,2 +1,2 @@
-"""Running a testbed's program: the testbed registry (a run is testbed, config, hyper-parameters
-and seed), the chunked driver with progress, checkpoints, signals and resume, and atomic files."""
+"""Running a testbed's program: the chunked driver with progress, checkpoints, signals and
+resume, several processes, memory checks and experiment trackers."""

@@ -32,8 +32,8 @@ from typing import Any, Callable, Iterator
 import jax
 import orbax.checkpoint as ocp
 
-from vaco_jax.core.orbax_options import this_process_only
-from vaco_jax.run import io, manifest
+from vaco_jax.infra.orbax_options import this_process_only
+from vaco_jax.infra import io, manifest
 
 IDENTITY_FILE = "identity.json"
 PARTIAL_SUFFIX = ".partial"
@@ -117,7 +117,7 @@ class Checkpoints:
             self._forget([str(old)])
 
     def _record(self, steps: dict[str, str]) -> None:
-        """Records step folders in the run folder's manifest (`vaco_jax.run.manifest`)."""
+        """Records step folders in the run folder's manifest (`vaco_jax.infra.manifest`)."""
         manifest.extend(self.directory.parent,
                         {f"{self.directory.name}/{name}": kind for name, kind in steps.items()})
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jax
 
-from vaco_jax.core.user_cache import user_cache_dir
+from vaco_jax.infra.user_cache import user_cache_dir
 
 ENVIRONMENT_VARIABLE = "VACO_JAX_COMPILATION_CACHE"
 OFF = "off"

@@ -34,7 +34,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from vaco_jax.run.io import jsonable
+from vaco_jax.infra.io import jsonable
 
 ENV_COORDINATOR = "VACO_JAX_COORDINATOR"
 ENV_NUM_PROCESSES = "VACO_JAX_NUM_PROCESSES"

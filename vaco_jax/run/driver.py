@@ -1,6 +1,6 @@
 """The chunked driver: runs vmapped seeds chunk by chunk with progress, checkpoints and outputs.
 
-The driver serves every testbed (`vaco_jax.run.testbeds`), the one whose config it is given. A
+The driver serves every testbed (`vaco_jax.testbeds`), the one its config names. A
 chunk is a whole number of evaluation periods executed by one compiled call of the testbed
 trainer's `run`, vmapped over runs (seeds and hyper-parameter values). After each chunk the
 driver scores its periods' evaluations with the program that scores the initial state, so the
@@ -21,7 +21,7 @@ compiled beside goes unused.
 
 Files written to the output folder:
 - `config.json`: the testbed, its resolved config, each run's seed and hyper-parameters, and
-  the provenance (package versions, code version, devices: `vaco_jax.run.provenance`);
+  the provenance (package versions, code version, devices: `vaco_jax.infra.provenance`);
 - `metrics.csv` and `metrics.parquet`: one row per run per update, plus an update-0 row holding
   the initial policy's evaluation;
 - `status.json`: progress and, per run, whether and when it diverged;
@@ -30,9 +30,9 @@ Files written to the output folder:
 Config, status and every checkpoint carry the run's identity, a hash of its testbed, config,
 seeds and hyper-parameters; `config.json` also holds the run options a resume needs (the chunk
 length and the number of checkpoints kept), so `resume=True` needs nothing but the folder.
-The folder's manifest (`vaco_jax.run.manifest`) records these files, and overwriting removes
+The folder's manifest (`vaco_jax.infra.manifest`) records these files, and overwriting removes
 exactly them, refusing a folder that holds anything else; the process holds the folder's lock
-(`vaco_jax.run.lock`) while it runs, so no other process writes there. Resuming restores the newest intact checkpoint of this
+(`vaco_jax.infra.lock`) while it runs, so no other process writes there. Resuming restores the newest intact checkpoint of this
 run (skipping damaged ones with a warning), cuts the metrics back to it and shortens the last
 chunk to the run's end.
 
@@ -80,21 +80,22 @@ import pandas as pd
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from vaco_jax.core.config import Config
-from vaco_jax.core.faults import fault_point
-from vaco_jax.run import io, manifest, run_folder, testbeds
+from vaco_jax import testbeds
+from vaco_jax.core.config import Config, check_seeds
+from vaco_jax.infra.faults import fault_point
+from vaco_jax.infra import io, manifest, run_folder
+from vaco_jax.run import compat
 from vaco_jax.run.background import background_work, in_background
 from vaco_jax.run.distributed import (agreed_signal, from_process_0, host_copy, is_writer,
                                       several, shared_from_process_0)
 from vaco_jax.run.checkpoint import Checkpoints
-from vaco_jax.run.lock import folder_lock
-from vaco_jax.run.provenance import provenance
-from vaco_jax.run.run_folder import latest_finite, warn
+from vaco_jax.infra.lock import folder_lock
+from vaco_jax.infra.provenance import provenance
+from vaco_jax.infra.run_folder import latest_finite, warn
 from vaco_jax.run.signals import Interrupted, StopRequests, raise_if_interrupted
 
 
 DEFAULT_KEEP_CHECKPOINTS = 2
-MAX_SEED = 2**32 - 1
 ZERO_AT_START = ("env_steps", "diverged")
 """Metrics the update-0 row holds as 0 (where the testbed has them): counters and flags."""
 
@@ -172,7 +173,7 @@ class Driver:
 
     def __init__(self, config: Config, hparams: Any, seeds: Sequence[int],
                  devices: Sequence[jax.Device] | None = None):
-        self.testbed = testbeds.of_config(config)
+        self.testbed = testbeds.named(config.testbed)
         self.config = config
         self._recorded_identity: str | None = None
         self._set_runs(hparams, seeds)
@@ -290,7 +291,7 @@ class Driver:
             on_start: Callable[[], None] | None = None) -> TrainingResult:
         """Trains every run to `config.num_updates` (or `max_chunks` chunks), writing results
         and checkpoints (the newest `keep_checkpoints`, default 2) into `out_dir` when given,
-        which this process locks (`vaco_jax.run.lock`); `overwrite` replaces a run there,
+        which this process locks (`vaco_jax.infra.lock`); `overwrite` replaces a run there,
         refusing a folder that holds files vaco_jax did not write but the `keep` ones.
         `on_chunk` sees the result after each chunk (written and checkpointed), `on_start` is
         called once the folder is accepted, before compiling. A resumed run takes the chunk
@@ -480,15 +481,12 @@ class Driver:
 
     def _check_resumable(self, out: Path) -> dict[str, Any]:
         """The saved `config.json`, if it describes this run. Its config is compared as
-        `from_dict` reads it, so that a record written before a config field existed (a token
-        run's five-field warm start, read as `LEGACY`) describes the run it was."""
+        `from_dict` reads it today (`compat.config_as_now`)."""
         run_folder.check_to_resume(out)
         saved = run_folder.saved_config(out)
         current = json.loads(json.dumps(self.describe(), default=io.jsonable))
         recorded = {k: saved.get(k) for k in current}
-        if isinstance(recorded["config"], dict):
-            recorded["config"] = json.loads(json.dumps(
-                type(self.config).from_dict(recorded["config"]).to_dict(), default=io.jsonable))
+        recorded["config"] = compat.config_as_now(type(self.config), recorded["config"])
         if recorded != current:
             raise ValueError(f"cannot resume {str(out)!r}: its config.json describes a different run")
         return saved
@@ -525,19 +523,6 @@ class Driver:
 def _say(message: str) -> None:
     """A progress message on stderr, where the bars are (any bar under way is redrawn below)."""
     tqdm.write(message, file=sys.stderr)
-
-
-def check_seeds(seeds: Sequence[int]) -> list[int]:
-    """The seeds as integers, refusing none at all and any outside 0..2**32-1 (a PRNG key's
-    seed is a uint32), before anything is compiled or written."""
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise ValueError("seeds must name at least one seed (--seeds is a positive count)")
-    outside = [s for s in seeds if not 0 <= s <= MAX_SEED]
-    if outside:
-        raise ValueError(f"seeds must lie in 0..{MAX_SEED} (a PRNG seed is an unsigned 32-bit "
-                         f"integer), got {outside[0]}")
-    return seeds
 
 
 def _divergence(metrics: dict[str, np.ndarray],
@@ -613,5 +598,5 @@ def train(config: Config, hparams: Any = None, seeds: Sequence[int] = (0,),
     """Convenience entry point: `Driver(config, hparams, seeds).run(out_dir, **run_options)`,
     the testbed's default hyper-parameters where `hparams` is None."""
     if hparams is None:
-        hparams = testbeds.of_config(config).hparams.create()
+        hparams = testbeds.named(config.testbed).hparams.create()
     return Driver(config, hparams, seeds).run(out_dir, **run_options)

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vaco_jax import testbeds
 from vaco_jax.core.config import Config
-from vaco_jax.run import testbeds
 
 SAFETY_FACTOR = 4.0
 """Estimated run memory = (train state + one update's rollout) x this: it covers the input and
@@ -60,7 +60,7 @@ def run_memory(config: Config, hparams: Any) -> RunMemory:
     host, a copy of the state and one float32 row of `num_updates + 1` values per metric. The
     trainer's `state_shapes` traces without its initial parameters, so a token run's warm start
     is neither trained nor read."""
-    testbed = testbeds.of_config(config)
+    testbed = testbeds.named(config.testbed)
     trainer = testbed.trainer(config)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
     state = trainer.state_shapes(key, hparams)
@@ -105,7 +105,7 @@ def runs_per_device(num_runs: int, num_devices: int) -> int:
 
 def size_advice(config: Config) -> str:
     """How to shrink a run of `config`: the fields its memory grows with."""
-    return f"lower the run's size ({', '.join(SIZE_FIELDS[testbeds.of_config(config).name])})"
+    return f"lower the run's size ({', '.join(SIZE_FIELDS[config.testbed])})"
 
 
 def _size(num_bytes: int) -> str:
@@ -153,7 +153,7 @@ def check_memory(config: Config, hparams: Any, num_runs: int, *, budget_bytes: i
         raise ValueError(device_refusal(per_device, estimate.device, budget, advice))
     host_budget = host_memory_budget()
     if num_runs * estimate.host > host_budget:
-        length = LENGTH_FIELDS[testbeds.of_config(config).name]
+        length = LENGTH_FIELDS[config.testbed]
         raise ValueError(host_refusal(
             num_runs, estimate.host, host_budget,
             f"shorten the run ({length}: {config.num_updates:,} updates keep a row of metrics "

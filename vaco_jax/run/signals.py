@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Callable
 
-from vaco_jax.run import lock
+from vaco_jax.infra import lock
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

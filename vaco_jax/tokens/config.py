@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flax import struct
@@ -35,6 +35,7 @@ class TokenConfig(Config):
     learner's greedy accuracy on `eval_prompts` held-out prompts is measured.
     """
 
+    testbed: ClassVar[str] = "tokens"
     task: str = "add"
     task_size: int = 2
     algo: str = "grpo"  # one of ALGORITHMS (`vaco_jax.tokens.algorithms`)

@@ -47,10 +47,10 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from vaco_jax.core.faults import fault_point
-from vaco_jax.core.orbax_options import this_process_only
-from vaco_jax.core.user_cache import user_cache_dir
-from vaco_jax.tokens import tasks
+from vaco_jax.infra.faults import fault_point
+from vaco_jax.infra.orbax_options import this_process_only
+from vaco_jax.infra.user_cache import user_cache_dir
+from vaco_jax.tokens import compat, tasks
 from vaco_jax.tokens.model import ModelSpec, TokenPolicy
 
 _log = logging.getLogger(__name__)
@@ -96,14 +96,12 @@ class WarmStart:
     def from_dict(cls, values: Mapping[str, Any]) -> WarmStart:
         """The settings a saved record or an experiment file's table describes. A record of
         exactly the fields every `config.json` held before `corruption` existed is that warm
-        start, `LEGACY`'s with those values; any other table is read over the defaults."""
-        if set(values) == _PRE_CALIBRATION_FIELDS:
+        start, `LEGACY`'s with those values (`compat.PRE_CALIBRATION_FIELDS`); any other table is
+        read over the defaults."""
+        if set(values) == compat.PRE_CALIBRATION_FIELDS:
             return dataclasses.replace(LEGACY, **values)
         return cls(**values)
 
-
-_PRE_CALIBRATION_FIELDS = frozenset({"steps", "batch", "learning_rate", "corrupt_fraction",
-                                     "seed"})
 
 # The warm start of every result committed before 2026-11-25.
 LEGACY = WarmStart(corruption="random_digit", steps=250, schedule="constant")
@@ -184,7 +182,7 @@ def settings_hash(task: tasks.Task, spec: ModelSpec, settings: WarmStart) -> str
 
 def default_cache_dir() -> Path:
     """The user's cache of warm starts: `$XDG_CACHE_HOME/vaco_jax/warm_start`, else
-    `~/.cache/vaco_jax/warm_start` (`core.user_cache`)."""
+    `~/.cache/vaco_jax/warm_start` (`infra.user_cache`)."""
     return user_cache_dir("warm_start")
 
 

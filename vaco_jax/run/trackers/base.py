@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from vaco_jax import testbeds
 from vaco_jax.core.config import Config
-from vaco_jax.run import io, manifest, testbeds
+from vaco_jax.infra import io, manifest
 
 if TYPE_CHECKING:
     from vaco_jax.run.driver import Driver, TrainingResult
@@ -57,7 +58,7 @@ def describe(config: Config, hparams: Mapping[str, float], seed: int,
              **extra: Any) -> dict[str, Any]:
     """A run's description: testbed, task, algorithm, lag, seed, `extra`, its hyper-parameters
     and its whole config."""
-    testbed = testbeds.of_config(config)
+    testbed = testbeds.named(config.testbed)
     return {"testbed": testbed.name, "task": testbed.task(config), "algo": config.algo,
             "lag_model": config.lag_model, "lag": hparams["lag"], "seed": seed, **extra,
             "hparams": dict(hparams), "config": config.to_dict()}

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vaco_jax.run.run_folder import TENSORBOARD_DIR
+from vaco_jax.infra.run_folder import TENSORBOARD_DIR
 from vaco_jax.run.trackers.base import LoggedRun, Tracker
 
 

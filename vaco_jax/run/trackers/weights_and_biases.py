@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vaco_jax.run.run_folder import WANDB_DIR
+from vaco_jax.infra.run_folder import WANDB_DIR
 from vaco_jax.run.trackers.base import LoggedRun, Tracker
 
 PROJECT = "vaco_jax"

@@ -1,5 +1,5 @@
 """Atomic file output: results are written to a temporary file and renamed into place, and
-recorded in the folder's manifest (`vaco_jax.run.manifest`) where it keeps one."""
+recorded in the folder's manifest (`vaco_jax.infra.manifest`) where it keeps one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from vaco_jax.run import manifest
+from vaco_jax.infra import manifest
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
@@ -109,7 +109,7 @@ def prepare_output_dir(path: str | os.PathLike, *, overwrite: bool, keep: Sequen
     """Creates `path`, refusing a folder that holds results unless `overwrite` is set, which
     removes what vaco_jax wrote there and refuses a folder holding anything else but the `keep`
     paths, and a `keep` path that vaco_jax wrote or is about to write (`writes`, glob patterns):
-    `vaco_jax.run.manifest.remove_recorded`."""
+    `vaco_jax.infra.manifest.remove_recorded`."""
     path = check_output_dir(path)
     if manifest.has_results(path):
         if not overwrite:

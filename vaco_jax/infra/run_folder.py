@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vaco_jax.run import io, manifest
+from vaco_jax.infra import io, manifest
 
 CONFIG_FILE = "config.json"
 STATUS_FILE = "status.json"

@@ -8,7 +8,7 @@ recorded before it is written, with its kind:
 - `folder`: a folder vaco_jax made to hold recorded paths (`checkpoint/`, a sweep's `runs/`),
   whose other contents are not vaco_jax's;
 - `run`: a folder with a manifest of its own (a sweep's batch folder).
-A file written into a folder that keeps a manifest is recorded there by `vaco_jax.run.io`.
+A file written into a folder that keeps a manifest is recorded there by `vaco_jax.infra.io`.
 Anything else in the folder (a user's notes, their own `checkpoint/model.pt`) is *foreign*:
 `remove_recorded` refuses to overwrite a folder holding a foreign path unless it is kept, and
 refuses to keep a path vaco_jax wrote or is about to write.
@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Mapping, Sequence
 
-from vaco_jax.run.lock import LOCK_FILE, folder_lock
+from vaco_jax.infra.lock import LOCK_FILE, folder_lock
 
 MANIFEST_FILE = ".vaco_jax.manifest.json"
 FILE, TREE, FOLDER, RUN = "file", "tree", "folder", "run"

@@ -6,24 +6,31 @@ A testbed contributes its config and hyper-parameter classes, their validation, 
 the same signatures on every testbed) and the names of its metrics; everything else (chunked runs,
 checkpoints, resume, sweeps, statistics, figures) is shared and speaks of scores. A testbed
 whose metrics include `diverged` (0/1 per update) has its diverged runs reported.
+
+Each config names its testbed (`Config.testbed`), so the layers above find a run's testbed
+forward, `named(config.testbed)`, and the registry sits just above the two testbeds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
 
 from vaco_jax.control import envs
 from vaco_jax.control import train as control_train
 from vaco_jax.control.algorithms import ALGORITHMS
 from vaco_jax.control.config import ControlConfig, ControlHParams
 from vaco_jax.control.config import validate as validate_control
-from vaco_jax.core.config import Config
+from vaco_jax.core.config import Config, HParamsBase
 from vaco_jax.core.trainer import Trainer
 from vaco_jax.tokens import config as token_config
 from vaco_jax.tokens import train as token_train
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
+
+ConfigT = TypeVar("ConfigT", bound=Config)
+HParamsT = TypeVar("HParamsT", bound=HParamsBase)
+StateT = TypeVar("StateT")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,13 +56,14 @@ def _control_task_defaults(env: str) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Testbed:
-    """One testbed as the driver, sweeps and reports see it."""
+class Testbed(Generic[ConfigT, HParamsT, StateT]):
+    """One testbed as the driver, sweeps and reports see it: its config, hyper-parameter and
+    run-state classes, and what is said of its runs."""
 
-    name: str
-    config: type[Config]
-    hparams: type  # a flax struct of float leaves with `create(**values)`
-    validate: Callable[[Any, Any], None]  # (config, hparams or None); raises before compiling
+    config: type[ConfigT]  # names the testbed (`Config.testbed`)
+    hparams: type[HParamsT]  # a flax struct of float leaves with `create(**values)`
+    state: type[StateT]  # one run's state, what the trainer's `init` returns
+    validate: Callable[[ConfigT, HParamsT | None], None]  # raises before compiling
     trainer: type[Trainer]  # built from a config
     metrics: tuple[str, ...]
     score_name: str  # the score in a report's words
@@ -67,7 +75,11 @@ class Testbed:
     mechanisms: Callable[[str], frozenset[str]]
     # Config values a task brings unless an experiment sets them.
     task_defaults: Callable[[str], dict[str, Any]]
-    reference: Callable[[Any], Reference | None]  # of a config's score, where one is known
+    reference: Callable[[ConfigT], Reference | None]  # of a config's score, where one is known
+
+    @property
+    def name(self) -> str:
+        return self.config.testbed
 
     @property
     def score(self) -> str:
@@ -79,37 +91,29 @@ class Testbed:
         """The per-update metrics a sweep's runs table averages over each evaluation period."""
         return tuple(m for m in self.metrics if m not in ("env_steps", self.score, "diverged"))
 
-    def task(self, config: Config) -> str:
+    def task(self, config: ConfigT) -> str:
         return getattr(config, self.task_field)
 
 
-CONTROL = Testbed(
-    name="control", config=ControlConfig, hparams=ControlHParams, validate=validate_control,
+CONTROL: Testbed[ControlConfig, ControlHParams, control_train.ControlState] = Testbed(
+    config=ControlConfig, hparams=ControlHParams, state=control_train.ControlState, validate=validate_control,
     trainer=control_train.ControlTrainer, metrics=control_train.METRICS, score_name="return",
     steps_name="environment steps", task_field="env", tasks=envs.names,
     algorithms=tuple(ALGORITHMS), mechanisms=control_train.algorithm_mechanisms,
     task_defaults=_control_task_defaults,
     reference=_control_reference)
-TOKENS = Testbed(
-    name="tokens", config=TokenConfig, hparams=TokenHParams, validate=token_config.validate,
+TOKENS: Testbed[TokenConfig, TokenHParams, token_train.TokenState] = Testbed(
+    config=TokenConfig, hparams=TokenHParams, state=token_train.TokenState, validate=token_config.validate,
     trainer=token_train.TokenTrainer, metrics=token_train.METRICS, score_name="held-out accuracy",
     steps_name="sampled responses", task_field="task", tasks=lambda: tuple(TASKS),
     algorithms=token_config.ALGORITHMS, mechanisms=token_train.algorithm_mechanisms,
     task_defaults=lambda task: {},
     reference=lambda config: Reference(1.0, "maximum (every held-out answer exact)"))
-TESTBEDS = {t.name: t for t in (CONTROL, TOKENS)}
+TESTBEDS: dict[str, Testbed[Any, Any, Any]] = {t.name: t for t in (CONTROL, TOKENS)}
 
 
-def of_config(config: Config) -> Testbed:
-    """The testbed whose config `config` is."""
-    for testbed in TESTBEDS.values():
-        if type(config) is testbed.config:
-            return testbed
-    raise TypeError(f"{type(config).__name__} is not the config of a testbed; allowed: "
-                    f"{', '.join(t.config.__name__ for t in TESTBEDS.values())}")
-
-
-def named(name: str) -> Testbed:
+def named(name: str) -> Testbed[Any, Any, Any]:
+    """The testbed called `name`: a config's (`config.testbed`) or a saved run's."""
     if name not in TESTBEDS:
         raise ValueError(f"testbed={name!r} is not supported; allowed values: "
                          f"{', '.join(TESTBEDS)}")
