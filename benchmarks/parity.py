@@ -32,11 +32,12 @@ from benchmarks.harness import Compiled, Program
 from vaco_jax.control.config import ControlHParams, ControlConfig
 from vaco_jax.control.train import ControlTrainer
 from vaco_jax import testbeds
+from vaco_jax.core.lag_models import Fixed
 
 PUREJAXRL_SETTINGS = dict(algo="ppo", num_envs=64, rollout_length=32, epochs=4, minibatches=4,
                           total_steps=499_712, actor_hidden=(256, 256), critic_hidden=(256, 256),
-                          lag_model="fixed", eval_every=244)
-_DISCRETE = dict(algo="ppo", lag_model="fixed", actor_hidden=(64, 64), critic_hidden=(64, 64),
+                          lag_model=Fixed(), eval_every=244)
+_DISCRETE = dict(algo="ppo", lag_model=Fixed(), actor_hidden=(64, 64), critic_hidden=(64, 64),
                  normalize_observations=False, reward_scaling="none",
                  advantage_normalization="standardize", learning_rate_schedule="linear")
 # preset -> (config, hyper-parameters), PureJaxRL's settings in vaco_jax's names.

@@ -21,6 +21,7 @@ from benchmarks.harness import Program
 from vaco_jax.control.config import ControlHParams, ControlConfig
 from vaco_jax.control.envs.episodes import EpisodeState, restart_states, step_episodes
 from vaco_jax.control.train import ControlTrainer
+from vaco_jax.core.lag_models import Fixed
 
 
 def seed_keys(num_seeds: int) -> jax.Array:
@@ -30,7 +31,7 @@ def seed_keys(num_seeds: int) -> jax.Array:
 def hparams_for(config: ControlConfig, num_seeds: int, **values: float) -> ControlHParams:
     """Default hyper-parameters for `num_seeds` runs; lag `K - 1` for every non-fixed lag model
     (per-environment lags spread over the whole buffer), 0 for `fixed` (synchronous)."""
-    lag = 0.0 if config.lag_model == "fixed" else float(config.buffer_capacity - 1)
+    lag = 0.0 if isinstance(config.lag_model, Fixed) else float(config.buffer_capacity - 1)
     hp = ControlHParams.create(**{"lag": lag, **values})
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_seeds,)), hp)
 

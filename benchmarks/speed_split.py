@@ -169,8 +169,9 @@ chunk (`driver_wait`)."""
 def parity_config(env: str, overrides: str) -> ControlConfig:
     """The parity settings on `env` with the task's defaults, updated by `overrides`, JSON
     `ControlConfig` fields (the `--config` of this module's and `hlo_census`'s commands)."""
-    settings = {**PUREJAXRL_SETTINGS, "env": env, **json.loads(overrides)}
-    return ControlConfig.from_dict({**testbeds.CONTROL.task_defaults(env), **settings})
+    settings = ControlConfig(**{**testbeds.CONTROL.task_defaults(env), **PUREJAXRL_SETTINGS,
+                                "env": env})
+    return ControlConfig.from_dict({**settings.to_dict(), **json.loads(overrides)})
 
 
 def whole_run_program(name: str, config: ControlConfig, num_seeds: int,

@@ -20,6 +20,7 @@ import jax
 from benchmarks import brax_ppo, harness, programs
 from vaco_jax.control.config import ControlConfig
 from vaco_jax.control.train import ControlTrainer
+from vaco_jax.core.lag_models import Fixed, Uniform
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Settings:
     max_wait_s: float  # longest wait for other processes to leave the CPU before timing
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "base": self.base.to_dict()}
 
 
 # Settings that only one sub-benchmark reads: a rerun of it may change them in a results file.
@@ -61,7 +62,7 @@ def _base(env: str, num_envs: int, rollout_length: int, epochs: int, minibatches
     but every environment acts with the newest policy."""
     # A long evaluation interval: the timed programs never evaluate (evaluation is timed apart).
     return ControlConfig(env=env, algo="ppo", num_envs=num_envs, rollout_length=rollout_length,
-                       epochs=epochs, minibatches=minibatches, lag_model="fixed",
+                       epochs=epochs, minibatches=minibatches, lag_model=Fixed(),
                        buffer_capacity=buffer_capacity, actor_hidden=hidden,
                        critic_hidden=hidden, eval_every=1_000_000)
 
@@ -181,13 +182,13 @@ class Context:
         return sync + [self.async_config(algo, capacity, a) for a in self.settings.actings]
 
     def async_config(self, algo: str, capacity: int, acting: str) -> ControlConfig:
-        return self.settings.base.replace(algo=algo, lag_model="uniform",
+        return self.settings.base.replace(algo=algo, lag_model=Uniform(),
                                           buffer_capacity=capacity, acting=acting)
 
 
 def describe(config: ControlConfig) -> str:
-    lag = "fixed:0" if config.lag_model == "fixed" else \
-        f"{config.lag_model}:{config.buffer_capacity - 1}"
+    lag = "fixed:0" if isinstance(config.lag_model, Fixed) else \
+        f"{config.lag_model.name}:{config.buffer_capacity - 1}"
     return (f"{config.algo} on {config.env}, {config.num_envs} envs, K={config.buffer_capacity}, "
             f"lag {lag}, acting={config.acting}")
 
@@ -263,7 +264,8 @@ def bench_breakdown(ctx: Context) -> dict[str, Any]:
         per_step = {name: 1e6 / m["steps_per_s"] for name, m in
                     (("env", env), ("collect", collect), ("train", train))}
         rows.append({"config": describe(config), "algo": config.algo,
-                     "lag_model": config.lag_model, "buffer_capacity": config.buffer_capacity,
+                     "lag_model": config.lag_model.name,
+                     "buffer_capacity": config.buffer_capacity,
                      "acting": config.acting, "env": env, "collect": collect, "train": train,
                      "us_per_step": {"environment": per_step["env"],
                                      "acting": per_step["collect"] - per_step["env"],
@@ -352,7 +354,7 @@ def bench_compile(ctx: Context) -> dict[str, Any]:
     locomotion task, and no recompilation when numeric hyper-parameters change."""
     s = ctx.settings
     config = s.base.replace(env=s.compile_env, num_envs=s.compile_num_envs, algo="vaco",
-                            lag_model="uniform", buffer_capacity=16, num_eval_envs=4,
+                            lag_model=Uniform(), buffer_capacity=16, num_eval_envs=4,
                             total_steps=s.compile_num_envs * s.base.rollout_length, eval_every=1)
     train = jax.jit(jax.vmap(ControlTrainer(config).train))
     calls = []

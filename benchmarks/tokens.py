@@ -45,6 +45,7 @@ from benchmarks import harness  # noqa: E402
 from benchmarks.programs import seed_keys  # noqa: E402
 from benchmarks.tables import _compile, _load, _percent, _rate, _ratio, _table  # noqa: E402
 from vaco_jax.infra import io  # noqa: E402
+from vaco_jax.core.lag_models import Fixed, InFlight, Uniform  # noqa: E402
 from vaco_jax.core.policy_buffer import push  # noqa: E402
 from vaco_jax.tokens import tasks  # noqa: E402
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate  # noqa: E402
@@ -53,13 +54,13 @@ from vaco_jax.tokens.train import TokenTrainer  # noqa: E402
 
 BASELINE = "fixed:0"
 # (row, config changes, stale): stale rows draw lags up to K - 1, the oldest buffered version.
-ACTINGS = ((BASELINE, {"lag_model": "fixed"}, False),
-           ("uniform per prompt group", {"lag_model": "uniform", "group_unit": "prompt"}, True),
-           ("uniform per sample", {"lag_model": "uniform", "group_unit": "sample"}, True),
-           ("in_flight per prompt group", {"lag_model": "in_flight", "group_unit": "prompt"},
+ACTINGS = ((BASELINE, {"lag_model": Fixed()}, False),
+           ("uniform per prompt group", {"lag_model": Uniform(), "group_unit": "prompt"}, True),
+           ("uniform per sample", {"lag_model": Uniform(), "group_unit": "sample"}, True),
+           ("in_flight per prompt group", {"lag_model": InFlight(), "group_unit": "prompt"},
             True),
            ("in_flight per prompt group, shared cache",
-            {"lag_model": "in_flight", "group_unit": "prompt", "in_flight_cache": "shared"},
+            {"lag_model": InFlight(), "group_unit": "prompt", "in_flight_cache": "shared"},
             True))
 
 
@@ -82,7 +83,7 @@ class Settings:
     memory_limit_gib: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "config": self.config.to_dict()}
 
 
 def presets(backend: str) -> dict[str, Settings]:
@@ -123,7 +124,7 @@ def _start(config: TokenConfig, num_seeds: int) -> tuple[TokenTrainer, TokenHPar
     `num_seeds` initial states whose buffers hold K versions, so that no lag is capped."""
     params = TokenPolicy(config.model_spec).init(jax.random.PRNGKey(0))
     trainer = TokenTrainer(config, params)
-    lag = 0.0 if config.lag_model == "fixed" else float(config.buffer_capacity - 1)
+    lag = 0.0 if isinstance(config.lag_model, Fixed) else float(config.buffer_capacity - 1)
     hp = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_seeds,)), TokenHParams.create(lag=lag))
     state = jax.jit(jax.vmap(trainer.init))(seed_keys(num_seeds), hp)
     for _ in range(config.buffer_capacity - 1):

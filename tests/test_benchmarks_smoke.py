@@ -8,6 +8,7 @@ import jax
 import pytest
 
 from engine_configs import TOY
+from vaco_jax.core.lag_models import Uniform
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
@@ -75,7 +76,7 @@ def test_token_benchmark_states_hold_every_lag_and_count_response_tokens():
     from vaco_jax.tokens.config import TokenConfig
 
     config = TokenConfig(layers=1, width=16, heads=2, prompts=2, group_size=3,
-                         lag_model="uniform", buffer_capacity=3)
+                         lag_model=Uniform(), buffer_capacity=3)
     _, hp, state = tokens._start(config, num_seeds=2)
     assert state.buffer.latest_version.tolist() == [2, 2]  # lag K - 1 is not capped
     assert hp.lag.tolist() == [2.0, 2.0]

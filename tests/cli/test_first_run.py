@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from vaco_jax import cli, testbeds
-from vaco_jax.cli import console
 from vaco_jax.control.config import ControlConfig
-from vaco_jax.core.policy_buffer import LAG_MODELS
+from vaco_jax.core.lag_models import LAG_MODELS, named
 from vaco_jax.report import run_figures
 from vaco_jax.infra.manifest import recorded
 from vaco_jax.tokens.config import TokenConfig
@@ -136,8 +135,7 @@ LAG_TEXTS = [
 @pytest.mark.parametrize("model,level,meaning", LAG_TEXTS)
 def test_a_lag_is_said_with_its_model_level_and_meaning(model, level, meaning):
     probabilities = (0.5, 0.5) if model == "empirical" else ()
-    config = ControlConfig(lag_model=model, lag_probabilities=probabilities)
-    assert console.lag_text(config, level) == meaning
+    assert named(model, probabilities).describe(level, capacity=16) == meaning
 
 
 def test_every_lag_model_has_its_words():

@@ -6,10 +6,11 @@ The only tests that compile MJX training programs; each runs in a few minutes on
 import pytest
 
 from vaco_jax.control.config import ControlHParams, ControlConfig
+from vaco_jax.core.lag_models import Uniform
 from vaco_jax.run.driver import Driver
 
 CONFIG = ControlConfig(env="inverted_pendulum", num_envs=32, rollout_length=64, total_steps=80_000,
-                     epochs=4, minibatches=4, buffer_capacity=4, lag_model="uniform",
+                     epochs=4, minibatches=4, buffer_capacity=4, lag_model=Uniform(),
                      episode_length=500, eval_every=10, num_eval_envs=8,
                      actor_hidden=(32, 32), critic_hidden=(32, 32))
 

@@ -10,6 +10,7 @@ from vaco_jax import estimators
 from vaco_jax.control.algorithms import ALGORITHMS, PolicyTerms
 from vaco_jax.control.config import ControlHParams, validate
 from vaco_jax.control.networks import Policy
+from vaco_jax.core.lag_models import Bounded, Empirical, Fixed, InFlight, Uniform
 from vaco_jax.core.policy_buffer import push
 from vaco_jax.control.train import MECHANISMS, METRICS, PhaseBatch, ControlTrainer, make_train
 from vaco_jax.core import phase
@@ -22,7 +23,7 @@ def _assert_trees_equal(a, b):
 @pytest.fixture(scope="module")
 def ppo_vmapped():
     """Two runs that differ in seed and learning rate, trained in one vmapped program."""
-    train = make_train(TOY.replace(lag_model="uniform"))
+    train = make_train(TOY.replace(lag_model=Uniform()))
     keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
     hparams = ControlHParams.stack([ControlHParams.create(lag=2.0, learning_rate=3e-4),
                              ControlHParams.create(lag=2.0, learning_rate=1e-3)])
@@ -59,17 +60,17 @@ def test_lag_zero_is_synchronous_training_bit_for_bit(env):
     hp = ControlHParams.create(lag=0.0)
     key = jax.random.PRNGKey(7)
     toy = TOY.replace(env=env)
-    synchronous = jax.jit(make_train(toy.replace(lag_model="fixed", buffer_capacity=1)))(key, hp)
-    lag_zero = [dict(lag_model=m) for m in ("fixed", "uniform", "bounded", "in_flight")]
-    lag_zero += [dict(lag_model="uniform", lag_warmup="redraw")]
-    for changes in lag_zero + [dict(lag_model="empirical", lag_probabilities=(1.0,))]:
+    synchronous = jax.jit(make_train(toy.replace(lag_model=Fixed(), buffer_capacity=1)))(key, hp)
+    lag_zero = [dict(lag_model=m) for m in (Fixed(), Uniform(), Bounded(), InFlight())]
+    lag_zero += [dict(lag_model=Uniform(), lag_warmup="redraw")]
+    for changes in lag_zero + [dict(lag_model=Empirical((1.0,)))]:
         lagged = jax.jit(make_train(toy.replace(buffer_capacity=8, **changes)))(key, hp)
         _assert_trees_equal(lagged[0].params, synchronous[0].params)
         _assert_trees_equal(lagged[1], synchronous[1])
 
 
 def _collect_phase(algo: str, lag: float = 2.0):
-    trainer = ControlTrainer(TOY.replace(algo=algo, lag_model="fixed"))
+    trainer = ControlTrainer(TOY.replace(algo=algo, lag_model=Fixed()))
     hp = ControlHParams.create(lag=lag, learning_rate=3e-3)
     state = trainer.init(jax.random.PRNGKey(0), hp)
     state, _ = jax.jit(lambda s: jax.lax.scan(lambda s, _: trainer.update(s, hp), s, None,
@@ -122,7 +123,7 @@ def ended_episodes():
     The toy task rarely terminates within a few steps, so some steps are marked terminated by
     hand; their next value is discounted to 0 either way.
     """
-    config = TOY.replace(lag_model="fixed", episode_length=6)
+    config = TOY.replace(lag_model=Fixed(), episode_length=6)
     trainer = ControlTrainer(config)
     train_hp = ControlHParams.create(lag=2.0, learning_rate=3e-3)
     state = trainer.init(jax.random.PRNGKey(0), train_hp)
@@ -183,7 +184,7 @@ def test_minibatch_vtrace_uses_the_critic_on_every_next_observation(ended_episod
 @pytest.mark.parametrize("env", ["toy_reach", "toy_reach_discrete"])
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo, env):
-    config = TOY.replace(env=env, algo=algo, lag_model="fixed",
+    config = TOY.replace(env=env, algo=algo, lag_model=Fixed(),
                          tv_scope="batch" if algo == "vaco" else "minibatch")
     # delta 0 and a tight clip range: the filter and the clip act as soon as the policy moves.
     hp = ControlHParams.create(lag=2.0, tv_delta=0.0, clip_eps=0.01, learning_rate=3e-3)
@@ -232,7 +233,7 @@ def test_ppo_recompute_at_lag_zero_is_ppo_up_to_float():
     # 1e-7 in the log-prob), so the two runs agree to float precision, not bit for bit.
     hp = ControlHParams.create(lag=0.0, learning_rate=3e-3)
     key = jax.random.PRNGKey(3)
-    config = TOY.replace(lag_model="fixed")
+    config = TOY.replace(lag_model=Fixed())
     ppo = jax.jit(make_train(config))(key, hp)
     recompute = jax.jit(make_train(config.replace(algo="ppo_recompute")))(key, hp)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7),
@@ -259,7 +260,7 @@ def test_non_finite_normaliser_statistics_stop_the_update_that_produced_them(mon
 def test_batch_scope_filter_uses_the_current_parameters_at_every_step():
     # One epoch: the batch TV under the phase-start parameters is TV(pi_T, pi_T) = 0, so a TV
     # measured once per epoch never fires; measured at each step it fires from the second on.
-    config = TOY.replace(algo="vaco", lag_model="fixed", tv_scope="batch", epochs=1,
+    config = TOY.replace(algo="vaco", lag_model=Fixed(), tv_scope="batch", epochs=1,
                          minibatches=4)
     hp = ControlHParams.create(lag=2.0, tv_delta=0.0, learning_rate=3e-3)
     _, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), hp)
@@ -371,7 +372,7 @@ def test_adaptive_kl_coefficient_ignores_backward_lag_the_learner_cannot_remove(
     # The lag-3 behaviour policies of the first three updates are far from the learner, so
     # KL(beta || pi_T) is large; with learning rate 0 the learner cannot move, the phase's
     # KL(pi_T || pi_T+1) is 0 and the coefficient may only shrink.
-    trainer = ControlTrainer(TOY.replace(algo="ppo_kl", lag_model="fixed"))
+    trainer = ControlTrainer(TOY.replace(algo="ppo_kl", lag_model=Fixed()))
     hp = ControlHParams.create(lag=3.0, learning_rate=0.0)
     state = trainer.init(jax.random.PRNGKey(0), hp)
     stale = Policy(jax.tree.map(lambda p: p + 0.5, state.params["actor"]), state.obs_stats)
@@ -385,7 +386,7 @@ def test_adaptive_kl_coefficient_ignores_backward_lag_the_learner_cannot_remove(
 
 
 def test_adaptive_kl_coefficient_stays_within_its_bounds():
-    config = TOY.replace(algo="ppo_kl", lag_model="uniform",
+    config = TOY.replace(algo="ppo_kl", lag_model=Uniform(),
                          total_steps=TOY.steps_per_update * 12)
     bounds = dict(kl_coef=0.2, kl_coef_min=0.05, kl_coef_max=0.8)
     # The first run cannot move (KL 0: halved every update), the second overshoots a tiny
@@ -468,7 +469,7 @@ def test_relu_activation_changes_the_networks_and_is_validated():
 def test_finished_environments_restart_from_fresh_states_or_their_own_first(restart_from):
     """`toy_reach` draws its target at reset: under `first` every episode of an environment
     chases the target of its first one; under `fresh` later episodes draw new ones."""
-    trainer = ControlTrainer(TOY.replace(lag_model="fixed", episode_length=5,
+    trainer = ControlTrainer(TOY.replace(lag_model=Fixed(), episode_length=5,
                                          restart_from=restart_from))
     hp = ControlHParams.create()
     state = trainer.init(jax.random.PRNGKey(0), hp)

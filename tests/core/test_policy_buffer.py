@@ -8,8 +8,8 @@ import pytest
 from vaco_jax.control.envs import make_env
 from vaco_jax.control.envs.episodes import reset_episodes
 from vaco_jax.control.networks import ActorCritic, Policy, init_stats
-from vaco_jax.core.policy_buffer import (effective_lags, in_flight_lags, init_buffer, make_behaviour,
-                                    newest, push, sample_lags)
+from vaco_jax.core.lag_models import Fixed, Geometric, PerActor, Uniform, in_flight_lags
+from vaco_jax.core.policy_buffer import effective_lags, init_buffer, make_behaviour, newest, push
 from vaco_jax.control.rollout import rollout
 
 NUM_ENVS = 8
@@ -55,20 +55,20 @@ def test_lags_are_capped_by_versions_pushed_so_far(setup):
 def test_lag_models():
     key = jax.random.PRNGKey(3)
     per_actor = jnp.arange(NUM_ENVS) % 3
-    fixed = sample_lags(key, "fixed", jnp.float32(2), NUM_ENVS, CAPACITY, per_actor)
+    fixed = Fixed().sample(key, jnp.float32(2), NUM_ENVS, CAPACITY, per_actor)
     np.testing.assert_array_equal(fixed, np.full(NUM_ENVS, 2))
-    uniform = sample_lags(key, "uniform", jnp.float32(2), 4096, CAPACITY, per_actor)
+    uniform = Uniform().sample(key, jnp.float32(2), 4096, CAPACITY, per_actor)
     assert set(np.unique(uniform)) == {0, 1, 2}
     np.testing.assert_allclose(np.bincount(uniform) / 4096, [1 / 3] * 3, atol=0.03)
-    sync = sample_lags(key, "geometric", jnp.float32(1.0), NUM_ENVS, CAPACITY, per_actor)
+    sync = Geometric().sample(key, jnp.float32(1.0), NUM_ENVS, CAPACITY, per_actor)
     np.testing.assert_array_equal(sync, np.zeros(NUM_ENVS))
     p = 0.5
-    geometric = sample_lags(key, "geometric", jnp.float32(p), 8192, CAPACITY, per_actor)
+    geometric = Geometric().sample(key, jnp.float32(p), 8192, CAPACITY, per_actor)
     weights = p * (1 - p) ** np.arange(CAPACITY)
     np.testing.assert_allclose(np.bincount(geometric, minlength=CAPACITY) / 8192,
                                weights / weights.sum(), atol=0.02)
     np.testing.assert_array_equal(
-        sample_lags(key, "per_actor", jnp.float32(2), NUM_ENVS, CAPACITY, per_actor), per_actor)
+        PerActor().sample(key, jnp.float32(2), NUM_ENVS, CAPACITY, per_actor), per_actor)
 
 
 @pytest.mark.parametrize("acting", ["gather", "select"])

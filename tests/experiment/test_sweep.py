@@ -211,7 +211,7 @@ def test_expansion_into_groups_and_runs():
     assert [(r.lag, r.hparams["tv_delta"], r.seed) for r in vaco.runs[:4]] == [
         (0.0, 0.1, 0), (0.0, 0.1, 1), (0.0, 0.2, 0), (0.0, 0.2, 1)]
     assert vaco.runs[6].lag == 2.0 and vaco.runs[-1].run_id == "toy_reach-vaco-e2m2-r11"
-    assert (vaco.config.env, vaco.config.algo, vaco.config.lag_model, vaco.config.epochs,
+    assert (vaco.config.env, vaco.config.algo, vaco.config.lag_model.name, vaco.config.epochs,
             vaco.config.minibatches, vaco.config.num_envs) == ("toy_reach", "vaco", "uniform", 2,
                                                                2, 8)
     stacked = vaco.hparams([1, 7])

@@ -13,7 +13,7 @@ from test_sweep import EXPERIMENTS
 from test_sweep_parts import whole_and_parts
 from vaco_jax import cli
 from vaco_jax import experiment as sweep
-from vaco_jax.core.policy_buffer import mean_lag
+from vaco_jax.core.lag_models import Empirical, Fixed, InFlight, Uniform
 
 pytestmark = pytest.mark.slow  # whole sweeps of several lag models, as parts
 
@@ -40,8 +40,8 @@ def test_each_lag_model_is_its_own_group_named_after_it():
         "toy_reach-vaco-uniform-e1m2", "toy_reach-vaco-uniform-e2m2",
         "toy_reach-vaco-in_flight-e1m2", "toy_reach-vaco-in_flight-e2m2"]
     uniform, in_flight = experiment.group(UNIFORM), experiment.group(IN_FLIGHT)
-    assert (uniform.config.lag_model, in_flight.config.lag_model) == ("uniform", "in_flight")
-    assert uniform.config.replace(lag_model="in_flight") == in_flight.config
+    assert (uniform.config.lag_model, in_flight.config.lag_model) == (Uniform(), InFlight())
+    assert uniform.config.replace(lag_model=InFlight()) == in_flight.config
     assert [(r.run_id, r.lag, r.hparams["tv_delta"], r.seed) for r in in_flight.runs] == [
         (f"{IN_FLIGHT}-r{i}", 3.0, tv_delta, seed)
         for i, (tv_delta, seed) in enumerate([(0.1, 0), (0.1, 1), (0.3, 0), (0.3, 1)])]
@@ -64,7 +64,7 @@ def test_a_single_lag_table_keeps_the_names_and_ids_of_earlier_sweeps():
              "inverted_pendulum-vaco-e4m4"]
     assert [g.name for g in quick.groups] == names
     for group, name in zip(quick.groups, names):
-        assert group.config.lag_model == "fixed"
+        assert group.config.lag_model == Fixed()
         assert [(r.run_id, r.lag, r.seed) for r in group.runs] == [
             (f"{name}-r{i}", lag, seed)
             for i, (lag, seed) in enumerate((lag, seed) for lag in (0.0, 4.0) for seed in range(4))]
@@ -102,8 +102,8 @@ def test_lag_probabilities_go_to_the_empirical_model_only():
     text = with_lag(SEVERAL + empirical).replace("[config]",
                                                  "[config]\nlag_probabilities = [0.5, 0.5]")
     experiment = sweep.parse_experiment(text)
-    assert {g.config.lag_model: g.config.lag_probabilities for g in experiment.groups} == {
-        "uniform": (), "in_flight": (), "empirical": (0.5, 0.5)}
+    assert {g.config.lag_model for g in experiment.groups} == {
+        Uniform(), InFlight(), Empirical((0.5, 0.5))}
     # Without an empirical entry, a histogram is still refused as unused.
     with pytest.raises(ValueError, match="lag_probabilities is only used with "
                                          "lag_model='empirical'"):
@@ -177,15 +177,16 @@ def test_tokens_in_flight_compares_lag_models_at_equal_mean_staleness():
     experiment = sweep.load_experiment(EXPERIMENTS / "tokens_in_flight.toml")
     levels: dict[str, set[float]] = {}
     for group in experiment.groups:
-        levels.setdefault(group.config.lag_model, set()).update(r.lag for r in group.runs)
+        model = group.config.lag_model.name
+        levels.setdefault(model, set()).update(r.lag for r in group.runs)
         assert all(len({r.seed for r in group.runs if r.lag == lag}) == 10
-                   for lag in levels[group.config.lag_model])
+                   for lag in levels[model])
     assert levels == {"fixed": {0.0, 8.0}, "uniform": {16.0}, "in_flight": {23.0}}
     assert {g.config.algo for g in experiment.groups} == {"grpo", "tis", "vcpo"}
     config = experiment.groups[0].config
     # The version gap is measured over a well-formed response's tokens, up to its EOS.
     length, valid = config.response_length, config.task_spec.answer_length
-    staleness = [mean_lag("fixed", 8, length), mean_lag("uniform", 16, length),
-                 mean_lag("in_flight", 23, length, valid)]
+    staleness = [Fixed().mean_lag(8, length), Uniform().mean_lag(16, length),
+                 InFlight().mean_lag(23, length, valid)]
     assert max(staleness) - min(staleness) < 0.1
     assert max(r.lag for g in experiment.groups for r in g.runs) < config.buffer_capacity

@@ -21,6 +21,7 @@ import vaco_jax
 from vaco_jax import cli
 from vaco_jax.control.config import ControlHParams, ControlConfig
 from vaco_jax.control.train import make_train
+from vaco_jax.core.lag_models import Geometric
 from vaco_jax.run import driver
 from vaco_jax.run.background import BACKGROUND_THREAD, background_work, in_background
 from vaco_jax.run.driver import Driver
@@ -216,7 +217,7 @@ def test_divergence_is_reported_and_other_runs_kept(tmp_path):
     (dict(num_envs=0), {}, "num_envs must be a positive integer"),
     (dict(actor_hidden=()), {}, "actor_hidden must be a non-empty tuple"),
     ({}, dict(lag=4.0), r"lag for lag_model='uniform' must be an integer in \[0, 3\]"),
-    (dict(lag_model="geometric"), dict(lag=0.0), r"must lie in \(0, 1\]"),
+    (dict(lag_model=Geometric()), dict(lag=0.0), r"must lie in \(0, 1\]"),
     ({}, dict(learning_rate=0.0), "learning_rate must be > 0"),
     ({}, dict(gamma=1.5), r"gamma must lie in \[0, 1\]"),
 ])

@@ -5,6 +5,7 @@ import pytest
 
 from vaco_jax.cli import main
 from vaco_jax.cli import tokens as tokens_cli
+from vaco_jax.core.lag_models import InFlight
 from vaco_jax.tokens.warm_start import LEGACY, WarmStart
 
 
@@ -113,7 +114,7 @@ def test_the_in_flight_cache_is_chosen_on_the_command_line(capsys):
     assert tokens_cli.build(parser.parse_args([]))[0].in_flight_cache == "per_snapshot"
     config, _ = tokens_cli.build(parser.parse_args(["--lag", "in_flight:2",
                                                     "--in-flight-cache", "shared"]))
-    assert (config.lag_model, config.in_flight_cache) == ("in_flight", "shared")
+    assert (config.lag_model, config.in_flight_cache) == (InFlight(), "shared")
     with pytest.raises(SystemExit):
         main(["tokens", "--in-flight-cache", "engine"])
     err = capsys.readouterr().err

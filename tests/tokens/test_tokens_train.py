@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vaco_jax.core.lag_models import Bounded, Empirical, Geometric, InFlight, Uniform, named
 from vaco_jax.core.policy_buffer import push
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.model import TokenPolicy
@@ -27,15 +28,17 @@ HP = TokenHParams.create(learning_rate=3e-3)
     ({"in_flight_cache": "engine"}, None,
      "in_flight_cache='engine' .* allowed values: per_snapshot, shared"),
     ({}, TokenHParams.create(lag=4.0), r"lag for lag_model='fixed' must be an integer in \[0, 3\]"),
-    ({"lag_model": "bounded"}, TokenHParams.create(lag=4.0),
+    ({"lag_model": "uniform"}, None,
+     r"lag_model='uniform' must be a lag model object: .*lag_models.named\('uniform'\)"),
+    ({"lag_model": Bounded()}, TokenHParams.create(lag=4.0),
      r"lag for lag_model='bounded' must be an integer in \[0, 3\]"),
-    ({"lag_model": "empirical", "lag_probabilities": (0.5, 0.6)}, None, "must sum to 1"),
-    ({"lag_model": "empirical", "lag_probabilities": (0.2,) * 5}, None, "at most buffer_capacity"),
-    ({"lag_probabilities": (1.0,)}, None, "only used with lag_model='empirical'"),
+    ({"lag_model": Empirical((0.5, 0.6))}, None, "lag_probabilities must sum to 1"),
+    ({"lag_model": Empirical((0.2,) * 5)}, None,
+     "lag_probabilities has 5 entries; at most buffer_capacity"),
     ({}, TokenHParams.create(learning_rate=jnp.inf), r"learning_rate must be finite, got inf"),
     ({}, TokenHParams.create(temperature=jnp.nan), r"temperature must be finite, got nan"),
     ({}, TokenHParams.create(clip_eps=-jnp.inf), r"clip_eps must be finite, got -inf"),
-    ({"lag_model": "geometric"}, TokenHParams.create(lag=jnp.nan),
+    ({"lag_model": Geometric()}, TokenHParams.create(lag=jnp.nan),
      r"hyper-parameter lag must be finite, got nan"),
     ({}, TokenHParams.create(max_grad_norm=jnp.array([1.0, jnp.inf])),
      r"max_grad_norm must be finite, got \[1.0, inf\]"),
@@ -75,9 +78,9 @@ def test_lag_zero_equals_on_policy_bit_for_bit(train_stale):
     assert np.isnan(evals[::2]).all() and np.isfinite(evals[1::2]).all()
 
 
-@pytest.mark.parametrize("changes", [dict(lag_model="bounded"), dict(lag_model="in_flight"),
-                                     dict(lag_model="in_flight", in_flight_cache="shared"),
-                                     dict(lag_model="empirical", lag_probabilities=(1.0,))])
+@pytest.mark.parametrize("changes", [dict(lag_model=Bounded()), dict(lag_model=InFlight()),
+                                     dict(lag_model=InFlight(), in_flight_cache="shared"),
+                                     dict(lag_model=Empirical((1.0,)))])
 def test_lag_zero_of_every_other_model_is_fixed_zero_bit_for_bit(train_stale, changes):
     key = jax.random.PRNGKey(0)
     fixed_state, fixed = train_stale(key, lagged(0.0))
@@ -144,7 +147,7 @@ def _stale_buffer_state(trainer, hp):
 
 @pytest.mark.parametrize("lag_model", ["uniform", "in_flight"])
 def test_each_token_records_the_log_prob_of_its_own_version(lag_model):
-    config = TINY.replace(lag_model=lag_model, group_unit="sample", prompts=8)
+    config = TINY.replace(lag_model=named(lag_model), group_unit="sample", prompts=8)
     trainer = TokenTrainer(config, PARAMS)
     hp = TokenHParams.create(lag=3.0, temperature=1.2)
     state = _stale_buffer_state(trainer, hp)
@@ -168,7 +171,7 @@ def test_a_shared_cache_draws_each_response_from_its_generator_s_versions():
     """Wiring of `in_flight_cache="shared"`: every row decodes with its own generator's
     versions (a response's first token is its first version's, teacher-forced), and the
     responses are those of `sample_shared_cache` called on each generator alone."""
-    config = TINY.replace(lag_model="in_flight", in_flight_cache="shared", group_unit="prompt",
+    config = TINY.replace(lag_model=InFlight(), in_flight_cache="shared", group_unit="prompt",
                           prompts=8)
     trainer = TokenTrainer(config, PARAMS)
     hp = TokenHParams.create(lag=3.0, temperature=1.2)
@@ -199,7 +202,7 @@ def test_a_shared_cache_draws_each_response_from_its_generator_s_versions():
     ("in_flight", 2.0, (), {0, 1, 2})])
 def test_drawn_lags_come_from_the_shared_sampler(lag_model, lag, probabilities, allowed):
     """The engine's tests check the distributions; this checks the token side's wiring."""
-    config = TINY.replace(lag_model=lag_model, lag_probabilities=probabilities, prompts=64)
+    config = TINY.replace(lag_model=named(lag_model, probabilities), prompts=64)
     trainer = TokenTrainer(config, PARAMS)
     hp = TokenHParams.create(lag=lag)
     state = _stale_buffer_state(trainer, hp)
@@ -216,7 +219,7 @@ def test_lags_beyond_the_pushed_versions_follow_lag_warmup(lag_warmup, share_at_
     """Two versions exist (0 and 1) and `uniform:3` draws lags 0..3: `clip` acts with the oldest
     version for lags 1, 2 and 3 (3/4 of the generators), `redraw` draws them again from lags 0
     and 1 (1/2 of them); the lag-0 draws are the same under both."""
-    config = TINY.replace(lag_model="uniform", lag_warmup=lag_warmup, group_unit="sample",
+    config = TINY.replace(lag_model=Uniform(), lag_warmup=lag_warmup, group_unit="sample",
                           prompts=64, group_size=8)
     trainer = TokenTrainer(config, PARAMS)
     hp = TokenHParams.create(lag=3.0)

@@ -13,7 +13,7 @@ import jax
 from vaco_jax import losses
 from vaco_jax.cli import console
 from vaco_jax.core.config import MAX_SEED, Config
-from vaco_jax.core.policy_buffer import LAG_MODELS
+from vaco_jax.core.lag_models import LAG_MODELS, LagModel
 from vaco_jax.infra import io, manifest
 from vaco_jax.run import distributed, driver, memory
 from vaco_jax.run.trackers import TRACKERS, Trackers, seed_runs
@@ -24,11 +24,11 @@ LAG_HELP = (f"backward lag MODEL:PARAM, MODEL one of {', '.join(LAG_MODELS)} (e.
 """The help of `--lag`, whose values `parse_lag` reads."""
 
 
-def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
+def parse_lag(text: str) -> tuple[LagModel, float]:
     """`MODEL:PARAM`, e.g. `fixed:0` (synchronous), `uniform:3`, `geometric:0.5`, `bounded:4`;
     `empirical:P0,P1,...` gives the probabilities of lags 0, 1, ... (`lag` unused, 0).
 
-    Returns `(lag_model, lag, lag_probabilities)`.
+    Returns `(lag_model, lag)`: the model and the value of the lag hyper-parameter.
     """
     model, sep, param = text.partition(":")
     if not sep or model not in LAG_MODELS:
@@ -36,9 +36,7 @@ def parse_lag(text: str) -> tuple[str, float, tuple[float, ...]]:
             f"--lag must be MODEL:PARAM with MODEL one of {', '.join(LAG_MODELS)} (e.g. fixed:0, "
             f"uniform:3, geometric:0.5, bounded:4, empirical:0.5,0.3,0.2), got {text!r}")
     try:
-        if model == "empirical":
-            return model, 0.0, tuple(float(p) for p in param.split(","))
-        return model, float(param), ()
+        return LAG_MODELS[model].from_parameter(param)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--lag parameter must be a number (a comma-separated list of probabilities for "

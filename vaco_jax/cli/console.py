@@ -14,7 +14,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vaco_jax import testbeds
-from vaco_jax.core.config import Config
+from vaco_jax.core.lag_models import Fixed
 from vaco_jax.core.phase import MECHANISM_FRACTIONS, acted_name
 from vaco_jax.report.markdown import MECHANISM_WORDS
 from vaco_jax.report.metrics import mechanism_name
@@ -28,26 +28,6 @@ NEXT = {"control": ("train", "experiments/quick.toml", "runs/quick",
 SUGGESTED_LAG = 4
 """The uniform lag the next steps suggest (at most the buffer's capacity - 1, which it must be
 below)."""
-
-
-def lag_text(config: Config, lag: float) -> str:
-    """The lag model and level of a run, and what they mean, e.g. `fixed 0 (synchronous)`."""
-    model, capacity = config.lag_model, config.buffer_capacity
-    k = f"{lag:g}"
-    meanings = {
-        "fixed": ("synchronous" if lag == 0 else
-                  f"all acting {k} version{'' if lag == 1 else 's'} behind the learner"),
-        "uniform": f"lags uniform over 0..{k} versions, drawn every update",
-        "geometric": f"P(lag j) proportional to {k} (1 - {k})^j, j up to {capacity - 1}",
-        "per_actor": f"a constant lag per actor, drawn once from 0..{k} versions",
-        "bounded": f"lags uniform over 0..{capacity - 1} versions, capped at {k}",
-        "in_flight": f"weights change while acting: start lags uniform over 0..{k} versions, "
-                     f"catching up to the newest",
-        "empirical": "P(lag = 0, 1, ...) = " + ", ".join(f"{p:g}"
-                                                          for p in config.lag_probabilities),
-    }
-    level = "" if model == "empirical" else f" {k}"
-    return f"{model}{level} ({meanings[model]})"
 
 
 def _lag(runs: Driver | TrainingResult) -> float:
@@ -65,7 +45,8 @@ def header(runs: Driver, out: str, resume: bool) -> str:
         f"{cfg.algo} on {testbed.task(cfg)}: {seeds} x {steps:,} {testbed.steps_name} "
         f"({cfg.num_updates} updates of {cfg.steps_per_update:,}, evaluated every "
         f"{cfg.updates_per_period})",
-        f"lag: {lag_text(cfg, _lag(runs))}; policy buffer of {cfg.buffer_capacity} versions",
+        f"lag: {cfg.lag_model.describe(_lag(runs), cfg.buffer_capacity)}; policy buffer of "
+        f"{cfg.buffer_capacity} versions",
         f"results: {out}{' (resumed)' if resume else ''}"])
 
 
@@ -124,7 +105,7 @@ def next_steps(result: TrainingResult, out: str) -> str:
     """What to do after a run: plot it, change its lag, run the quick study."""
     testbed, cfg = testbeds.named(result.config.testbed), result.config
     command, experiment, folder, compares = NEXT[testbed.name]
-    if cfg.lag_model == "fixed" and _lag(result) == 0:
+    if isinstance(cfg.lag_model, Fixed) and _lag(result) == 0:
         level = min(SUGGESTED_LAG, cfg.buffer_capacity - 1)
         lag = (f"add lag:          the same command with --lag uniform:{level} --out "
                f"{shlex.quote(f'{out}-uniform{level}')}\n"

@@ -8,7 +8,7 @@ import argparse
 import dataclasses
 
 from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
-from vaco_jax.core.policy_buffer import LAG_WARMUPS
+from vaco_jax.core.lag_models import LAG_WARMUPS
 from vaco_jax import losses
 from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES, TV_SCOPES
 from vaco_jax.tokens.config import (ALGORITHMS, GROUP_UNITS, IN_FLIGHT_CACHES, TokenConfig,
@@ -96,14 +96,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def build(args) -> tuple[TokenConfig, TokenHParams]:
     """The config and hyper-parameters the flags of `add_arguments` give."""
-    lag_model, lag, lag_probabilities = args.lag
+    lag_model, lag = args.lag
     config = TokenConfig(
         task=args.task, task_size=args.task_size, algo=args.algo, is_level=args.is_level,
         tv_reference=args.tv_reference, tv_scope=args.tv_scope,
         tv_delta_convention=args.tv_delta_convention, layers=args.layers, width=args.width,
         heads=args.heads, context=args.context, prompts=args.prompts,
         group_size=args.group_size, group_unit=args.group_unit, lag_model=lag_model,
-        lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
+        lag_warmup=args.lag_warmup,
         buffer_capacity=args.buffer_capacity, epochs=args.epochs, minibatches=args.minibatches,
         bf16_behaviour=args.bf16_behaviour, in_flight_cache=args.in_flight_cache,
         num_updates=args.updates,

@@ -94,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def build(args) -> tuple[ControlConfig, ControlHParams]:
     """The config and hyper-parameters the flags of `add_arguments` give."""
-    lag_model, lag, lag_probabilities = args.lag
+    lag_model, lag = args.lag
     given = {} if args.episode_length is None else {"episode_length": args.episode_length}
     # What the flags leave out the task brings (its time limit), as it does in a sweep.
     config = ControlConfig(
@@ -102,7 +102,7 @@ def build(args) -> tuple[ControlConfig, ControlHParams]:
         backend=args.backend, algo=args.algo, num_envs=args.num_envs,
         rollout_length=args.rollout_length, total_steps=args.total_steps, epochs=args.epochs,
         minibatches=args.minibatches, buffer_capacity=args.buffer_capacity,
-        lag_model=lag_model, lag_probabilities=lag_probabilities, lag_warmup=args.lag_warmup,
+        lag_model=lag_model, lag_warmup=args.lag_warmup,
         eval_every=args.eval_every, num_eval_envs=args.num_eval_envs,
         actor_hidden=args.actor_hidden, critic_hidden=args.critic_hidden, tv_reference=args.tv_reference,
         tv_scope=args.tv_scope, tv_delta_convention=args.tv_delta_convention,

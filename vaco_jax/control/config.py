@@ -21,7 +21,7 @@ from vaco_jax.control.hparams import ControlHParams
 from vaco_jax.control.networks import ACTIVATIONS
 from vaco_jax.core.config import (Config, check_choice, check_lag_settings, check_positive_int,
                                    once_per_config)
-from vaco_jax.core.policy_buffer import validate_lag
+from vaco_jax.core.lag_models import Fixed, LagModel
 
 TV_REFERENCES = ("phase", "behaviour")
 TV_SCOPES = ("minibatch", "batch")
@@ -49,12 +49,12 @@ class ControlConfig(Config):
     epochs: int = 4
     minibatches: int = 4
     buffer_capacity: int = 16
-    lag_model: str = "fixed"
-    # `empirical` only: P(lag = j) for j = 0..len-1, e.g. a histogram measured on a cluster.
-    lag_probabilities: tuple[float, ...] = ()
+    # A `vaco_jax.core.lag_models` object; `Empirical` holds P(lag = j) for j = 0..len-1,
+    # e.g. a histogram measured on a cluster.
+    lag_model: LagModel = Fixed()
     # Lags drawn beyond the versions pushed so far (the first `buffer_capacity - 1` updates):
     # `clip` acts with the oldest version, piling the excess probability there; `redraw` draws
-    # them again from the lag model restricted to the existing versions (`draw_lags`).
+    # them again from the lag model restricted to the existing versions (`LagModel.draw`).
     lag_warmup: str = "clip"
     episode_length: int = 1000
     actor_hidden: tuple[int, ...] = (64, 64)
@@ -196,4 +196,4 @@ def validate_hparams(config: ControlConfig, hparams: ControlHParams) -> None:
                          f"adaptive coefficient of algo={config.algo!r}, got kl_coef="
                          f"{values['kl_coef'].tolist()}, kl_coef_min={low.tolist()} and "
                          f"kl_coef_max={high.tolist()}")
-    validate_lag(config.lag_model, values["lag"], config.buffer_capacity)
+    config.lag_model.check_level(values["lag"], config.buffer_capacity)

@@ -33,8 +33,8 @@ from vaco_jax.control.envs import make_env
 from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.control.networks import (ActorCritic, Policy, RunningStats, init_stats,
                                        update_stats, with_log_std)
-from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, draw_lags, in_flight_lags,
-                                    init_buffer, init_per_actor_lags, make_behaviour, push)
+from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, init_buffer,
+                                         make_behaviour, push)
 from vaco_jax.control.reward_scaling import RewardScaling, init_reward_scaling, scale_rewards
 from vaco_jax.control.rollout import Transitions, evaluate, rollout
 
@@ -160,8 +160,7 @@ class ControlTrainer(Trainer):
             actor_params = with_log_std(actor_params, hp.init_log_std)
         params = {"actor": actor_params, "critic": critic_params}
         stats = init_stats(self.env.observation_size)
-        per_actor = (init_per_actor_lags(lag_key, hp.lag, cfg.num_envs)
-                     if cfg.lag_model == "per_actor" else jnp.zeros(cfg.num_envs, jnp.int32))
+        per_actor = cfg.lag_model.initial_per_actor_lags(lag_key, hp.lag, cfg.num_envs)
         episodes = reset_episodes(self.env, jax.random.split(env_key, cfg.num_envs))
         if cfg.restart_from == "first":
             episodes = episodes.replace(first_states=episodes.env)
@@ -368,10 +367,8 @@ class ControlTrainer(Trainer):
         """One rollout, each environment acting with the behaviour policy its lag selects."""
         cfg = self.config
         lag_key, rollout_key = jax.random.split(key)
-        lags = draw_lags(lag_key, cfg.lag_model, hp.lag, cfg.num_envs, state.buffer,
-                         state.per_actor_lags, cfg.lag_probabilities, cfg.lag_warmup)
-        if cfg.lag_model == "in_flight":
-            lags = in_flight_lags(lags, cfg.rollout_length)
+        lags = cfg.lag_model.draw(lag_key, hp.lag, state.buffer, state.per_actor_lags,
+                                  cfg.lag_warmup, cfg.rollout_length)
         behaviour = make_behaviour(state.buffer, lags, cfg.acting)
         episodes, data = rollout(self.env, self.model, behaviour, state.episodes, rollout_key,
                                  length=cfg.rollout_length, episode_length=cfg.episode_length,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, ClassVar, Mapping, Self, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Self, Sequence
 
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax.core.policy_buffer import LAG_MODELS, LAG_WARMUPS, validate_lag_probabilities
+from vaco_jax.core.lag_models import LAG_MODELS, LAG_WARMUPS, RECORD_NAMES, LagModel, named
 
 MAX_SEED = 2**32 - 1
 """The largest seed: a PRNG key's seed is an unsigned 32-bit integer."""
@@ -25,9 +25,11 @@ class Config:
     """Base of every testbed's structural settings (a frozen dataclass): `replace`, and the
     `to_dict`/`from_dict` round trip through the `config.json` of a run.
 
-    Besides its fields, a testbed's config provides `algo`, `lag_model`, `lag_probabilities`,
-    `lag_warmup`, `buffer_capacity`, `epochs`, `minibatches`, `num_updates`, `num_periods`
-    (evaluations), `updates_per_period` and `steps_per_update` (its unit of training progress).
+    Besides its fields, a testbed's config provides `algo`, `lag_model` (a
+    `vaco_jax.core.lag_models.LagModel`), `lag_warmup`, `buffer_capacity`, `epochs`,
+    `minibatches`, `num_updates`, `num_periods` (evaluations), `updates_per_period` and
+    `steps_per_update` (its unit of training progress). Its record keeps the lag model as its
+    name, `lag_model`, and its histogram, `lag_probabilities` (`LagModel.record`).
     """
 
     # The testbed whose runs this config describes (`vaco_jax.testbeds.named`); a class
@@ -38,25 +40,45 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        values: dict[str, Any] = {}
+        for name, value in dataclasses.asdict(self).items():
+            field = getattr(self, name)
+            values.update(field.record() if isinstance(field, LagModel) else {name: value})
+        return values
+
+    @classmethod
+    def record_names(cls) -> list[str]:
+        """The names of `to_dict`'s entries, which `from_dict` reads."""
+        return sorted({f.name for f in dataclasses.fields(cls)} | set(RECORD_NAMES))
+
+    @classmethod
+    def check_record_names(cls, names: Iterable[str]) -> None:
+        """Refuses names `from_dict` does not read, naming the allowed ones."""
+        unknown = sorted(set(names) - set(cls.record_names()))
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; allowed: "
+                             f"{cls.record_names()}")
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Self:
         """The config of `to_dict`'s output (JSON lists read back as tuples, nested dataclass
-        fields from their dicts); unknown names are refused, naming the allowed ones."""
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; allowed: "
-                             f"{sorted(known)}")
+        fields from their dicts, the lag model from its name and histogram); unknown names are
+        refused, naming the allowed ones."""
+        cls.check_record_names(values)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
 
         def converted(name: str, value: Any) -> Any:
-            default = known[name].default
+            default = defaults.get(name)
             if dataclasses.is_dataclass(default) and isinstance(value, Mapping):
                 kind = type(default)  # a nested dataclass may read old records its own way
                 return kind.from_dict(value) if hasattr(kind, "from_dict") else kind(**value)
             return tuple(value) if isinstance(value, list) else value
-        return cls(**{name: converted(name, value) for name, value in values.items()})
+        fields = {name: converted(name, value) for name, value in values.items()}
+        lag = {name: fields.pop(name) for name in RECORD_NAMES if name in fields}
+        if lag:
+            fields["lag_model"] = named(lag.get("lag_model", defaults["lag_model"].name),
+                                        lag.get("lag_probabilities", ()))
+        return cls(**fields)
 
 
 class HParamsBase:
@@ -109,12 +131,14 @@ def check_choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 
 def check_lag_settings(config: Config) -> None:
-    """The lag settings every testbed's config holds: `lag_model`, `lag_warmup`, and
-    `lag_probabilities` against the model and `buffer_capacity`."""
-    check_choice("lag_model", config.lag_model, LAG_MODELS)
+    """The lag settings every testbed's config holds: `lag_model`, its own settings against
+    `buffer_capacity`, and `lag_warmup`."""
+    if not isinstance(config.lag_model, LagModel):
+        check_choice("lag_model", config.lag_model, tuple(LAG_MODELS))
+        raise ValueError(f"lag_model={config.lag_model!r} must be a lag model object: "
+                         f"vaco_jax.core.lag_models.named({config.lag_model!r})")
     check_choice("lag_warmup", config.lag_warmup, LAG_WARMUPS)
-    validate_lag_probabilities(config.lag_model, config.lag_probabilities,
-                               config.buffer_capacity)
+    config.lag_model.check(config.buffer_capacity)
 
 
 def check_positive_int(field: str, value: Any) -> None:

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from vaco_jax import testbeds
 from vaco_jax.core.config import Config, check_seeds
-from vaco_jax.core.policy_buffer import LAG_MODELS
+from vaco_jax.core.lag_models import LAG_MODELS, LagModel
 from vaco_jax.experiment import compat
 from vaco_jax.testbeds import Testbed
 
@@ -215,7 +215,7 @@ def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]
     misplaced = {k: elsewhere[k] for k in table if k in elsewhere}
     if misplaced:
         raise ValueError("; ".join(f"{k} is set by {where}" for k, where in misplaced.items()))
-    testbed.config.from_dict(table)  # rejects unknown fields, naming the allowed ones
+    testbed.config.check_record_names(table)
     return dict(table)
 
 
@@ -223,7 +223,7 @@ def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]
 class _LagSpec:
     """One `[lag]` entry: a lag model and its levels (each level one lag value of the runs)."""
 
-    model: str
+    model: type[LagModel]
     levels: tuple[float, ...]
 
 
@@ -236,8 +236,8 @@ def _lag_spec(table: Any) -> _LagSpec:
     model = table["model"]
     if not isinstance(model, str):
         raise ValueError(f"model must be one lag model name, got {model!r}")
-    _check_names("model", [model], LAG_MODELS)
-    return _LagSpec(model=model, levels=_values("levels", table["levels"]))
+    _check_names("model", [model], tuple(LAG_MODELS))
+    return _LagSpec(model=LAG_MODELS[model], levels=_values("levels", table["levels"]))
 
 
 def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
@@ -252,7 +252,7 @@ def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
     for index, table in enumerate(value):
         with _context(f"[lag][{index}]"):
             specs.append(_lag_spec(table))
-    models = [s.model for s in specs]
+    models = [s.model.name for s in specs]
     repeated = sorted({m for m in models if models.count(m) > 1})
     if repeated:
         where = "; ".join(f"{m!r} in entries {[i for i, n in enumerate(models) if n == m]}"
@@ -312,17 +312,19 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
     """One group with its runs in the order lag level, grid point, seed (seed varies fastest).
 
     With several lag models (`lag_specs`) the group's name includes its model, and the shared
-    `lag_probabilities` belong to the `empirical` model's groups only."""
-    model_part = f"-{lag.model}" if len(lag_specs) > 1 else ""
+    `lag_probabilities` belong to the groups of the model that takes them only."""
+    model_part = f"-{lag.model.name}" if len(lag_specs) > 1 else ""
     name = f"{task}-{algo}{model_part}-e{epochs}m{minibatches}"
     testbed = settings.testbed
     shared = dict(settings.config)
-    if lag.model != "empirical" and any(s.model == "empirical" for s in lag_specs):
+    if not lag.model.takes_probabilities and any(s.model.takes_probabilities
+                                                 for s in lag_specs):
         shared.pop("lag_probabilities", None)
-    config = testbed.config.from_dict({**testbed.task_defaults(task), **shared,
-                                       testbed.task_field: task, "algo": algo,
-                                       "lag_model": lag.model, "epochs": epochs,
-                                       "minibatches": minibatches})
+    with _context(f"group {name}"):
+        config = testbed.config.from_dict({**testbed.task_defaults(task), **shared,
+                                           testbed.task_field: task, "algo": algo,
+                                           "lag_model": lag.model.name, "epochs": epochs,
+                                           "minibatches": minibatches})
     swept = tuple(n for n, v in settings.hparams.items() if isinstance(v, tuple))
     fixed = {n: v for n, v in settings.hparams.items() if n not in swept}
     grid = itertools.product(*(settings.hparams[n] for n in swept))

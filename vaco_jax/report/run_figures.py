@@ -89,7 +89,8 @@ def read_run(folder: Path) -> RunData:
     varying = [n for n, values in hparams.items() if len(set(values)) > 1]
     labels = {run: f"seed {seed}" + "".join(f", {n}={hparams[n][run]:g}" for n in varying)
               for run, seed in enumerate(seeds)}
-    lag = "lag " + ("varies" if "lag" in varying else f"{config.lag_model} {hparams['lag'][0]:g}")
+    lag = "lag " + ("varies" if "lag" in varying
+                    else f"{config.lag_model.name} {hparams['lag'][0]:g}")
     return RunData(testbed, config, table.assign(steps=table["update"] * config.steps_per_update),
                 labels, lag)
 

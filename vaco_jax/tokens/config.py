@@ -12,7 +12,7 @@ from vaco_jax.core.config import (Config, HParamsBase, check_choice, check_lag_s
                                    check_positive_int, once_per_config)
 from vaco_jax import losses
 from vaco_jax.losses import AGGREGATIONS
-from vaco_jax.core.policy_buffer import validate_lag
+from vaco_jax.core.lag_models import Fixed, LagModel
 from vaco_jax.tokens import algorithms
 from vaco_jax.tokens.model import ModelSpec
 from vaco_jax.tokens.tasks import TASKS, Task, make_task
@@ -62,10 +62,10 @@ class TokenConfig(Config):
     group_size: int = 8
     group_unit: str = "prompt"
     scale_advantages_by_std: bool = True
-    lag_model: str = "fixed"
-    # `empirical` only: P(lag = j) for j = 0..len-1, e.g. a histogram measured on a cluster.
-    lag_probabilities: tuple[float, ...] = ()
-    # Lags beyond the versions pushed so far: `clip` or `redraw` (`core.policy_buffer.draw_lags`).
+    # A `vaco_jax.core.lag_models` object; `Empirical` holds P(lag = j) for j = 0..len-1,
+    # e.g. a histogram measured on a cluster.
+    lag_model: LagModel = Fixed()
+    # Lags beyond the versions pushed so far: `clip` or `redraw` (`LagModel.draw`).
     lag_warmup: str = "clip"
     buffer_capacity: int = 4
     epochs: int = 1
@@ -277,4 +277,4 @@ def validate_hparams(config: TokenConfig, hparams: TokenHParams) -> None:
         if np.any(values[lower] > values[upper]):
             raise ValueError(f"hyper-parameter {lower} must be <= {upper}, got {lower}="
                              f"{values[lower].tolist()} and {upper}={values[upper].tolist()}")
-    validate_lag(config.lag_model, values["lag"], config.buffer_capacity)
+    config.lag_model.check_level(values["lag"], config.buffer_capacity)

@@ -28,8 +28,7 @@ from flax import struct
 from vaco_jax import losses
 from vaco_jax.core import phase
 from vaco_jax.core.divergence import freeze_if_diverged
-from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, draw_lags,
-                                         in_flight_lags, init_buffer, init_per_actor_lags, push)
+from vaco_jax.core.policy_buffer import PolicyBuffer, cond_in_every_run, init_buffer, push
 from vaco_jax.core.trainer import Trainer
 from vaco_jax.tokens import tasks
 from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, AdvantageInputs,
@@ -143,8 +142,7 @@ class TokenTrainer(Trainer):
     def _init_from(self, params, key: jax.Array, hp: TokenHParams) -> TokenState:
         cfg = self.config
         key, lag_key = jax.random.split(key)
-        per_actor = (init_per_actor_lags(lag_key, hp.lag, cfg.generators)
-                     if cfg.lag_model == "per_actor" else jnp.zeros(cfg.generators, jnp.int32))
+        per_actor = cfg.lag_model.initial_per_actor_lags(lag_key, hp.lag, cfg.generators)
         return TokenState(params=params, opt_state=self.optimizer(hp).init(params),
                           buffer=init_buffer(params, cfg.buffer_capacity),
                           per_actor_lags=per_actor, key=key,
@@ -176,10 +174,10 @@ class TokenTrainer(Trainer):
         behind and catches up with the learner while it decodes (`in_flight_lags`).
         """
         cfg = self.config
-        lags = draw_lags(key, cfg.lag_model, hp.lag, cfg.generators, state.buffer,
-                         state.per_actor_lags, cfg.lag_probabilities, cfg.lag_warmup)
-        if cfg.lag_model == "in_flight":
-            token_lags = in_flight_lags(lags, cfg.response_length).T
+        lags = cfg.lag_model.draw(key, hp.lag, state.buffer, state.per_actor_lags,
+                                  cfg.lag_warmup, cfg.response_length)
+        if cfg.lag_model.changes_mid_rollout:
+            token_lags = lags.T
         else:
             token_lags = jnp.broadcast_to(lags[:, None], (cfg.generators, cfg.response_length))
         return state.buffer.latest_version - token_lags
@@ -205,7 +203,7 @@ class TokenTrainer(Trainer):
             return by_generator(lambda params, p, k: self.policy.sample(
                 params, p, k, cfg.response_length, hp.temperature), (params,))
 
-        if cfg.lag_model != "in_flight":
+        if not cfg.lag_model.changes_mid_rollout:
             return per_sequence(None)
 
         def per_token(_):

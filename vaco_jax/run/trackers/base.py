@@ -60,7 +60,7 @@ def describe(config: Config, hparams: Mapping[str, float], seed: int,
     and its whole config."""
     testbed = testbeds.named(config.testbed)
     return {"testbed": testbed.name, "task": testbed.task(config), "algo": config.algo,
-            "lag_model": config.lag_model, "lag": hparams["lag"], "seed": seed, **extra,
+            "lag_model": config.lag_model.name, "lag": hparams["lag"], "seed": seed, **extra,
             "hparams": dict(hparams), "config": config.to_dict()}
 
 
