@@ -612,12 +612,18 @@ def test_no_operation_on_a_hostile_run_folder_reaches_outside(template, spec, ke
          "ValueError" if spec.lock in HOSTILE_LOCKS else "success"),
         ("refuse_if_in_use", lambda run, box: lambda: refuse_if_in_use(run), "success"),
     ]
+    apply_each(template, operations, lambda box: build_run(box, spec, template), "overwrite")
+
+
+def apply_each(template, operations, build: Callable, emptying: str) -> None:
+    """Each `(what, operation, expect)` on a fresh copy of the folder `build(box)` makes; the
+    operation named `emptying` must, where it succeeds, leave no file of vaco_jax's behind."""
     for what, operation, expect in operations:
         with sandbox(template) as box:
-            run = build_run(box, spec, template)
-            check(box, run, operation(run, box), expect=expect, what=what)
-            if what == "overwrite" and expect == "success":
-                left = [p for p in run.rglob("*") if not p.is_dir() or p.is_symlink()]
+            folder = build(box)
+            check(box, folder, operation(folder, box), expect=expect, what=what)
+            if what == emptying and expect == "success":
+                left = [p for p in folder.rglob("*") if not p.is_dir() or p.is_symlink()]
                 assert left == [], "an overwrite left vaco_jax's files"
 
 
@@ -836,13 +842,8 @@ def test_no_operation_on_a_hostile_sweep_folder_reaches_outside(template, spec, 
          "ValueError" if spec.value_error() or keep_refused(keep) else None),
         ("parts in use", lambda root, box: _refuse_parts_in_use(root), None),
     ]
-    for what, operation, expect in operations:
-        with sandbox(template) as box:
-            root = build_sweep(box, spec, template)
-            check(box, root, operation(root, box), expect=expect, what=what)
-            if expect == "success" and what == "sweep overwrite":
-                left = [p for p in root.rglob("*") if not p.is_dir() or p.is_symlink()]
-                assert left == [], "an overwrite left vaco_jax's files"
+    apply_each(template, operations, lambda box: build_sweep(box, spec, template),
+               "sweep overwrite")
 
 
 # ---------------------------------------------------------------- through the command line
