@@ -22,7 +22,8 @@ runs must be a multiple of the global device count, and each process supplies th
 devices hold.
 
 One `Program` serves the drivers of every runs of its config and number (`Driver.with_runs`),
-and it alone holds what it has compiled: the chunk lengths, and the initial-state program.
+and it alone holds what it has compiled: the chunk lengths, and the initial-state program, built
+once the warm start it starts from is resolved (`vaco_jax.run.warm_start`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from vaco_jax.core.config import Config
 from vaco_jax.run.background import background_work, in_background
 from vaco_jax.run.distributed import host_copy, several
 from vaco_jax.run.testbeds import Testbed
+from vaco_jax.run.warm_start import starting_trainer
 
 ZERO_AT_START = ("env_steps", "diverged")
 """Metrics the update-0 row holds as 0 (where the testbed has them): counters and flags."""
@@ -56,6 +58,7 @@ class Program:
                                         PartitionSpec("runs"))
                           if len(self.devices) > 1 else None)
         self._placement = {} if self._sharding is None else {"out_shardings": self._sharding}
+        # Its `init` may still need a warm start, resolved by the first `_init_program`.
         self.trainer = testbed.trainer(config)
         self._score = jax.jit(jax.vmap(self.trainer.evaluation_score), **self._placement)
         self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2,
@@ -84,10 +87,12 @@ class Program:
             jnp.asarray(seeds, jnp.uint32)))
 
     def _init_program(self) -> Callable[..., Any]:
-        """The initial-state program, whose first trace computes what a trainer computes
-        eagerly then (a token run's warm start, trained or read from its cache)."""
+        """The initial-state program. Its first call resolves the trainer's warm start (a token
+        run's, read from its cache or trained now), which then says so before compiling starts
+        and does not count as compiling."""
         if self._init is None:
-            self._init = jax.jit(jax.vmap(self.trainer.init), **self._placement)
+            self._init = jax.jit(jax.vmap(starting_trainer(self.trainer).init),
+                                 **self._placement)
         return self._init
 
     def state_shapes(self, seeds: Sequence[int], hparams: Any) -> Any:
