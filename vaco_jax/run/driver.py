@@ -77,8 +77,9 @@ class Driver:
     testbed the config belongs to (`ControlConfig`: control, `TokenConfig`: tokens).
 
     `devices` are the devices the runs axis may be sharded over (default: `jax.devices()`).
-    A driver holds its programs (`program`, which drivers made by `with_runs` share) and its
-    runs' record (`record`, immutable); running it changes neither.
+    A driver holds its programs (`program`, which drivers made by `with_runs` share, the one
+    owner of what they compiled) and its runs' record (`record`, immutable); running it replaces
+    neither.
     """
 
     def __init__(self, config: Config, hparams: Any, seeds: Sequence[int],

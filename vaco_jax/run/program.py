@@ -21,7 +21,7 @@ each device trains its share of the runs; on one device nothing is sharded. Acro
 runs must be a multiple of the global device count, and each process supplies the shards its
 devices hold.
 
-One `Program` serves the drivers of every runs of its config and number (`Driver.with_runs`),
+One `Program` serves every driver of runs of its config and number (`Driver.with_runs`),
 and it alone holds what it has compiled: the chunk lengths, and the initial-state program, built
 once the warm start it starts from is resolved (`vaco_jax.run.warm_start`).
 """
