@@ -25,6 +25,7 @@ from vaco_jax import experiment as sweep
 from vaco_jax.experiment import execute
 from vaco_jax import testbeds
 from vaco_jax.run import memory
+from vaco_jax.run.driver import Driver
 from vaco_jax.control.config import ControlHParams
 from vaco_jax.tokens.algorithms import ALGORITHMS as TOKEN_ALGORITHMS
 
@@ -403,6 +404,12 @@ def test_prefetched_driver_compiles_in_the_background_and_runs_at_once(caplog):
         result = driver.run(progress=False)
     assert result.complete
     assert not [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+
+
+def test_no_compiled_driver_outlives_its_sweep():
+    """Each `run_sweep` call owns its drivers: the module keeps none between sweeps."""
+    assert [name for name, value in vars(execute).items()
+            if isinstance(value, (execute._Programs, Driver))] == []
 
 
 @pytest.mark.slow

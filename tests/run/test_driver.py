@@ -1,5 +1,6 @@
 """The chunked driver and `vaco-jax train`: outputs, resume exactness, refusals, bad input."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,7 +23,7 @@ from vaco_jax import cli
 from vaco_jax.control.config import ControlHParams, ControlConfig
 from vaco_jax.control.train import make_train
 from vaco_jax.core.lag_models import Geometric
-from vaco_jax.run import driver
+from vaco_jax.run import driver, program
 from vaco_jax.run.background import BACKGROUND_THREAD, background_work, in_background
 from vaco_jax.run.driver import Driver
 
@@ -113,8 +114,8 @@ def _chunk_compiles(run) -> list[str]:
 def test_the_evaluation_is_traced_and_compiled_once_outside_the_chunk_program(tmp_path):
     run = Driver(CONFIG, HPARAMS, [0, 1])
     traced = []
-    evaluate = run.trainer.evaluate
-    run.trainer.evaluate = lambda policy, key: traced.append(1) or evaluate(policy, key)
+    evaluate = run.program.trainer.evaluate
+    run.program.trainer.evaluate = lambda policy, key: traced.append(1) or evaluate(policy, key)
     programs = [program for program, _ in _compilations(
         lambda: run.run(tmp_path / "run", chunk_periods=1, progress=False))]  # two chunks
     assert len(traced) == 1
@@ -136,12 +137,28 @@ def test_a_fresh_run_compiles_its_chunk_program_once_beside_its_first_state(monk
     release = threading.Event()
     in_background(release.wait)  # a sweep's next group compiling
     try:
-        assert Driver(CONFIG, HPARAMS, [0, 1])._start_chunk_compile(None, 1) is None
+        assert Driver(CONFIG, HPARAMS, [0, 1]).program.start_chunk_compile(None, HPARAMS, 1) is None
     finally:
         release.set()
     _wait_for_background_work()
-    monkeypatch.setattr(driver, "several", lambda: True)
-    assert Driver(CONFIG, HPARAMS, [0, 1])._start_chunk_compile(None, 1) is None
+    monkeypatch.setattr(program, "several", lambda: True)
+    assert Driver(CONFIG, HPARAMS, [0, 1]).program.start_chunk_compile(None, HPARAMS, 1) is None
+
+
+def test_drivers_made_by_with_runs_share_their_programs_and_nothing_else():
+    """A driver of other runs shares the program, which alone holds what was compiled; its
+    record is its own and immutable, and running either driver changes neither."""
+    first = Driver(CONFIG, HPARAMS, [0, 1])
+    second = first.with_runs(HPARAMS, [2, 3])
+    assert vars(first).keys() == vars(second).keys() == {"program", "record"}
+    assert second.program is first.program
+    assert second.record is not first.record and second.seeds is not first.seeds
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.record.seeds = [2, 3]
+    held = {name: id(value) for name, value in vars(first).items()}
+    second.run(chunk_periods=1, max_chunks=1, progress=False)
+    assert {name: id(value) for name, value in vars(first).items()} == held
+    assert (first.seeds, second.seeds) == ([0, 1], [2, 3]) and first.program.compiled
 
 
 @pytest.mark.slow

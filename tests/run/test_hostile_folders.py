@@ -864,11 +864,11 @@ def trained(tmp_path_factory) -> Path:
 def no_training(monkeypatch) -> None:
     """Every command below must refuse before it trains: training fails the test at once."""
     from vaco_jax.experiment import execute
-    from vaco_jax.run.driver import Driver
+    from vaco_jax.run import driver
 
     def refuse(*args, **kwargs):
         raise AssertionError("trained (or swept) instead of refusing the folder")
-    monkeypatch.setattr(Driver, "_train", refuse)
+    monkeypatch.setattr(driver, "train_chunks", refuse)
     monkeypatch.setattr(execute, "run_sweep", refuse)
 
 

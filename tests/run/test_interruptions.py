@@ -256,7 +256,7 @@ def test_bad_out_is_one_line_before_compilation(monkeypatch, tmp_path, capsys, w
     (tmp_path / "file").write_text("")
     out = {"file": tmp_path / "file", "under_file": tmp_path / "file" / "run",
            "unwritable": Path("/proc/vaco_jax_run")}[where]
-    monkeypatch.setattr("vaco_jax.run.driver.Driver.initial", no_compilation)
+    monkeypatch.setattr("vaco_jax.run.program.Program.initial", no_compilation)
     assert cli.main(["train", *ARGS, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

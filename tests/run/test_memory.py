@@ -11,7 +11,7 @@ from processes import vaco_env
 
 from vaco_jax import cli, testbeds
 from vaco_jax.control.config import ControlHParams
-from vaco_jax.run import driver, memory
+from vaco_jax.run import driver, memory, program
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 
 HUGE = TOY.replace(num_envs=100_000_000, total_steps=100_000_000 * 16 * 4)
@@ -66,7 +66,7 @@ def test_a_small_run_fits_the_default_budgets():
 def test_the_runs_are_counted_per_device_as_the_driver_shards_them():
     for num_runs in range(1, 13):
         for num_devices in range(1, 9):
-            used = driver._run_devices(num_runs, [object()] * num_devices)
+            used = program.run_devices(num_runs, [object()] * num_devices)
             assert memory.runs_per_device(num_runs, num_devices) == num_runs // len(used)
     budget = memory.run_memory(TOY, ControlHParams.create()).device * 2
     memory.check_memory(TOY, ControlHParams.create(), 4, budget_bytes=budget,

@@ -50,7 +50,7 @@ def test_token_run_writes_metrics_status_and_config(straight, config):
     saved = json.loads((out / "config.json").read_text())
     assert saved["testbed"] == "tokens" and saved["seeds"] == SEEDS
     rebuilt = Driver.from_run_dir(out)
-    assert rebuilt.config == config and rebuilt.identity == saved["run_identity"]
+    assert rebuilt.config == config and rebuilt.record.identity == saved["run_identity"]
     jax.tree.map(np.testing.assert_array_equal, rebuilt.hparams, result.hparams)
 
 

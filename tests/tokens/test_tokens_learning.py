@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vaco_jax.run.warm_start import starting_trainer
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 from vaco_jax.tokens.train import TokenTrainer
 from vaco_jax.tokens.warm_start import target_accuracy
@@ -35,7 +36,7 @@ MIN_MEAN_GAIN = 0.2
 
 @pytest.mark.slow
 def test_grpo_raises_reward_and_held_out_accuracy_above_the_warm_start_in_every_seed():
-    trainer = TokenTrainer(CONFIG)
+    trainer = starting_trainer(TokenTrainer(CONFIG))
     initial = trainer.init(jax.random.PRNGKey(0), TokenHParams.create())
     warm = float(trainer.evaluate(trainer.evaluated(initial), None))
     target = target_accuracy(CONFIG.warm_start, trainer.eval_prompts)

@@ -1,13 +1,17 @@
 """The token training program: validation, lag 0, recorded staleness, vmap over seeds,
 in-flight weight updates and divergence."""
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint
 import pytest
 
 from vaco_jax.core.lag_models import Bounded, Empirical, Geometric, InFlight, Uniform, named
 from vaco_jax.core.policy_buffer import push
+from vaco_jax.tokens import warm_start
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.model import TokenPolicy
 from vaco_jax.tokens.train import METRICS, TokenTrainer, make_train
@@ -46,6 +50,34 @@ HP = TokenHParams.create(learning_rate=3e-3)
 def test_bad_settings_fail_before_compilation(changes, hparams, message):
     with pytest.raises(ValueError, match=message):
         validate(TINY.replace(**changes), hparams)
+
+
+def test_init_touches_no_disk(tmp_path, monkeypatch):
+    """Given its parameters, a token trainer's `init`, traced or not, neither trains a warm start
+    nor reads or writes its cache; built without them, it refuses in one line."""
+    cache = tmp_path / "cache"
+
+    def no_warm_start(*args, **kwargs):
+        raise AssertionError("init trained, read or wrote a warm start")
+
+    def outside_the_cache(method):
+        def checked(path, *args, **kwargs):
+            if path == cache or cache in path.parents:
+                no_warm_start()
+            return method(path, *args, **kwargs)
+        return checked
+    monkeypatch.setattr(warm_start, "supervised_train", no_warm_start)
+    monkeypatch.setattr(orbax.checkpoint, "StandardCheckpointer", no_warm_start)
+    for name in ("exists", "mkdir", "is_dir", "iterdir"):
+        monkeypatch.setattr(Path, name, outside_the_cache(getattr(Path, name)))
+    config = TINY.replace(warm_start_dir=str(cache))
+    key = jax.random.PRNGKey(0)
+    for init in (TokenTrainer(config, PARAMS).init, jax.jit(TokenTrainer(config, PARAMS).init)):
+        jax.tree.map(np.testing.assert_array_equal, init(key, HP).params, PARAMS)
+    for init in (TokenTrainer(config).init, jax.jit(TokenTrainer(config).init)):
+        with pytest.raises(ValueError, match="a token run starts from its warm start's"):
+            init(key, HP)
+    assert jax.tree.leaves(TokenTrainer(config).state_shapes(key, HP))
 
 
 # Partial credit gives even the untrained policy non-zero advantages, so versions differ.

@@ -14,7 +14,8 @@ from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES, TV_SCOPES
 from vaco_jax.tokens.config import (ALGORITHMS, GROUP_UNITS, IN_FLIGHT_CACHES, TokenConfig,
                                     TokenHParams)
 from vaco_jax.tokens.tasks import TASKS
-from vaco_jax.tokens.warm_start import PRESETS, WarmStart, default_cache_dir
+from vaco_jax.run.warm_start import default_cache_dir
+from vaco_jax.tokens.warm_start import PRESETS, WarmStart
 
 
 OUT = "runs/tokens"

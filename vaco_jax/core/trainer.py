@@ -50,6 +50,9 @@ class Trainer(abc.ABC):
     adam_eps: float = 1e-8  # optax's default
     # Whether an evaluation draws random numbers: its key is then split off the state's key.
     evaluation_draws: bool = True
+    # The warm start `init` still needs (a token run's `SupervisedStart`), whose parameters the
+    # driver resolves and passes to the constructor as `initial_params`; None if none.
+    pending_warm_start: Any = None
 
     @abc.abstractmethod
     def init(self, key: jax.Array, hp: Any) -> Any:

@@ -48,9 +48,10 @@ def _compiled_driver(config: Config, hparams: Any, seeds: Sequence[int]) -> Driv
 
 
 class _Programs:
-    """Drivers by (config, number of runs), the last few kept: a batch of a config and size
-    seen before reuses that driver's compiled programs. `prefetch` builds and compiles a later
-    batch's driver in a background thread, so that compilation overlaps the current batch."""
+    """One sweep's drivers by (config, number of runs), the last few kept: a batch of a config
+    and size seen before reuses that driver's compiled programs. `prefetch` builds and compiles
+    a later batch's driver in a background thread, so that compilation overlaps the current
+    batch."""
 
     def __init__(self, capacity: int = 4):
         self._capacity = capacity
@@ -81,9 +82,6 @@ class _Programs:
         return self._drivers[key]
 
 
-_PROGRAMS = _Programs()
-
-
 def _batch_steps(plan: Plan, batch: Batch, updates: int) -> int:
     """Environment steps of the batch's real runs after `updates` updates."""
     return updates * plan.experiment.group(batch.group).config.steps_per_update * len(batch.runs)
@@ -101,7 +99,8 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
     with _writer_lock(out_dir):
         if is_writer():
             record_sweep(out_dir, plan, new=False)
-        _run_batches(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
+        _run_batches(plan, out_dir, _Programs(), progress=progress, on_chunk=on_chunk,
+                     trackers=trackers)
 
 
 def _writer_lock(out_dir: str | os.PathLike) -> contextlib.AbstractContextManager:
@@ -144,7 +143,7 @@ def _progress_so_far(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
                        if (batch_dir(out_dir, b) / CONFIG_FILE).is_file()]}
 
 
-def _run_batches(plan: Plan, out_dir: str | os.PathLike, *, progress: bool,
+def _run_batches(plan: Plan, out_dir: str | os.PathLike, programs: _Programs, *, progress: bool,
                  on_chunk: Callable[[Batch, TrainingResult], None] | None,
                  trackers: Trackers | None) -> None:
     steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
@@ -164,8 +163,8 @@ def _run_batches(plan: Plan, out_dir: str | os.PathLike, *, progress: bool,
                 raise Interrupted(signum, _sweep_saved(plan, out_dir, batch))
             upcoming = next((b for b in pending[index + 1:] if b.group != batch.group), None)
             if upcoming is not None and not several():
-                _PROGRAMS.prefetch(*_driver_arguments(plan, upcoming))
-            driver = _PROGRAMS.driver(*_driver_arguments(plan, batch))
+                programs.prefetch(*_driver_arguments(plan, upcoming))
+            driver = programs.driver(*_driver_arguments(plan, batch))
             logged = logged_runs(plan, batch) if trackers is not None else []
 
             def chunk_done(result: TrainingResult, batch: Batch = batch,

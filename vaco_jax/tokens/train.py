@@ -37,7 +37,7 @@ from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.evaluation import greedy_accuracy, held_out_set
 from vaco_jax.tokens.model import Samples, TokenPolicy, to_bfloat16
 from vaco_jax.tokens.vcpo import sequence_grad_sq_norms
-from vaco_jax.tokens.warm_start import warm_start
+from vaco_jax.tokens.warm_start import SupervisedStart
 
 METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "version_gap_mean",
            "version_gap_max", "tv_backward", "tv_forward", "ess_ratio", "grad_norm",
@@ -106,8 +106,10 @@ def _sequence_log_staleness(phase_log_prob, behaviour_log_prob, mask) -> jax.Arr
 class TokenTrainer(Trainer):
     """The pieces of the program for one `TokenConfig` (validated before anything is traced).
 
-    The warm start is trained or read from its cache when `init` first needs it, not when the
-    trainer is built, so planning a sweep or estimating its memory trains nothing.
+    Its runs start from `initial_params`, the warm start's parameters, which the driver
+    resolves before the first state (`vaco_jax.run.warm_start`: read from its cache or trained)
+    and passes in, so `init` touches no disk. Built without them, it traces everything but
+    `init`: planning a sweep or estimating its memory (`state_shapes`) trains nothing.
     """
 
     score = "eval_accuracy"
@@ -120,19 +122,16 @@ class TokenTrainer(Trainer):
         self.task = config.task_spec
         self.policy = TokenPolicy(config.model_spec)
         self.eval_prompts, self.eval_answers = held_out_set(self.task, config.eval_prompts)
-        if initial_params is not None:
-            self.initial_params = initial_params
-
-    @functools.cached_property
-    def initial_params(self):
-        """The warm start's parameters, restored from its cache or trained now: eagerly, also
-        when first asked for while `init` is being traced, so that concrete parameters are
-        cached on disk and in the compiled program."""
-        cfg = self.config
-        with jax.ensure_compile_time_eval():
-            return warm_start(self.task, cfg.model_spec, cfg.warm_start, cfg.warm_start_dir)
+        self.initial_params = initial_params
+        if initial_params is None:
+            self.pending_warm_start = SupervisedStart(self.task, config.model_spec,
+                                                      config.warm_start, config.warm_start_dir)
 
     def init(self, key: jax.Array, hp: TokenHParams) -> TokenState:
+        if self.initial_params is None:
+            raise ValueError("a token run starts from its warm start's parameters: build "
+                             "TokenTrainer(config, initial_params) with them "
+                             "(vaco_jax.run.warm_start resolves them)")
         return self._init_from(self.initial_params, key, hp)
 
     def state_shapes(self, key: jax.Array, hp: TokenHParams) -> TokenState:
@@ -347,7 +346,7 @@ class TokenTrainer(Trainer):
                                self.config.response_length)
 
 
-def make_train(config: TokenConfig, initial_params=None):
+def make_train(config: TokenConfig, initial_params):
     """`train(key, hparams) -> (state, metrics)` for `config` (validated now), starting from
-    `initial_params`, or else from the configured warm start."""
+    `initial_params`."""
     return TokenTrainer(config, initial_params).train

@@ -1,4 +1,4 @@
-"""Supervised warm start on demonstrations, some of them deliberately wrong, cached on disk.
+"""Supervised warm start on demonstrations, some of them deliberately wrong.
 
 RL on language models starts from a pretrained policy of intermediate accuracy; here that policy
 is trained by teacher forcing on demonstrations, some of them wrong (`WarmStart.corruption`):
@@ -18,42 +18,23 @@ is trained by teacher forcing on demonstrations, some of them wrong (`WarmStart.
   near 1; `LEGACY` stops after 250 constant-rate steps, in the middle of the climb, where the
   accuracy depends on the CPU's numerics and the seed (0.02 to 0.66).
 
-The result is saved as an Orbax checkpoint in a folder named by a hash of every setting that
-shapes it, and later runs with the same settings restore it instead of retraining. A command's
-default cache is the user's (`default_cache_dir`), so every run of that user shares it, wherever
-it is started. Each process of a run over several trains or restores it for itself
-(`docs/multi_process.md` says when they get the same parameters).
-
-What it does is logged (`logging`, logger `vaco_jax.tokens.warm_start`, level INFO): training,
-then `warm start: N steps in S s -> FOLDER`, or `warm start: loaded from FOLDER`.
+A run's warm start (`SupervisedStart`) is resolved before the run starts, read from its cache or
+trained with `supervised_train` (`vaco_jax.run.warm_start`), and given to its trainer as its
+initial parameters.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import logging
 import os
-import shutil
-import tempfile
-import time
-from pathlib import Path
 from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
-import orbax.checkpoint as ocp
 
-from vaco_jax.infra.faults import fault_point
-from vaco_jax.infra.orbax_options import this_process_only
-from vaco_jax.infra.user_cache import user_cache_dir
 from vaco_jax.tokens import compat, tasks
 from vaco_jax.tokens.model import ModelSpec, TokenPolicy
-
-_log = logging.getLogger(__name__)
 
 
 CORRUPTIONS = ("calibrated", "random_digit")
@@ -174,60 +155,16 @@ def supervised_train(task: tasks.Task, spec: ModelSpec, settings: WarmStart):
     return params, losses
 
 
-def settings_hash(task: tasks.Task, spec: ModelSpec, settings: WarmStart) -> str:
-    described = {"task": dataclasses.asdict(task), "model": dataclasses.asdict(spec),
-                 "warm_start": dataclasses.asdict(settings)}
-    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
+@dataclasses.dataclass(frozen=True)
+class SupervisedStart:
+    """One run's warm start: the task and model it trains, its settings, and the folder its
+    parameters are cached in (None: not cached)."""
 
+    task: tasks.Task
+    spec: ModelSpec
+    settings: WarmStart
+    cache_dir: str | os.PathLike | None = None
 
-def default_cache_dir() -> Path:
-    """The user's cache of warm starts: `$XDG_CACHE_HOME/vaco_jax/warm_start`, else
-    `~/.cache/vaco_jax/warm_start` (`infra.user_cache`)."""
-    return user_cache_dir("warm_start")
-
-
-def warm_start(task: tasks.Task, spec: ModelSpec, settings: WarmStart,
-               cache_dir: str | os.PathLike | None):
-    """The warm-start parameters: restored from `cache_dir` when trained before with the same
-    settings, else trained now (and saved there, unless `cache_dir` is None)."""
-    folder = (None if cache_dir is None else
-              Path(cache_dir).absolute() / f"{task.name}-{settings_hash(task, spec, settings)}")
-    if folder is not None and folder.exists():
-        params = _restore(folder, TokenPolicy(spec).init(jax.random.PRNGKey(0)))
-        _log.info("warm start: loaded from %s", folder)
-        return params
-    fault_point("warm_start", 0)
-    _log.info("warm start: training %d supervised steps on %s ...", settings.steps, task.name)
-    start = time.perf_counter()
-    params = supervised_train(task, spec, settings)[0]
-    if folder is not None:
-        _save_atomically(folder, params)
-    _log.info("warm start: %d steps in %.1f s %s", settings.steps, time.perf_counter() - start,
-              "(not cached)" if folder is None else f"-> {folder}")
-    return params
-
-
-def _save_atomically(folder: Path, params) -> None:
-    """Saves into a temporary folder beside `folder`, then renames it into place, so a reader
-    never sees a half-written checkpoint (a concurrent writer of the same settings loses the
-    rename harmlessly: both wrote the same parameters)."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        with ocp.StandardCheckpointer(
-                multiprocessing_options=this_process_only()) as checkpointer:
-            # As NumPy: of several processes, Orbax refuses one process's own device arrays.
-            checkpointer.save(scratch / "params", jax.tree.map(np.asarray, params))
-        os.replace(scratch, folder)
-    except OSError:
-        if not folder.exists():
-            raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _restore(folder: Path, like):
-    # Read as NumPy, then put on this process's default device, as the trained parameters are.
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), like)
-    with ocp.StandardCheckpointer(multiprocessing_options=this_process_only()) as checkpointer:
-        return jax.device_put(checkpointer.restore(folder / "params", abstract))
+    def train(self):
+        """Its parameters, trained now (`supervised_train`)."""
+        return supervised_train(self.task, self.spec, self.settings)[0]

@@ -1,0 +1,105 @@
+"""A run's warm start, resolved before its first state: read from its cache, or trained now
+(`vaco_jax.tokens.warm_start`) and saved there, and given to its trainer as parameters.
+
+The parameters are saved as an Orbax checkpoint in a folder named by a hash of every setting
+that shapes them, and later runs with the same settings restore them instead of retraining. A
+command's default cache is the user's (`default_cache_dir`), so every run of that user shares
+it, wherever it is started. Each process of a run over several trains or restores it for itself
+(`docs/multi_process.md` says when they get the same parameters).
+
+What it does is logged (`logging`, logger `vaco_jax.run.warm_start`, level INFO): training,
+then `warm start: N steps in S s -> FOLDER`, or `warm start: loaded from FOLDER`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from vaco_jax.core.trainer import Trainer
+from vaco_jax.infra.faults import fault_point
+from vaco_jax.infra.orbax_options import this_process_only
+from vaco_jax.infra.user_cache import user_cache_dir
+from vaco_jax.tokens import tasks
+from vaco_jax.tokens.model import ModelSpec, TokenPolicy
+from vaco_jax.tokens.warm_start import SupervisedStart, WarmStart
+
+_log = logging.getLogger(__name__)
+
+
+def starting_trainer(trainer: Trainer) -> Trainer:
+    """`trainer`, or where its `init` still needs a warm start (`pending_warm_start`), a
+    trainer of its config given the warm start's parameters, resolved now."""
+    if trainer.pending_warm_start is None:
+        return trainer
+    return type(trainer)(trainer.config, initial_params=resolve(trainer.pending_warm_start))
+
+
+def settings_hash(task: tasks.Task, spec: ModelSpec, settings: WarmStart) -> str:
+    described = {"task": dataclasses.asdict(task), "model": dataclasses.asdict(spec),
+                 "warm_start": dataclasses.asdict(settings)}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    """The user's cache of warm starts: `$XDG_CACHE_HOME/vaco_jax/warm_start`, else
+    `~/.cache/vaco_jax/warm_start` (`infra.user_cache`)."""
+    return user_cache_dir("warm_start")
+
+
+def resolve(start: SupervisedStart):
+    """The warm start's parameters: restored from its cache folder when trained before with the
+    same settings, else trained now (and saved there, unless it has no cache folder)."""
+    task, spec, settings = start.task, start.spec, start.settings
+    folder = (None if start.cache_dir is None else Path(start.cache_dir).absolute()
+              / f"{task.name}-{settings_hash(task, spec, settings)}")
+    if folder is not None and folder.exists():
+        params = _restore(folder, jax.eval_shape(TokenPolicy(spec).init, jax.random.PRNGKey(0)))
+        _log.info("warm start: loaded from %s", folder)
+        return params
+    fault_point("warm_start", 0)
+    _log.info("warm start: training %d supervised steps on %s ...", settings.steps, task.name)
+    began = time.perf_counter()
+    params = start.train()
+    if folder is not None:
+        _save_atomically(folder, params)
+    _log.info("warm start: %d steps in %.1f s %s", settings.steps, time.perf_counter() - began,
+              "(not cached)" if folder is None else f"-> {folder}")
+    return params
+
+
+def _save_atomically(folder: Path, params) -> None:
+    """Saves into a temporary folder beside `folder`, then renames it into place, so a reader
+    never sees a half-written checkpoint (a concurrent writer of the same settings loses the
+    rename harmlessly: both wrote the same parameters)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        with ocp.StandardCheckpointer(
+                multiprocessing_options=this_process_only()) as checkpointer:
+            # As NumPy: of several processes, Orbax refuses one process's own device arrays.
+            checkpointer.save(scratch / "params", jax.tree.map(np.asarray, params))
+        os.replace(scratch, folder)
+    except OSError:
+        if not folder.exists():
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _restore(folder: Path, like):
+    # Read as NumPy, then put on this process's default device, as the trained parameters are.
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), like)
+    with ocp.StandardCheckpointer(multiprocessing_options=this_process_only()) as checkpointer:
+        return jax.device_put(checkpointer.restore(folder / "params", abstract))
