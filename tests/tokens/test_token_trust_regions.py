@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax.tokens.algorithms import ALGORITHMS, TokenTerms
+from vaco_jax.tokens.algorithms import ALGORITHMS
+from vaco_jax.tokens.surrogates import TokenTerms
 from vaco_jax.tokens.config import TokenHParams
 
 # Four one-token sequences in two prompt groups. pi_theta / beta = (1.1, 1.0 | 1.5, 0.5).

@@ -11,9 +11,9 @@ import pytest
 from vaco_jax import losses
 from vaco_jax import experiment as sweep
 from vaco_jax.core.policy_buffer import push
-from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, AdvantageInputs,
-                                        TokenTerms, group_centred, group_relative,
-                                        leave_one_out)
+from vaco_jax.tokens.algorithms import ALGORITHMS, STABILISER_METRICS
+from vaco_jax.tokens.surrogates import (AdvantageInputs, TokenTerms, group_centred,
+                                        group_relative, leave_one_out)
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.model import TokenPolicy
 from vaco_jax.tokens.train import TokenTrainer

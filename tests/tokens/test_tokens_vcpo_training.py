@@ -12,8 +12,8 @@ import pytest
 from vaco_jax import experiment as sweep
 from vaco_jax.cli import main
 from vaco_jax.core.policy_buffer import push
-from vaco_jax.tokens.algorithms import (ALGORITHMS, TokenTerms, group_relative,
-                                        off_policy_optimal)
+from vaco_jax.tokens.algorithms import ALGORITHMS
+from vaco_jax.tokens.surrogates import TokenTerms, group_relative, off_policy_optimal
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.model import TokenPolicy
 from vaco_jax.tokens.train import TokenTrainer, make_train

@@ -31,11 +31,11 @@ from vaco_jax.core.divergence import freeze_if_diverged
 from vaco_jax.core.policy_buffer import PolicyBuffer, cond_in_every_run, init_buffer, push
 from vaco_jax.core.trainer import Trainer
 from vaco_jax.tokens import tasks
-from vaco_jax.tokens.algorithms import (ALGORITHMS, STABILISER_METRICS, AdvantageInputs,
-                                        TokenTerms)
+from vaco_jax.tokens.algorithms import ALGORITHMS, STABILISER_METRICS
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.evaluation import greedy_accuracy, held_out_set
 from vaco_jax.tokens.model import Samples, TokenPolicy, to_bfloat16
+from vaco_jax.tokens.surrogates import AdvantageInputs, TokenTerms
 from vaco_jax.tokens.vcpo import sequence_grad_sq_norms
 from vaco_jax.tokens.warm_start import SupervisedStart
 

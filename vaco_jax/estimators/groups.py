@@ -1,230 +1,18 @@
-"""Advantage estimators and value targets.
-
-Time-major conventions shared by `gae` and `vtrace`: every array is `[T, ...]`
-with any trailing batch dims, and all arrays of one call have the same shape.
-
-- `values[t]` is V(s_t).
-- `next_values[t]` is the value of the true next observation of step t; when
-  step t was truncated by a time limit it is the value of the final
-  observation, not of the auto-reset observation that follows it.
-- `discounts[t] = gamma * (1 - terminated[t])`: a termination does not
-  bootstrap, a truncation does (with discount gamma).
-- `continuations[t]` is 0 where step t ended its episode for any reason
-  (termination or truncation) and 1 otherwise, so no recursion runs across an
-  auto-reset boundary.
-
-Hyper-parameters (`lambda_`, `rho_bar`, ...) are scalars, Python numbers or
-traced, so they can be vmapped over. All outputs are stop-gradient: they are
-regression targets and policy-gradient weights, never differentiated through.
-"""
+"""Group estimators: group-relative advantages, the off-policy optimal baseline (OPOB) and the
+per-sample gradient norms it weighs by."""
 
 import functools
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import chex
 import jax
 import jax.numpy as jnp
 
+from vaco_jax.estimators.checks import (check_min_rank, check_same_shape_floats, named,
+                                       scalar)
+
 Array = chex.Array
 Numeric = chex.Numeric
-
-
-def _named(
-    name: str, check: Callable[..., None], *args: Any, **kwargs: Any
-) -> None:
-    """Runs a chex assertion; a failure is re-raised naming the argument."""
-    try:
-        check(*args, **kwargs)
-    except AssertionError as e:
-        raise ValueError(f"`{name}`: {e}") from None
-
-
-def _check_min_rank(name: str, x: Array, min_rank: int) -> None:
-    if jnp.ndim(x) < min_rank:
-        raise ValueError(
-            f"`{name}` must have rank >= {min_rank}, got shape {jnp.shape(x)}."
-        )
-
-
-def _check_same_shape_floats(**arrays: Array) -> jnp.dtype:
-    """Checks that all arrays are floating with the first one's shape.
-
-    Returns:
-        The dtype every array is promoted to, so that scan carries stay uniform.
-    """
-    ref_name, ref = next(iter(arrays.items()))
-    for name, x in arrays.items():
-        _named(name, chex.assert_type, x, float)
-        if name != ref_name:
-            _named(name, chex.assert_shape, x, jnp.shape(ref))
-    return jnp.result_type(*arrays.values())
-
-
-def _check_time_major(**arrays: Array) -> jnp.dtype:
-    for name, x in arrays.items():
-        _check_min_rank(name, x, 1)
-    return _check_same_shape_floats(**arrays)
-
-
-def _scalar(name: str, x: Numeric, dtype: jnp.dtype) -> Array:
-    _named(name, chex.assert_rank, x, 0)
-    return jnp.asarray(x, dtype)
-
-
-def _reverse_linear_recursion(xs: Array, decays: Array) -> Array:
-    """Solves `y_t = xs_t + decays_t * y_{t+1}` backwards, with `y_T = 0`."""
-
-    def step(y_next, inputs):
-        x, decay = inputs
-        y = x + decay * y_next
-        return y, y
-
-    _, ys = jax.lax.scan(
-        step, jnp.zeros(xs.shape[1:], xs.dtype), (xs, decays), reverse=True
-    )
-    return ys
-
-
-def gae(
-    rewards: Array,
-    values: Array,
-    next_values: Array,
-    discounts: Array,
-    continuations: Array,
-    lambda_: Numeric,
-) -> tuple[Array, Array]:
-    """Generalised advantage estimation (Schulman et al., 2016).
-
-    `delta_t = rewards_t + discounts_t * next_values_t - values_t` and
-    `A_t = delta_t + discounts_t * lambda_ * continuations_t * A_{t+1}`, with
-    `A = 0` beyond the last step (which bootstraps from `next_values`).
-
-    Args:
-        rewards: `[T, ...]` rewards r_t.
-        values: `[T, ...]` V(s_t).
-        next_values: `[T, ...]` value of the true next observation of step t.
-        discounts: `[T, ...]` gamma * (1 - terminated_t).
-        continuations: `[T, ...]` 0 where step t ended its episode, else 1.
-        lambda_: scalar GAE lambda.
-
-    Returns:
-        `(advantages, value_targets)`, both `[T, ...]` and stop-gradient, with
-        `value_targets = advantages + values`.
-    """
-    dtype = _check_time_major(
-        rewards=rewards,
-        values=values,
-        next_values=next_values,
-        discounts=discounts,
-        continuations=continuations,
-    )
-    lambda_ = _scalar("lambda_", lambda_, dtype)
-    rewards, values, next_values, discounts, continuations = (
-        jnp.asarray(x, dtype)
-        for x in (rewards, values, next_values, discounts, continuations)
-    )
-
-    deltas = rewards + discounts * next_values - values
-    advantages = _reverse_linear_recursion(
-        deltas, discounts * lambda_ * continuations
-    )
-    return (
-        jax.lax.stop_gradient(advantages),
-        jax.lax.stop_gradient(advantages + values),
-    )
-
-
-def _truncated_ratio(log_rhos: Array, bar: Array) -> Array:
-    # Truncating in log space keeps any finite log-ratio (even 1e4) finite.
-    return jnp.exp(jnp.minimum(log_rhos, jnp.log(bar)))
-
-
-def vtrace(
-    rewards: Array,
-    values: Array,
-    next_values: Array,
-    discounts: Array,
-    continuations: Array,
-    log_rhos: Array,
-    lambda_: Numeric = 1.0,
-    rho_bar: Numeric = 1.0,
-    c_bar: Numeric = 1.0,
-    rho_bar_pg: Numeric = 1.0,
-) -> tuple[Array, Array]:
-    """V-trace targets and policy-gradient advantages (Espeholt et al., 2018).
-
-    With `w_t = exp(log_rhos_t)`, `rho_t = min(rho_bar, w_t)`,
-    `c_t = lambda_ * min(c_bar, w_t)` and
-    `delta_t = rewards_t + discounts_t * next_values_t - values_t`:
-
-        vs_t - V_t = rho_t * delta_t
-            + discounts_t * c_t * continuations_t * (vs_{t+1} - V_{t+1}),
-
-    with the correction `vs - V` equal to 0 beyond the last step. The
-    policy-gradient advantage is
-    `min(rho_bar_pg, w_t) * (rewards_t + discounts_t * q_t - values_t)` with
-    `q_t = next_values_t + continuations_t * (vs_{t+1} - V_{t+1})`: inside an
-    episode (where `values[t+1] == next_values[t]`) that is `vs_{t+1}`, and at
-    an episode boundary or the last step it is the bootstrap `next_values_t`.
-    Writing `q_t` through the correction keeps on-policy V-trace with
-    `lambda_ = 1` equal to GAE even where `values[t+1]` and `next_values[t]`
-    disagree.
-
-    With all `log_rhos = 0`, `value_targets` equal those of `gae` with the same
-    `lambda_`, and with `lambda_ = 1` so do the advantages.
-
-    Args:
-        rewards: `[T, ...]` rewards r_t.
-        values: `[T, ...]` V(s_t).
-        next_values: `[T, ...]` value of the true next observation of step t.
-        discounts: `[T, ...]` gamma * (1 - terminated_t).
-        continuations: `[T, ...]` 0 where step t ended its episode, else 1.
-        log_rhos: `[T, ...]` log(pi(a_t|s_t) / beta(a_t|s_t)), target over
-            behaviour policy.
-        lambda_: scalar trace-cutting lambda.
-        rho_bar: scalar truncation of the importance weight in `delta_t`.
-        c_bar: scalar truncation of the trace coefficients.
-        rho_bar_pg: scalar truncation of the policy-gradient importance weight.
-
-    Returns:
-        `(pg_advantages, value_targets)`, both `[T, ...]` and stop-gradient;
-        `value_targets` are the V-trace targets `vs`.
-    """
-    dtype = _check_time_major(
-        rewards=rewards,
-        values=values,
-        next_values=next_values,
-        discounts=discounts,
-        continuations=continuations,
-        log_rhos=log_rhos,
-    )
-    lambda_ = _scalar("lambda_", lambda_, dtype)
-    rho_bar = _scalar("rho_bar", rho_bar, dtype)
-    c_bar = _scalar("c_bar", c_bar, dtype)
-    rho_bar_pg = _scalar("rho_bar_pg", rho_bar_pg, dtype)
-    rewards, values, next_values, discounts, continuations, log_rhos = (
-        jnp.asarray(x, dtype)
-        for x in (
-            rewards, values, next_values, discounts, continuations, log_rhos
-        )
-    )
-
-    rhos = _truncated_ratio(log_rhos, rho_bar)
-    cs = lambda_ * _truncated_ratio(log_rhos, c_bar)
-    deltas = rewards + discounts * next_values - values
-    corrections = _reverse_linear_recursion(
-        rhos * deltas, discounts * cs * continuations
-    )
-    vs = values + corrections
-
-    next_corrections = jnp.concatenate(
-        [corrections[1:], jnp.zeros_like(corrections[:1])], axis=0
-    )
-    q_next = next_values + continuations * next_corrections
-    pg_advantages = _truncated_ratio(log_rhos, rho_bar_pg) * (
-        rewards + discounts * q_next - values
-    )
-    return jax.lax.stop_gradient(pg_advantages), jax.lax.stop_gradient(vs)
 
 
 def _check_groups(
@@ -232,8 +20,8 @@ def _check_groups(
 ) -> jnp.dtype:
     """Validates the grouped arrays and grouping; returns the float dtype."""
     for name, x in arrays.items():
-        _check_min_rank(name, x, 1)
-    dtype = _check_same_shape_floats(**arrays)
+        check_min_rank(name, x, 1)
+    dtype = check_same_shape_floats(**arrays)
     if group_ids is None:
         if num_groups is not None:
             raise ValueError(
@@ -245,9 +33,9 @@ def _check_groups(
             "`num_groups` must be given (statically) with `group_ids`."
         )
     name, ref = next(iter(arrays.items()))
-    _named(name, chex.assert_rank, ref, 1)
-    _named("group_ids", chex.assert_type, group_ids, int)
-    _named("group_ids", chex.assert_shape, group_ids, jnp.shape(ref))
+    named(name, chex.assert_rank, ref, 1)
+    named("group_ids", chex.assert_type, group_ids, int)
+    named("group_ids", chex.assert_shape, group_ids, jnp.shape(ref))
     return dtype
 
 
@@ -347,7 +135,7 @@ def _opob_baseline(
 ) -> Array:
     """Each element's group baseline `sum W R / sum W` (the mean if all W = 0)."""
     if weight_cap is not None:
-        cap = _scalar("weight_cap", weight_cap, log_w.dtype)
+        cap = scalar("weight_cap", weight_cap, log_w.dtype)
         log_w = jnp.minimum(log_w, jnp.log(cap))
     # The baseline only needs W up to a per-group factor, so shift log W by the
     # group max before exponentiating: w^2 overflows already at log_w = 45.
@@ -494,8 +282,8 @@ def per_sample_grad_sq_norms(
     if not leaves:
         raise ValueError("`batch` must contain at least one array.")
     for leaf in leaves:
-        _check_min_rank("batch", leaf, 1)
-    _named("batch", chex.assert_equal_shape_prefix, leaves, 1)
+        check_min_rank("batch", leaf, 1)
+    named("batch", chex.assert_equal_shape_prefix, leaves, 1)
 
     def grad_sq_norm(sample):
         grads = jax.grad(log_prob_fn)(params, sample)

@@ -1,0 +1,312 @@
+"""The token testbed's advantages and policy surrogates: what each algorithm of the registry
+(`vaco_jax.tokens.algorithms`) composes. A surrogate receives `TokenTerms`, the per-token
+quantities every surrogate may need, and returns its loss and the stabiliser metrics it
+measured; an advantage function receives `AdvantageInputs`, one row per prompt group.
+
+Ratios, as they are named below:
+- the behaviour ratio `pi_theta / beta`: learner over the policy that generated the token (stale
+  by the generator's lag, and in bfloat16 under `bf16_behaviour`);
+- the phase ratio `pi_theta / pi_T`, `pi_T` being the learner at the start of the phase;
+- the staleness `pi_T / beta`, the behaviour ratio at the phase's first step;
+- the trust-region ratio `pi_theta / reference` of `vaco` (the authors' TVPO), `grpo_tv_filter`
+  and `dppo_*`, the reference being `tv_reference`: beta by default (the authors' bypass mode),
+  or pi_T, refused at one gradient step per version, where that ratio is 1.
+
+VCPO (`vcpo`, and its ablations `vcpo_ess_only` and `vcpo_opob_only`) computes its advantages once
+per phase, at `pi_T`: the off-policy optimal baseline weighs each sequence by its squared
+staleness times the squared norm of its log-probability gradient at `pi_T`. With the token
+default of 1 epoch x 1 minibatch that is VCPO's own rule (norms at the parameters being
+updated); with more steps per phase the later steps reuse the phase-start norms, an
+approximation (exact per-step norms would need minibatches that keep whole groups together).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from vaco_jax import estimators, losses
+
+
+@struct.dataclass
+class TokenTerms:
+    """Per-token inputs of a surrogate, `[N, L]` (advantages `[N]`, one per sequence)."""
+
+    log_prob: jax.Array  # under the current parameters (differentiable)
+    behaviour_log_prob: jax.Array
+    phase_log_prob: jax.Array
+    advantages: jax.Array  # [N]
+    mask: jax.Array  # 1 for a valid response token
+    version_gap: jax.Array  # versions between the phase's learner and each token's behaviour
+    group: jax.Array | None = None  # [N] int32, each sequence's prompt group
+    reward: jax.Array | None = None  # [N]
+    reference_log_prob: jax.Array | None = None  # under the warm start, for algorithms that read it
+    num_groups: int = struct.field(pytree_node=False, default=1)
+    aggregation: str = struct.field(pytree_node=False, default="token-mean")
+    is_level: str = struct.field(pytree_node=False, default="token")
+    tv_reference: str = struct.field(pytree_node=False, default="behaviour")
+    tv_scope: str = struct.field(pytree_node=False, default="prompt")
+    tv_delta_convention: str = struct.field(pytree_node=False, default="budget")
+
+    @property
+    def token_advantages(self) -> jax.Array:
+        return jnp.broadcast_to(self.advantages[:, None], self.log_prob.shape)
+
+    @property
+    def behaviour_log_ratio(self) -> jax.Array:
+        return self.log_prob - self.behaviour_log_prob
+
+    @property
+    def phase_log_ratio(self) -> jax.Array:
+        return self.log_prob - self.phase_log_prob
+
+    @property
+    def log_staleness(self) -> jax.Array:
+        return self.phase_log_prob - self.behaviour_log_prob
+
+    @property
+    def trust_log_prob(self) -> jax.Array:
+        """Log-probs of the policy a trust region measures the learner against
+        (`tv_reference`)."""
+        return self.phase_log_prob if self.tv_reference == "phase" else self.behaviour_log_prob
+
+    @property
+    def trust_log_ratio(self) -> jax.Array:
+        """Stop-gradient `log(pi_theta / reference)`, 0 on invalid tokens."""
+        return jax.lax.stop_gradient(
+            jnp.where(self.mask > 0, self.log_prob - self.trust_log_prob, 0.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageInputs:
+    """What an advantage function may read, one row per prompt group: `[P, G]`."""
+
+    reward: jax.Array
+    log_staleness: jax.Array  # each sequence's summed log(pi_T / beta)
+    scale_by_std: bool  # `TokenConfig.scale_advantages_by_std`
+    # `() -> [P, G]` squared norms of each sequence's summed log-prob gradient at `pi_T`;
+    # computed only when called.
+    sequence_grad_sq_norms: Callable[[], jax.Array]
+
+
+AdvantageFn = Callable[[AdvantageInputs], jax.Array]
+PolicyLoss = Callable[[TokenTerms, Any], tuple[jax.Array, dict]]  # (terms, TokenHParams)
+
+
+# ---------------------------------------------------------------------------- advantages
+def group_relative(inputs: AdvantageInputs) -> jax.Array:
+    """GRPO's `(R - mean) / (std + eps)`, or the centred reward without std scaling."""
+    return estimators.group_relative_advantages(inputs.reward, scale_by_std=inputs.scale_by_std)
+
+
+def group_centred(inputs: AdvantageInputs) -> jax.Array:
+    """`R - mean_group(R)`: the group-mean baseline, no std scaling (Dr. GRPO, REINFORCE)."""
+    return estimators.group_relative_advantages(inputs.reward, scale_by_std=False)
+
+
+def off_policy_optimal(inputs: AdvantageInputs) -> jax.Array:
+    """VCPO's `(R - b) / std_group(R)`, `b = sum W R / sum W` per group with
+    `W = w^2 ||grad log pi_T(y)||^2` and `w = pi_T(y) / beta(y)` untruncated, as VCPO's paper
+    defines it (`estimators.opob_advantages`). Always divided by the population std, VCPO's
+    normalisation, whatever `scale_advantages_by_std` says."""
+    return estimators.opob_advantages(inputs.reward, inputs.log_staleness,
+                                      inputs.sequence_grad_sq_norms())
+
+
+def leave_one_out(inputs: AdvantageInputs) -> jax.Array:
+    """RLOO: `R_i - mean_{j != i} R_j`, which is `G / (G - 1)` times the centred reward."""
+    group_size = inputs.reward.shape[-1]
+    return group_centred(inputs) * (group_size / (group_size - 1))
+
+
+# ---------------------------------------------------------------------------- helpers
+def _importance_log_weights(t: TokenTerms, log_ratio: jax.Array) -> jax.Array:
+    """Stop-gradient log weights per token, or each sequence's summed log-ratio on its tokens."""
+    log_ratio = jax.lax.stop_gradient(jnp.where(t.mask > 0, log_ratio, 0.0))
+    if t.is_level == "sequence":
+        return jnp.broadcast_to(log_ratio.sum(axis=-1, keepdims=True), log_ratio.shape)
+    return log_ratio
+
+
+def _fraction(condition: jax.Array, t: TokenTerms) -> jax.Array:
+    return losses.aggregate(condition.astype(jnp.float32), t.mask)
+
+
+def _ppo_clip(t: TokenTerms, hp, clip_eps=None, *, mask=None, weights=None):
+    """PPO-clip on the behaviour ratio, the group-relative surrogate GRPO and its kin share."""
+    return losses.ppo_clip_loss(
+        t.behaviour_log_ratio, t.token_advantages, hp.clip_eps if clip_eps is None else clip_eps,
+        mask=t.mask if mask is None else mask, weights=weights, aggregation=t.aggregation)
+
+
+def _policy_gradient(t: TokenTerms, weights=None):
+    loss, _ = losses.policy_gradient_loss(t.log_prob, t.token_advantages, weights=weights,
+                                          mask=t.mask, aggregation=t.aggregation)
+    return loss
+
+
+# ---------------------------------------------------------------------------- surrogates
+def grpo(t: TokenTerms, hp):
+    loss, metrics = _ppo_clip(t, hp)
+    return loss, {"clip_fraction": metrics["clip_fraction"]}
+
+
+def reinforce(t: TokenTerms, hp):
+    return _policy_gradient(t), {}
+
+
+def tis(t: TokenTerms, hp):
+    log_w = _importance_log_weights(t, t.behaviour_log_ratio)
+    weights = losses.truncated_is_weights(log_w, hp.is_cap)
+    return _policy_gradient(t, weights), {
+        "is_weight_mean": losses.aggregate(weights, t.mask),
+        "is_truncated_fraction": _fraction(losses.clamped_ratio(log_w) > hp.is_cap, t)}
+
+
+def mis(t: TokenTerms, hp):
+    log_w = _importance_log_weights(t, t.behaviour_log_ratio)
+    keep = losses.masked_is_mask(log_w, hp.mis_low, hp.is_cap)
+    weights = losses.clamped_ratio(log_w) * keep
+    return _policy_gradient(t, weights), {
+        "is_weight_mean": losses.aggregate(weights, t.mask),
+        "is_masked_fraction": _fraction(keep == 0, t)}
+
+
+def decoupled_ppo(t: TokenTerms, hp):
+    loss, metrics = losses.decoupled_ppo_loss(
+        t.phase_log_ratio, t.log_staleness, t.token_advantages, hp.clip_eps,
+        staleness_cap=hp.is_cap, mask=t.mask, aggregation=t.aggregation)
+    return loss, {"clip_fraction": metrics["clip_fraction"],
+                  "is_weight_mean": metrics["staleness_mean"],
+                  "is_truncated_fraction": _fraction(
+                      losses.clamped_ratio(t.log_staleness) > hp.is_cap, t)}
+
+
+def freshness(t: TokenTerms, hp):
+    # A sequence is as old as its oldest token (under `in_flight` later tokens are fresher).
+    sequence_gap = jnp.where(t.mask > 0, t.version_gap, 0.0).max(axis=-1, keepdims=True)
+    fresh = losses.freshness_mask(sequence_gap, hp.freshness_alpha) * t.mask
+    loss, metrics = _ppo_clip(t, hp, mask=fresh)
+    return loss, {"clip_fraction": metrics["clip_fraction"],
+                  "stale_dropped_fraction": _fraction(fresh == 0, t)}
+
+
+def m2po(t: TokenTerms, hp):
+    keep, m2 = losses.m2po_mask(jax.lax.stop_gradient(t.behaviour_log_ratio), hp.m2po_tau,
+                                mask=t.mask)
+    # Dropped tokens keep their place in the mean: masking removes their gradient only.
+    loss, _ = losses.importance_sampled_loss(t.behaviour_log_ratio, t.token_advantages,
+                                             mask=t.mask, weights=keep,
+                                             aggregation=t.aggregation)
+    return loss, {"is_masked_fraction": m2["mask_fraction"]}
+
+
+def topr(t: TokenTerms, hp):
+    log_w = _importance_log_weights(t.replace(is_level="sequence"), t.behaviour_log_ratio)
+    weights = losses.topr_weights(log_w, t.token_advantages)
+    return _policy_gradient(t, weights), {"is_weight_mean": losses.aggregate(weights, t.mask)}
+
+
+def gspo(t: TokenTerms, hp):
+    loss, metrics = losses.gspo_loss(t.behaviour_log_ratio, t.advantages,
+                                     (hp.gspo_clip_low, hp.gspo_clip_high), mask=t.mask)
+    return loss, {"clip_fraction": metrics["clip_fraction"]}
+
+
+def cispo(t: TokenTerms, hp):
+    loss, metrics = losses.cispo_loss(t.behaviour_log_ratio, t.log_prob, t.token_advantages,
+                                      hp.cispo_eps_low, hp.cispo_eps_high, mask=t.mask,
+                                      aggregation=t.aggregation)
+    return loss, {"clip_fraction": metrics["clip_fraction"]}
+
+
+def bapo(t: TokenTerms, hp):
+    low_eps, high_eps = losses.bapo_clip_bounds(
+        jax.lax.stop_gradient(t.behaviour_log_ratio), t.token_advantages, mask=t.mask,
+        positive_share=hp.bapo_positive_share, low_range=(hp.bapo_low_start, hp.bapo_low_end),
+        high_range=(hp.bapo_high_start, hp.bapo_high_end))
+    loss, metrics = _ppo_clip(t, hp, (low_eps, high_eps))
+    return loss, {"clip_fraction": metrics["clip_fraction"], "bapo_ratio_low": 1.0 - low_eps,
+                  "bapo_ratio_high": 1.0 + high_eps}
+
+
+def _tv_threshold(t: TokenTerms, hp):
+    return losses.tv_threshold(hp.tv_delta, t.tv_delta_convention)
+
+
+def grpo_tv_filter(t: TokenTerms, hp):
+    keep, filtered = losses.tv_filter_mask(t.trust_log_ratio, t.token_advantages,
+                                           _tv_threshold(t, hp), t.mask)
+    # Dropped tokens stay in the mean's count (the engine's `filter_normalization="all"`).
+    loss, metrics = _ppo_clip(t, hp, weights=keep)
+    return loss, {"clip_fraction": metrics["clip_fraction"],
+                  "filter_fraction": filtered["filter_fraction"]}
+
+
+def _truncated_is_policy_gradient(t: TokenTerms, hp, keep: jax.Array):
+    """`-A sg(min(r, C)) log pi` on the kept tokens, `r` the trust region's ratio and `C` =
+    `trust_is_cap`, dropped tokens counted in the mean: the surrogate TVPO and DPPO share."""
+    log_r = t.trust_log_ratio
+    weights = losses.truncated_is_weights(log_r, hp.trust_is_cap) * keep
+    return _policy_gradient(t, weights), {
+        "is_weight_mean": losses.aggregate(weights, t.mask),
+        "is_truncated_fraction": _fraction((losses.clamped_ratio(log_r) > hp.trust_is_cap)
+                                           & (keep > 0), t)}
+
+
+def tvpo(t: TokenTerms, hp):
+    log_rho = t.trust_log_ratio
+    tv = None  # `batch`: the minibatch's token-weighted TV
+    if t.tv_scope == "prompt":
+        # A token is kept while the batch's TV (the mean of the group TVs) or its group's is
+        # within the threshold: the filter acts where both exceed it.
+        group_tv, batch_tv = losses.group_tv_estimate(log_rho, t.group, t.num_groups, t.mask)
+        tv = jnp.minimum(group_tv, batch_tv)
+    keep, filtered = losses.tv_filter_mask(log_rho, t.token_advantages, _tv_threshold(t, hp),
+                                           t.mask, tv=tv)
+    loss, metrics = _truncated_is_policy_gradient(t, hp, keep)
+    return loss, {**metrics, "filter_fraction": filtered["filter_fraction"]}
+
+
+def dppo(mask_fn: Callable[[TokenTerms, Any], tuple[jax.Array, dict]]) -> PolicyLoss:
+    def loss(t: TokenTerms, hp):
+        keep, masked = mask_fn(t, hp)
+        value, metrics = _truncated_is_policy_gradient(t, hp, keep)
+        return value, {**metrics, "is_masked_fraction": masked["mask_fraction"]}
+    return loss
+
+
+def binary_tv_mask(t: TokenTerms, hp):
+    return losses.dppo_binary_tv_mask(jax.lax.stop_gradient(t.log_prob), t.trust_log_prob,
+                                      t.token_advantages, hp.dppo_delta_low, hp.dppo_delta_high,
+                                      t.mask)
+
+
+def binary_kl_mask(t: TokenTerms, hp):
+    return losses.dppo_binary_kl_mask(jax.lax.stop_gradient(t.log_prob), t.trust_log_prob,
+                                      t.token_advantages, hp.dppo_kl_delta, t.mask)
+
+
+def tba(t: TokenTerms, hp):
+    """Trajectory balance, `(log Z + log pi(y) - log p_ref(y) - R / beta)^2` per sequence, with
+    log Z each prompt's VarGrad estimate: the stop-gradient mean over its samples in the
+    minibatch of `R / beta - log pi(y) + log p_ref(y)`."""
+    log_ratio = jnp.where(t.mask > 0, t.log_prob - t.reference_log_prob, 0.0).sum(axis=-1)
+    residual = log_ratio - t.reward / hp.tba_beta
+    totals = jax.ops.segment_sum(residual, t.group, t.num_groups)
+    counts = jax.ops.segment_sum(jnp.ones_like(residual), t.group, t.num_groups)
+    log_z = -jax.lax.stop_gradient(totals / jnp.maximum(counts, 1))[t.group]
+    return jnp.mean(jnp.square(log_z + residual)), {}
+
+
+def vcpo(t: TokenTerms, hp):
+    loss, metrics = losses.vcpo_loss(t.phase_log_ratio, t.log_staleness, t.advantages,
+                                     is_cap=hp.vcpo_is_cap, mask=t.mask,
+                                     aggregation=t.aggregation)
+    # VCPO truncates whole sequences, so its truncated fraction counts sequences.
+    return loss, {"is_weight_mean": metrics["is_weight_mean"],
+                  "is_truncated_fraction": metrics["truncated_fraction"]}
