@@ -315,11 +315,11 @@ def roofline_check(rate: float, measured: dict[str, Any]) -> dict[str, Any] | No
         return None
     import jax
 
-    from benchmarks import roofline
+    from benchmarks import hardware, roofline
 
     results = json.loads(path.read_text())
-    peak = roofline.peak_for(jax.devices()[0].device_kind)
-    hw = next((k for k, v in roofline.HARDWARE.items() if v is peak), None)
+    peak = hardware.peak_for(jax.devices()[0].device_kind)
+    hw = next((k for k, v in hardware.HARDWARE.items() if v is peak), None)
     if hw not in ("h100", "h200"):  # predicted for those GPUs only (the dry run: none)
         return None
     predicted = [{"env": row["env"], "physics_device": p["device"],

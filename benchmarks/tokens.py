@@ -201,11 +201,11 @@ def flops_fields(compiled: harness.Compiled, summary: dict[str, Any], calls_insi
                  decodes: bool) -> dict[str, Any]:
     """XLA's count of the program's operations per call, the rate its fastest call reached, and
     the model FLOPs utilisation against the device's published peak for fp32 matrix products
-    (`benchmarks/roofline.py`; None on a device it does not know). XLA counts a loop's body
+    (`benchmarks/hardware.py`; None on a device it does not know). XLA counts a loop's body
     once: the count of the scan over the call's `calls_inside` batches or updates is multiplied
     by it, and a program that `decodes` token by token keeps a loop whose body is counted once,
     so its count and utilisation are lower bounds (`loops_counted_once`)."""
-    from benchmarks import roofline
+    from benchmarks import hardware
 
     counts = harness.xla_counts(compiled.executable)
     if calls_inside > 1 and calls_inside not in counts["loop_trip_counts"]:
@@ -216,7 +216,7 @@ def flops_fields(compiled: harness.Compiled, summary: dict[str, Any], calls_insi
                         f"(trip counts {counts['loop_trip_counts']})"}
     flops = counts["flops"] * calls_inside
     per_s = flops * summary["steps_per_s"] / summary["steps_per_call"]
-    peak = roofline.peak_for(jax.devices()[0].device_kind)
+    peak = hardware.peak_for(jax.devices()[0].device_kind)
     return {"xla_flops_per_call": flops, "xla_bytes_per_call": counts["bytes"] * calls_inside,
             "flops_per_s": per_s, "loops_counted_once": decodes,
             "peak_flops": None if peak is None else peak.matrix_flops,
