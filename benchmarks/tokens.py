@@ -12,7 +12,7 @@ a phase-start pass and `epochs x minibatches` forward-backward passes). Stale ro
 up to K - 1 per prompt group, per sample, or per token (`in_flight`, with every snapshot's own
 cache or one shared cache); their time is compared with `fixed:0` timed in the same rounds.
 
-On a GPU or TPU: install JAX's accelerator plugin as the README's "Installing on a GPU or TPU"
+On a GPU or TPU: install JAX's accelerator plugin as `docs/install.md`
 says, then run the same command; the accelerator preset (add with 4 digits, P x G = 64 x 16,
 4 layers of width 256, seeds 1 to 64) is chosen from `jax.default_backend()`, and every row
 records the device's peak memory. The model and batch flags resize every row: to find the

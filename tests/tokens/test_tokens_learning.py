@@ -1,8 +1,8 @@
 """GRPO learns on the token testbed: the reward it optimises rises in every seed, and held-out
 greedy accuracy rises above the warm start in every seed.
 
-The setting is the README's worked example (`add` with 2 digits, the default model, batch and
-calibrated warm start, temperature 0.7, learning rate 3e-4, synchronous generation) cut to 20
+The setting is the worked example of `docs/tokens.md` (`add` with 2 digits, the default model,
+batch and calibrated warm start, temperature 0.7, learning rate 3e-4, synchronous generation) cut to 20
 updates, 6 seeds vmapped, with the test suite's XLA settings on 2-core CPUs.
 
 The calibrated warm start is trained to convergence, so it lands on its target accuracy (0.570

@@ -20,7 +20,7 @@ from vaco_jax.run.trackers import TRACKERS, Trackers, seed_runs
 
 
 LAG_HELP = (f"backward lag MODEL:PARAM, MODEL one of {', '.join(LAG_MODELS)} (e.g. uniform:4; "
-            f"empirical:P0,P1,...; README.md: Training one algorithm); fixed:0 is synchronous")
+            f"empirical:P0,P1,...; docs/training.md); fixed:0 is synchronous")
 """The help of `--lag`, whose values `parse_lag` reads."""
 
 

@@ -25,9 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The token testbed's flags (the run flags are added by the caller)."""
     d = TokenConfig()
     p.add_argument("--task", default=d.task, choices=TASKS,
-                   help="the verifiable task (README: token tasks)")
+                   help="the verifiable task (docs/tokens.md)")
     p.add_argument("--algo", default=d.algo, choices=ALGORITHMS,
-                   help="the algorithm (README: token algorithms); thresholds via --hparam")
+                   help="the algorithm (docs/tokens.md); thresholds via --hparam")
     p.add_argument("--is-level", default=d.is_level, choices=IS_LEVELS,
                    help="tis / mis: importance weights per token or per sequence")
     p.add_argument("--tv-reference", default=d.tv_reference, choices=TV_REFERENCES,

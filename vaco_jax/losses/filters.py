@@ -204,7 +204,8 @@ def bapo_clip_bounds(
       advantages: advantages, same shape.
       mask: optional validity mask (1 = valid), same shape.
       positive_share: the target share `rho_0`, a float or a traced scalar.
-      low_range, high_range: `(start, end)` of the ratio bounds `c_low`, `c_high`.
+      low_range: `(start, end)` of the ratio bound `c_low`.
+      high_range: `(start, end)` of the ratio bound `c_high`.
       num_candidates: static number (>= 2) of points on the path.
 
     Returns:

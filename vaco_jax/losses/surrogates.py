@@ -104,7 +104,9 @@ def ppo_clip_loss(
         `bapo_clip_bounds`).
       dual_clip: optional `c > 1` (Ye et al. 2020): for `A < 0` the objective is additionally
         floored at `c A`, i.e. the per-element loss is `-max(min(r A, clip(r) A), c A)`.
-      mask, weights, aggregation: see the module docstring.
+      mask: optional validity mask (1 = valid), see the module docstring.
+      weights: optional per-element weights, see the module docstring.
+      aggregation: how elements are reduced, see the module docstring.
 
     Returns:
       `(loss, metrics)`; metrics `clip_fraction` (valid elements whose gradient is zeroed by a

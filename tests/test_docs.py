@@ -1,5 +1,6 @@
-"""The README is checked against the code: its layout, its public-function tables and its
-Python API example."""
+"""The docs are checked against the code: the layout page (`docs/layout.md`), the Python API
+page's public-function tables and its example (`docs/api.md`), and the README's length (a front
+door of at most 300 lines, its depth in the docs)."""
 
 import importlib
 import inspect
@@ -10,17 +11,19 @@ import jax
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
 PACKAGE = ROOT / "vaco_jax"
 PUBLIC_MODULES = ("vaco_jax.estimators", "vaco_jax.losses", "vaco_jax.report",
                   "vaco_jax.report.stats", "vaco_jax.report.collapse")
-"""The public library: every name they export is in the README's tables."""
+"""The public library: every name they export is in the API page's tables."""
+README_MAX_LINES = 300
 
 
-def _section(title: str) -> str:
-    start = README.index(f"\n{title}\n")
-    end = README.find("\n## ", start + len(title) + 2)
-    return README[start:end if end >= 0 else len(README)]
+def _section(page: str, title: str) -> str:
+    text = (DOCS / page).read_text()
+    start = text.index(f"\n{title}\n") if not text.startswith(f"{title}\n") else 0
+    end = text.find("\n## ", start + len(title) + 2)
+    return text[start:end if end >= 0 else len(text)]
 
 
 def _code_block(section: str, language: str = "") -> str:
@@ -30,7 +33,7 @@ def _code_block(section: str, language: str = "") -> str:
 def _layout_paths() -> set[str]:
     """The paths the layout tree names: two spaces of indentation per folder level."""
     paths, folders = set(), []
-    for line in _code_block(_section("## Layout")).splitlines():
+    for line in _code_block(_section("layout.md", "# Layout")).splitlines():
         match = re.match(r"( *)(\S+)", line)
         if not match or not re.fullmatch(r"[\w.]+/?", match.group(2)):
             continue
@@ -55,9 +58,9 @@ def _package_paths() -> set[str]:
 
 def test_layout_names_every_module_and_package_and_nothing_else():
     named, present = _layout_paths(), _package_paths()
-    assert sorted(present - named) == [], "modules missing from the README's layout"
+    assert sorted(present - named) == [], "modules missing from docs/layout.md"
     assert sorted(n for n in named - present if n.startswith("vaco_jax")) == [], \
-        "the README's layout names modules that do not exist"
+        "docs/layout.md names modules that do not exist"
 
 
 def _exported(module_name: str) -> list[str]:
@@ -70,21 +73,27 @@ def _exported(module_name: str) -> list[str]:
 
 
 def test_every_exported_name_of_the_public_library_is_documented():
-    tables = _section("### Public functions")
+    tables = _section("api.md", "## Public functions")
     missing = [f"{module}.{name}" for module in PUBLIC_MODULES for name in _exported(module)
                if not re.search(rf"`(\w+\.)?{re.escape(name)}\b", tables)]
     assert missing == []
 
 
 def test_python_api_example_runs_on_toy_reach():
-    example = _code_block(_section("## Python API"), "python")
+    example = _code_block(_section("api.md", "# Python API"), "python")
     small = re.sub(r'env="\w+"', 'env="toy_reach"', example)
     small = small.replace("num_envs=64, rollout_length=32, total_steps=100_000",
                           "num_envs=8, rollout_length=8, total_steps=640")
     assert small != example, "the example's task and sizes are no longer where this test looks"
     scope: dict = {}
-    exec(compile(small, "README.md", "exec"), scope)
+    exec(compile(small, "docs/api.md", "exec"), scope)
     metrics = scope["metrics"]
     assert metrics["eval_return"].shape[0] == 4  # four runs in one program
     assert np.isfinite(np.asarray(metrics["policy_loss"])).all()
     assert isinstance(scope["state"].update, jax.Array)
+
+
+def test_the_readme_is_a_front_door():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines; depth belongs in docs/ (at most {README_MAX_LINES})")
