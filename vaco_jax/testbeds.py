@@ -24,6 +24,7 @@ from vaco_jax.control.config import validate as validate_control
 from vaco_jax.core.config import Config, HParamsBase
 from vaco_jax.core.trainer import Trainer
 from vaco_jax.tokens import config as token_config
+from vaco_jax.tokens.algorithms import ALGORITHMS as TOKEN_ALGORITHMS
 from vaco_jax.tokens import train as token_train
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 from vaco_jax.tokens.tasks import TASKS
@@ -70,7 +71,7 @@ class Testbed(Generic[ConfigT, HParamsT, StateT]):
     steps_name: str  # what `steps_per_update` counts
     task_field: str  # the config field a sweep's `tasks` set
     tasks: Callable[[], tuple[str, ...]]  # the task names (the control registry grows)
-    algorithms: tuple[str, ...]
+    algorithms: Callable[[], tuple[str, ...]]  # the registry's names, plugins' included
     # The stabilisers (`phase.MECHANISM_FRACTIONS`) an algorithm records; KeyError if unknown.
     mechanisms: Callable[[str], frozenset[str]]
     # Config values a task brings unless an experiment sets them.
@@ -99,14 +100,14 @@ CONTROL: Testbed[ControlConfig, ControlHParams, control_train.ControlState] = Te
     config=ControlConfig, hparams=ControlHParams, state=control_train.ControlState, validate=validate_control,
     trainer=control_train.ControlTrainer, metrics=control_train.METRICS, score_name="return",
     steps_name="environment steps", task_field="env", tasks=envs.names,
-    algorithms=tuple(ALGORITHMS), mechanisms=control_train.algorithm_mechanisms,
+    algorithms=lambda: tuple(ALGORITHMS), mechanisms=control_train.algorithm_mechanisms,
     task_defaults=_control_task_defaults,
     reference=_control_reference)
 TOKENS: Testbed[TokenConfig, TokenHParams, token_train.TokenState] = Testbed(
     config=TokenConfig, hparams=TokenHParams, state=token_train.TokenState, validate=token_config.validate,
     trainer=token_train.TokenTrainer, metrics=token_train.METRICS, score_name="held-out accuracy",
     steps_name="sampled responses", task_field="task", tasks=lambda: tuple(TASKS),
-    algorithms=token_config.ALGORITHMS, mechanisms=token_train.algorithm_mechanisms,
+    algorithms=lambda: tuple(TOKEN_ALGORITHMS), mechanisms=token_train.algorithm_mechanisms,
     task_defaults=lambda task: {},
     reference=lambda config: Reference(1.0, "maximum (every held-out answer exact)"))
 TESTBEDS: dict[str, Testbed[Any, Any, Any]] = {t.name: t for t in (CONTROL, TOKENS)}

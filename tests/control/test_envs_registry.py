@@ -1,15 +1,14 @@
 """The task registry: registration and its errors, entry points, listings, and the episode
 length that `train` and sweeps take from a task."""
 
-import importlib.metadata
 import re
 import subprocess
 import sys
-import types
 
 import pytest
 
 from engine_configs import TOY_EXPERIMENT
+from fake_plugins import fake_entry_points, uncalled_entry_points
 from vaco_jax import cli
 from vaco_jax.cli import train as train_cli
 from vaco_jax.control import envs
@@ -22,8 +21,7 @@ from vaco_jax.experiment import parse_experiment
 def registry(monkeypatch):
     """A private copy of the registry, entry points not yet loaded, restored afterwards."""
     monkeypatch.setattr(envs, "_TASKS", dict(envs._TASKS))
-    monkeypatch.setattr(envs, "_entry_points_loaded", False)
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    uncalled_entry_points(monkeypatch)
     return envs
 
 
@@ -111,30 +109,13 @@ def test_brax_listings_match_their_adapters():
 # ---------------------------------------------------------------- entry points
 
 
-def _entry_points(monkeypatch, functions: dict) -> list[str]:
-    """Installs fake entry points of group `vaco_jax.envs` calling `functions` (name ->
-    callable) from a fake module; returns the log of groups the registry asked for."""
-    module = types.ModuleType("fake_vaco_plugin")
-    for name, function in functions.items():
-        setattr(module, name, function)
-    monkeypatch.setitem(sys.modules, "fake_vaco_plugin", module)
-    asked = []
-
-    def entry_points(group):
-        asked.append(group)
-        return [importlib.metadata.EntryPoint(name, f"fake_vaco_plugin:{name}", group)
-                for name in functions]
-    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
-    return asked
-
-
 def test_entry_points_register_tasks_once_on_first_use(registry, monkeypatch):
     calls = []
 
     def register_plugin():
         calls.append(1)
         envs.register("plugin_reach", _toy, episode_length=77)
-    asked = _entry_points(monkeypatch, {"register_plugin": register_plugin})
+    asked = fake_entry_points(monkeypatch, "vaco_jax.envs", {"register_plugin": register_plugin})
     assert not calls  # not at registration nor at import: on the registry's first use
     assert registry.task("plugin_reach").episode_length == 77
     assert "plugin_reach" in registry.names()
@@ -151,7 +132,8 @@ def test_a_failing_entry_point_warns_and_the_others_still_register(registry, mon
 
     def good():
         envs.register("plugin_reach", _toy)
-    _entry_points(monkeypatch, {"broken": broken, "duplicate": duplicate, "good": good})
+    fake_entry_points(monkeypatch, "vaco_jax.envs",
+                      {"broken": broken, "duplicate": duplicate, "good": good})
     with pytest.warns(RuntimeWarning) as warned:
         names = registry.names()
     assert "plugin_reach" in names

@@ -225,6 +225,6 @@ def test_each_testbed_reads_its_algorithms_stabilisers_from_their_losses(testbed
     bed = testbeds.named(testbed)
     for algo, fractions in expected.items():
         assert bed.mechanisms(algo) == fractions, algo
-    assert all(bed.mechanisms(a) <= set(MECHANISM_FRACTIONS) for a in bed.algorithms)
+    assert all(bed.mechanisms(a) <= set(MECHANISM_FRACTIONS) for a in bed.algorithms())
     with pytest.raises(KeyError):
         bed.mechanisms("no_such_algorithm")

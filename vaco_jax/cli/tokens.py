@@ -10,8 +10,8 @@ import dataclasses
 from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
 from vaco_jax.core.lag_models import LAG_WARMUPS
 from vaco_jax import losses
-from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES, TV_SCOPES
-from vaco_jax.tokens.config import (ALGORITHMS, GROUP_UNITS, IN_FLIGHT_CACHES, TokenConfig,
+from vaco_jax.tokens.algorithms import ALGORITHMS, IS_LEVELS, TV_REFERENCES, TV_SCOPES
+from vaco_jax.tokens.config import (GROUP_UNITS, IN_FLIGHT_CACHES, TokenConfig,
                                     TokenHParams)
 from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.run.warm_start import default_cache_dir
@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = TokenConfig()
     p.add_argument("--task", default=d.task, choices=TASKS,
                    help="the verifiable task (docs/tokens.md)")
-    p.add_argument("--algo", default=d.algo, choices=ALGORITHMS,
+    p.add_argument("--algo", default=d.algo, choices=tuple(ALGORITHMS),
                    help="the algorithm (docs/tokens.md); thresholds via --hparam")
     p.add_argument("--is-level", default=d.is_level, choices=IS_LEVELS,
                    help="tis / mis: importance weights per token or per sequence")

@@ -3,7 +3,8 @@
 An `Algorithm` names its advantage estimator, its policy surrogate (with any filter or
 stabiliser applied inside it) and its optimiser transforms. The engine supplies the surrogate
 with `PolicyTerms`, the per-sample quantities every surrogate may need. Adding an algorithm is
-one entry in `ALGORITHMS`.
+one entry in `ALGORITHMS`, or, from an installed package, one `ALGORITHMS.register(...)` call
+in an entry point (`vaco_jax.core.registry`).
 
 Advantage estimators (`Advantages`, each a function of `ValueTerms`):
 - `GAE`: GAE on the behaviour data, ignoring lag (what naive asynchronous PPO does).
@@ -25,6 +26,7 @@ from flax import struct
 
 from vaco_jax import estimators, losses
 from vaco_jax.control.hparams import ControlHParams
+from vaco_jax.core.registry import AlgorithmRegistry
 
 
 @struct.dataclass
@@ -179,7 +181,7 @@ def _phase_ppo(t: PolicyTerms, hp: ControlHParams):
     return losses.ppo_clip_loss(_phase_ratio(t), t.advantages, hp.clip_eps)
 
 
-ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
+ALGORITHMS: AlgorithmRegistry[Algorithm] = AlgorithmRegistry("control", Algorithm, (
     Algorithm("ppo", GAE, _ppo,
               description="PPO-clip on the behaviour ratio pi_theta/beta (naive asynchronous PPO)"),
     Algorithm("ppo_recompute", GAE, _phase_ppo, phase_clip_only=True,
@@ -204,4 +206,4 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("decoupled_ppo_ess", GAE, _decoupled_ppo, ess_scaling=True,
               description="Decoupled PPO (clip, truncated IS) with an ESS-scaled learning rate "
                           "(sqrt(min(1, ess/ess_target)))"),
-)}
+))

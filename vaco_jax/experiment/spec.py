@@ -358,7 +358,7 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         testbed = testbeds.named(_values("testbed", spec.get("testbed", "control"), str)[0])
         tasks = _values("tasks", spec["tasks"], str, testbed.tasks())
-        algos = _values("algos", spec["algos"], str, testbed.algorithms)
+        algos = _values("algos", spec["algos"], str, testbed.algorithms())
         seeds = _seeds(spec["seeds"])
         focus_algo = spec.get("focus_algo", "vaco" if "vaco" in algos else algos[0])
         _values("focus_algo", focus_algo, str, algos)

@@ -3,7 +3,8 @@
 A `TokenAlgorithm` names how the group's rewards become advantages and its policy surrogate
 (with any stabiliser inside it). The trainer hands the surrogate `TokenTerms`, the per-token
 quantities every surrogate may need, and records the stabiliser metrics it returns (see
-`STABILISER_METRICS`). Adding an algorithm is one entry in `ALGORITHMS`; the engine's registry
+`STABILISER_METRICS`). Adding an algorithm is one entry in `ALGORITHMS` (or, from an installed
+package, one `ALGORITHMS.register(...)` call in an entry point: `vaco_jax.core.registry`); the engine's registry
 (`vaco_jax.control.algorithms`) is separate because its surrogates see `[T, B]` control batches with a
 critic.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from vaco_jax.core.registry import AlgorithmRegistry
 from vaco_jax.tokens import surrogates
 from vaco_jax.tokens.surrogates import (AdvantageFn, PolicyLoss, group_centred, group_relative,
                                         leave_one_out, off_policy_optimal)
@@ -73,7 +75,7 @@ def _vcpo_entry(name: str, advantages: AdvantageFn, ess_scaling: bool,
         source="VCPO (Stable Asynchrony: variance-controlled off-policy RL for LLMs)")
 
 
-ALGORITHMS: dict[str, TokenAlgorithm] = {a.name: a for a in (
+ALGORITHMS: AlgorithmRegistry[TokenAlgorithm] = AlgorithmRegistry("tokens", TokenAlgorithm, (
     TokenAlgorithm(
         "grpo", group_relative, surrogates.grpo, hparams=("clip_eps",),
         description="token-level PPO-clip on the behaviour ratio, group-relative advantages "
@@ -181,4 +183,4 @@ ALGORITHMS: dict[str, TokenAlgorithm] = {a.name: a for a in (
                 "VCPO without its baseline: group-relative advantages, ESS-scaled steps"),
     _vcpo_entry("vcpo_opob_only", off_policy_optimal, False,
                 "VCPO without its step scaling: advantages with the off-policy optimal baseline"),
-)}
+))

@@ -20,7 +20,6 @@ from vaco_jax.tokens.warm_start import WarmStart
 
 GROUP_UNITS = ("prompt", "sample")
 IN_FLIGHT_CACHES = ("per_snapshot", "shared")
-ALGORITHMS = tuple(algorithms.ALGORITHMS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +37,7 @@ class TokenConfig(Config):
     testbed: ClassVar[str] = "tokens"
     task: str = "add"
     task_size: int = 2
-    algo: str = "grpo"  # one of ALGORITHMS (`vaco_jax.tokens.algorithms`)
+    algo: str = "grpo"  # one of `vaco_jax.tokens.algorithms.ALGORITHMS`
     # `tis` and `mis`: one importance weight per token, or each sequence's product of ratios.
     is_level: str = "token"
     # The policy the trust regions of `vaco`, `grpo_tv_filter` and `dppo_*` measure the learner
@@ -181,7 +180,7 @@ def _validate_config(config: TokenConfig) -> None:
     check_choice("group_unit", config.group_unit, GROUP_UNITS)
     check_choice("in_flight_cache", config.in_flight_cache, IN_FLIGHT_CACHES)
     check_choice("aggregation", config.aggregation, AGGREGATIONS)
-    check_choice("algo", config.algo, ALGORITHMS)
+    check_choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
     check_choice("is_level", config.is_level, algorithms.IS_LEVELS)
     check_choice("tv_reference", config.tv_reference, algorithms.TV_REFERENCES)
     check_choice("tv_scope", config.tv_scope, algorithms.TV_SCOPES)

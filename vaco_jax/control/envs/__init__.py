@@ -4,15 +4,13 @@
 registered below (Brax, gymnax's classic control and MinAtar, MuJoCo Playground's DM Control
 suite, `toy_reach` and `toy_reach_discrete`), each factory importing its library only when the
 task is built. Installed packages register theirs through entry points of group
-`vaco_jax.envs` (`ENTRY_POINT_GROUP`). A factory takes the backend name and returns an adapter
+`vaco_jax.envs` (`ENTRY_POINT_GROUP`, `vaco_jax.infra.entry_points`). A factory takes the backend name and returns an adapter
 implementing `vaco_jax.control.envs.base.Environment`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
-import warnings
 from typing import Callable
 
 from vaco_jax.control.envs.base import Environment, EnvState
@@ -21,6 +19,7 @@ from vaco_jax.control.envs.gymnax_env import GYMNAX_TASKS, GymnaxEnvironment
 from vaco_jax.control.envs.playground_env import (EPISODE_LENGTH, PLAYGROUND_ACTION_SIZES,
                                                   PlaygroundEnvironment)
 from vaco_jax.control.envs.toy import ToyReach, ToyReachDiscrete
+from vaco_jax.infra.entry_points import call_entry_points
 
 ENTRY_POINT_GROUP = "vaco_jax.envs"
 """Each entry point of this group is a callable taking no arguments that calls `register`,
@@ -71,34 +70,14 @@ def register(name: str, factory: Callable[[str], Environment], *,
     return task
 
 
-_entry_points_loaded = False
-
-
-def _load_entry_points() -> None:
-    """Calls every entry point of `ENTRY_POINT_GROUP`, once, on the registry's first use (not
-    at import, so that importing vaco_jax stays cheap and a plugin may import vaco_jax). A
-    plugin that fails is reported and skipped: one broken package must not stop every command."""
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            point.load()()
-        except Exception as error:  # noqa: BLE001  (any failure of foreign code)
-            warnings.warn(f"entry point {point.name!r} ({point.value}) of group "
-                          f"{ENTRY_POINT_GROUP!r} failed to register its tasks: "
-                          f"{type(error).__name__}: {error}", RuntimeWarning, stacklevel=3)
-
-
 def names() -> tuple[str, ...]:
     """Every registered task name, in registration order."""
-    _load_entry_points()
+    call_entry_points(ENTRY_POINT_GROUP, "tasks")
     return tuple(_TASKS)
 
 
 def task(env: str) -> Task:
-    _load_entry_points()
+    call_entry_points(ENTRY_POINT_GROUP, "tasks")
     if env not in _TASKS:
         raise ValueError(f"env={env!r} is not supported; allowed values: {', '.join(_TASKS)}")
     return _TASKS[env]

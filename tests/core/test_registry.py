@@ -1,0 +1,120 @@
+"""The algorithm registries and their plugins: registration and its errors, entry points called
+once on first use, a failing plugin reported, and an installed plugin's algorithms training in
+`vaco-jax train`, `tokens` and `sweep`."""
+
+import json
+import subprocess
+
+import jax
+import numpy as np
+import pytest
+
+from engine_configs import TOY_EXPERIMENT
+from fake_plugins import fake_entry_points, install_example_plugin, uncalled_entry_points
+from processes import vaco_command, vaco_env
+from vaco_jax import testbeds
+from vaco_jax.control import algorithms as control
+from vaco_jax.core.registry import ENTRY_POINT_GROUP
+from vaco_jax.tokens import algorithms as tokens
+from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
+from vaco_jax.tokens.model import TokenPolicy
+from vaco_jax.tokens.train import TokenTrainer
+
+
+@pytest.fixture
+def registries(monkeypatch):
+    """Both testbeds' registries as private copies, their entry points not yet called."""
+    for registry in (control.ALGORITHMS, tokens.ALGORITHMS):
+        monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+    uncalled_entry_points(monkeypatch)
+
+
+def _ppo_entry(name: str) -> control.Algorithm:
+    return control.Algorithm(name, control.GAE, control.ALGORITHMS["ppo"].policy_loss)
+
+
+def test_register_refuses_a_duplicate_a_bad_name_and_another_testbeds_entry(registries):
+    with pytest.raises(ValueError, match="algo='ppo' is already registered on the control"):
+        control.ALGORITHMS.register(_ppo_entry("ppo"))
+    with pytest.raises(ValueError, match="must be an identifier, got 'my ppo'"):
+        control.ALGORITHMS.register(_ppo_entry("my ppo"))
+    with pytest.raises(TypeError, match="the tokens testbed's algorithms are TokenAlgorithm"):
+        tokens.ALGORITHMS.register(_ppo_entry("my_ppo"))
+    replaced = control.ALGORITHMS.register(_ppo_entry("ppo"), replace=True)
+    assert control.ALGORITHMS["ppo"] is replaced
+
+
+def test_entry_points_register_algorithms_once_on_first_use(registries, monkeypatch):
+    calls = []
+
+    def register_plugin():
+        calls.append(1)
+        control.ALGORITHMS.register(_ppo_entry("plugin_ppo"))
+    asked = fake_entry_points(monkeypatch, ENTRY_POINT_GROUP,
+                              {"register_plugin": register_plugin})
+    assert not calls  # not at import: on the registry's first read
+    assert "plugin_ppo" in testbeds.CONTROL.algorithms()
+    assert "plugin_ppo" not in tuple(tokens.ALGORITHMS)  # reading it calls nothing again
+    assert calls == [1] and asked == [ENTRY_POINT_GROUP]
+
+
+def test_a_failing_plugin_warns_and_the_others_still_register(registries, monkeypatch):
+    def broken():
+        raise RuntimeError("no such loss")
+
+    def good():
+        control.ALGORITHMS.register(_ppo_entry("plugin_ppo"))
+    fake_entry_points(monkeypatch, ENTRY_POINT_GROUP, {"broken": broken, "good": good})
+    with pytest.warns(RuntimeWarning, match="'broken' .* failed to register its algorithms: "
+                                            "RuntimeError: no such loss"):
+        names = tuple(control.ALGORITHMS)
+    assert "plugin_ppo" in names
+
+
+@pytest.fixture
+def example_plugin_path(tmp_path, monkeypatch):
+    site = install_example_plugin(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def test_the_example_plugins_token_algorithm_trains(registries, monkeypatch,
+                                                    example_plugin_path):
+    import dual_clip_plugin  # the documented example, installed for this test
+    fake_entry_points(monkeypatch, ENTRY_POINT_GROUP,
+                      {"register_all": dual_clip_plugin.register_all})
+    config = TokenConfig(algo="grpo_dual_clip", task="add", task_size=1, layers=1, width=32,
+                         heads=2, context=10, prompts=4, group_size=4, num_updates=2,
+                         eval_every=2, eval_prompts=16, buffer_capacity=4)
+    hparams = TokenHParams.create(learning_rate=3e-3)
+    validate(config, hparams)
+    params = TokenPolicy(config.model_spec).init(jax.random.PRNGKey(0))
+    trainer = TokenTrainer(config, initial_params=params)
+    state = trainer.init(jax.random.PRNGKey(1), hparams)
+    _, metrics = jax.jit(trainer.update)(state, hparams)
+    assert np.isfinite(np.asarray(metrics["policy_loss"]))
+    assert 0 <= float(metrics["clip_fraction"]) <= 1  # the plugin's own mechanism is recorded
+
+
+def _with_plugin(env: dict[str, str], site) -> dict[str, str]:
+    return {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{site}"}
+
+
+@pytest.mark.slow
+def test_an_installed_plugin_trains_in_train_and_sweep(example_plugin_path, tmp_path):
+    env = _with_plugin(vaco_env(tmp_path / "cache"), example_plugin_path)
+    run = tmp_path / "run"
+    trained = subprocess.run(vaco_command(
+        "train", "--env", "toy_reach", "--algo", "ppo_dual_clip", "--no-progress",
+        "--total-steps", "2048", "--seeds", "1", "--out", str(run)),
+        env=env, capture_output=True, text=True, timeout=600)
+    assert trained.returncode == 0, trained.stderr
+    assert json.loads((run / "config.json").read_text())["config"]["algo"] == "ppo_dual_clip"
+    experiment = tmp_path / "plugin.toml"
+    experiment.write_text(TOY_EXPERIMENT.replace('algos = ["vaco"]', 'algos = ["ppo_dual_clip"]')
+                          .replace("tv_delta = [0.1, 0.3]", ""))
+    swept = subprocess.run(vaco_command("sweep", str(experiment), "--out", str(tmp_path / "sweep"),
+                                        "--no-progress"),
+                           env=env, capture_output=True, text=True, timeout=900)
+    assert swept.returncode == 0, swept.stderr
+    assert "ppo_dual_clip" in (tmp_path / "sweep" / "report.md").read_text()

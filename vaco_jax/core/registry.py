@@ -1,0 +1,66 @@
+"""A testbed's algorithm registry: the built-in algorithms, and those installed packages register
+through entry points of group `vaco_jax.algorithms` (`ENTRY_POINT_GROUP`).
+
+An entry point of that group is a callable taking no arguments that calls the `register` of
+either testbed's registry, or of both: `vaco_jax.control.algorithms.ALGORITHMS.register(...)`
+with a `vaco_jax.control.algorithms.Algorithm`, `vaco_jax.tokens.algorithms.ALGORITHMS.register(
+...)` with a `vaco_jax.tokens.algorithms.TokenAlgorithm`. Declared in a plugin's
+`pyproject.toml` as
+`[project.entry-points."vaco_jax.algorithms"] my_losses = "my_package.losses:register_all"`,
+the algorithm then trains in `vaco-jax train`, `tokens` and `sweep` like a built-in one
+(`docs/algorithms.md`, "Your own algorithm").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Generic, Protocol, TypeVar
+
+from vaco_jax.infra.entry_points import call_entry_points
+
+ENTRY_POINT_GROUP = "vaco_jax.algorithms"
+
+
+class Named(Protocol):
+    name: str
+
+
+EntryT = TypeVar("EntryT", bound=Named)
+
+
+class AlgorithmRegistry(Mapping[str, EntryT], Generic[EntryT]):
+    """Algorithm name -> entry, read like a dict; every read first calls the installed plugins'
+    entry points (once per process), so a plugin's algorithms are there wherever names are
+    checked or listed."""
+
+    def __init__(self, testbed: str, entry_type: type[EntryT], builtins: Iterable[EntryT]):
+        self._testbed, self._entry_type = testbed, entry_type
+        self._entries: dict[str, EntryT] = {}
+        for entry in builtins:
+            self.register(entry)
+
+    def register(self, entry: EntryT, *, replace: bool = False) -> EntryT:
+        """Adds `entry` under `entry.name`; `replace=True` overrides an existing one."""
+        if not isinstance(entry, self._entry_type):
+            raise TypeError(f"register: the {self._testbed} testbed's algorithms are "
+                            f"{self._entry_type.__name__} objects, got {type(entry).__name__}")
+        if not isinstance(entry.name, str) or not entry.name.isidentifier():
+            raise ValueError(f"register: an algorithm's name must be an identifier, "
+                             f"got {entry.name!r}")
+        if entry.name in self._entries and not replace:
+            raise ValueError(f"register: algo={entry.name!r} is already registered on the "
+                             f"{self._testbed} testbed; pass replace=True to override it")
+        self._entries[entry.name] = entry
+        return entry
+
+    def __getitem__(self, name: str) -> EntryT:
+        call_entry_points(ENTRY_POINT_GROUP, "algorithms")
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        call_entry_points(ENTRY_POINT_GROUP, "algorithms")
+        return iter(tuple(self._entries))
+
+    def __len__(self) -> int:
+        call_entry_points(ENTRY_POINT_GROUP, "algorithms")
+        return len(self._entries)
