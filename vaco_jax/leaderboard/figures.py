@@ -38,8 +38,10 @@ def figure_board(board: TaskBoard) -> Figure:
     lags = list(board.lags)
     panels = (SCORE_PANEL, *KEPT_PANELS) if board.kept else (SCORE_PANEL,)
     label_width = 0.075 * max(len(v) for v in board.order)
-    figure = Figure(figsize=(label_width + 2.0 * len(lags) * len(panels) + 1.5,
-                             1.9 + 0.42 * len(board.order)), layout="constrained")
+    # About 1.2 inches a cell holds its interval at this font; the height leaves room for
+    # the title and the colour bars when a study has one or two methods.
+    figure = Figure(figsize=(label_width + max(1.2 * len(lags), 2.6) * len(panels) + 1.0,
+                             max(3.6, 1.9 + 0.42 * len(board.order))), layout="constrained")
     axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     for ax, (key, title, source, colour_range, label) in zip(axes, panels):
         records = board.scores if source == "scores" else board.kept
