@@ -132,7 +132,7 @@ def test_the_claims_table_lists_every_claim_linking_its_study(site):
 def test_every_page_carries_the_version_stamp(site):
     for page in site.out.rglob("*.html"):
         text = page.read_text()
-        assert "Built from vaco_jax commit" in text and "1 x cpu (cpu backend): 1 studies" in text
+        assert "Built from vaco_jax commit" in text and "1 x cpu (cpu backend): 1 study" in text
 
 
 def test_the_command_refuses_a_folder_it_did_not_write_and_overwrites_only_its_own(
@@ -144,6 +144,9 @@ def test_the_command_refuses_a_folder_it_did_not_write_and_overwrites_only_its_o
     (foreign / "mine.txt").write_text("keep me")
     assert main([*args, "--out", str(foreign)]) == 2
     assert "already exists" in capsys.readouterr().err
+    assert main([*args, "--out", str(root / "board")]) == 2
+    assert "inside the results folder" in capsys.readouterr().err
+    assert not (root / "board").exists()
 
     out = tmp_path / "site"
     assert main([*args, "--out", str(out)]) == 0

@@ -66,7 +66,7 @@ def stamp(studies: Sequence[Study]) -> Stamp:
     devices = collections.Counter(study.devices() for study in studies)
     return Stamp(commit=commit,
                  date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                 devices="; ".join(f"{kind}: {count} studies"
+                 devices="; ".join(f"{kind}: {count} stud{'y' if count == 1 else 'ies'}"
                                    for kind, count in sorted(devices.items())) or "no studies")
 
 
@@ -98,6 +98,10 @@ def build_site(
     """Builds the board of every study under ``results`` into ``out``: ``index.html``,
     ``claims.html``, ``studies/NAME/index.html`` (with the study's report, runs table,
     summary, experiment and figures beside it) and ``methods/TESTBED-ALGO.html``."""
+    if Path(results).resolve() in (Path(out).resolve(), *Path(out).resolve().parents):
+        # The board copies each study's summary.json: the next build would find them as studies.
+        raise ValueError(f"the site folder {str(out)!r} lies inside the results folder "
+                         f"{str(results)!r}; choose a folder outside it")
     studies, skipped = read_studies(results)
     boards, unboarded = _boards(studies)
     studies = [study for study in studies if study.name in boards]
