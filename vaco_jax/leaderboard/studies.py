@@ -18,7 +18,7 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +205,3 @@ def read_studies(results: str | os.PathLike[str]) -> tuple[list[Study], list[Ski
             skipped.append(Skipped(folder.relative_to(root).as_posix(),
                                    f"{type(error).__name__}: {error}"))
     return studies, skipped
-
-
-def studies_of_testbed(studies: Sequence[Study], testbed: str) -> list[Study]:
-    return [study for study in studies if study.testbed == testbed]
