@@ -49,14 +49,15 @@ def link(href: str, text: str) -> str:
     return f'<a href="{escape(href)}">{escape(text)}</a>'
 
 
-def interval(record: Mapping[str, Any] | None, digits: int = 3) -> str:
-    """``point [low, high]``; an undefined record or an unbounded end says so."""
+def interval(record: Mapping[str, Any] | None, spec: str = ".3f") -> str:
+    """``point [low, high]`` under the format ``spec`` (the raw scores of a testbed's units
+    read best in significant digits); an undefined record or an unbounded end says so."""
     if record is None:
         return "undefined"
-    point = f"{record['point']:.{digits}f}"
+    point = format(record["point"], spec)
     if record.get("low") is None or record.get("high") is None:
         return f"{point} [unbounded]"
-    return f"{point} [{record['low']:.{digits}f}, {record['high']:.{digits}f}]"
+    return f"{point} [{format(record['low'], spec)}, {format(record['high'], spec)}]"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]],

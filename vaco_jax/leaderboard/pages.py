@@ -74,7 +74,7 @@ def _board_table(board: TaskBoard) -> str:
             kept = board.kept.get((variant, lag), {})
             rows.append([escape(variant), f"{lag:g}", escape(rates.get(variant, "")),
                          str(score["runs"]), f"{score['raw_initial']:.4g}",
-                         interval(score["raw_final"], 4), interval(score["score"]),
+                         interval(score["raw_final"], ".4g"), interval(score["score"]),
                          interval(score["auc"]),
                          interval(kept.get("kept")) if kept else "-",
                          interval(kept.get("auc_kept")) if kept else "-",
