@@ -165,7 +165,7 @@ def test_the_command_refuses_a_folder_it_did_not_write_and_overwrites_only_its_o
 def test_a_summary_without_a_field_the_board_reads_is_skipped_naming_it(results, tmp_path):
     root, _ = results
     summary = json.loads((root / "toy" / "summary.json").read_text())
-    del summary["cells"][0]["raw"]
+    del summary["cells"][0]["iqm"]
     copy = tmp_path / "results" / "toy"
     copy.mkdir(parents=True)
     for name in ("report.md", "runs.parquet", "experiment.toml"):
@@ -173,5 +173,5 @@ def test_a_summary_without_a_field_the_board_reads_is_skipped_naming_it(results,
     (copy / "summary.json").write_text(json.dumps(summary))
     built = build_site(tmp_path / "site", tmp_path / "results", root.parent / "claims.toml",
                        CARD)
-    assert [(s.name, "'raw'" in s.reason) for s in built.skipped] == [("toy", True)]
+    assert [(s.name, "'iqm'" in s.reason) for s in built.skipped] == [("toy", True)]
     assert (built.out / "index.html").is_file() and "toy" in (built.out / "index.html").read_text()

@@ -29,9 +29,9 @@ class TaskBoard:
 
     ``scores`` holds per cell the normalised final score's IQM (``score``) and AUC's
     (``auc``), each ``{point, low, high}``, with the raw first evaluation and final IQM in the
-    testbed's units (``raw_initial``, ``raw_final``); ``kept`` the cell's ``kept_gain`` record
-    (empty where the study has none: ``kept_skipped`` says why); ``order`` the variants best
-    first (``ranked``).
+    testbed's units (``raw_initial``, ``raw_final``; None where the report kept none);
+    ``kept`` the cell's ``kept_gain`` record (empty where the study has none: ``kept_skipped``
+    says why); ``order`` the variants best first (``ranked``).
     """
 
     study: Study
@@ -56,10 +56,14 @@ def score_records(summary: Mapping[str, Any], task: str) -> dict[Key, dict[str, 
             "score": r["iqm"], "auc": r["auc_iqm"], "runs": r["runs"],
             "raw_initial": r["raw_initial"], "raw_final": r["raw_iqm"],
         } for r in summary["task_cells"] if r["task"] == task}
-    return {(r["variant"], float(r["lag"])): {
-        "score": r["iqm"], "auc": r["auc_iqm"], "runs": r["num_runs"],
-        "raw_initial": r["raw"][task]["initial"], "raw_final": r["raw"][task]["iqm"],
-    } for r in summary["cells"]}
+    records = {}
+    for r in summary["cells"]:
+        # A report from before raw scores were kept has none: the pages say not recorded.
+        raw = r.get("raw", {}).get(task) or {}
+        records[(r["variant"], float(r["lag"]))] = {
+            "score": r["iqm"], "auc": r["auc_iqm"], "runs": r["num_runs"],
+            "raw_initial": raw.get("initial"), "raw_final": raw.get("iqm")}
+    return records
 
 
 def ranked(scores: Mapping[Key, Mapping[str, Any]], kept: Mapping[Key, Mapping[str, Any]],

@@ -62,6 +62,13 @@ def _learning_rates(study: Study) -> dict[str, str]:
     return {str(v["variant"]): study.learning_rates(v) for v in study.summary["run"]["variants"]}
 
 
+def _raw(value: float | Mapping[str, Any] | None) -> str:
+    """A score in the testbed's units, or its interval, in significant digits."""
+    if value is None:
+        return "not recorded"
+    return interval(value, ".4g") if isinstance(value, Mapping) else f"{value:.4g}"
+
+
 def _board_table(board: TaskBoard) -> str:
     """Every cell of a task's board with the numbers behind it, in the testbed's units too."""
     rates, mechanisms = _learning_rates(board.study), _mechanisms(board.study)
@@ -73,8 +80,8 @@ def _board_table(board: TaskBoard) -> str:
                 continue
             kept = board.kept.get((variant, lag), {})
             rows.append([escape(variant), f"{lag:g}", escape(rates.get(variant, "")),
-                         str(score["runs"]), f"{score['raw_initial']:.4g}",
-                         interval(score["raw_final"], ".4g"), interval(score["score"]),
+                         str(score["runs"]), _raw(score["raw_initial"]),
+                         _raw(score["raw_final"]), interval(score["score"]),
                          interval(score["auc"]),
                          interval(kept.get("kept")) if kept else "-",
                          interval(kept.get("auc_kept")) if kept else "-",
