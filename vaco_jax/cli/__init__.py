@@ -1,4 +1,4 @@
-"""Command line: `vaco-jax train | tokens | sweep | report | envs`.
+"""Command line: `vaco-jax train | tokens | sweep | report | envs | leaderboard`.
 
 Thin: each command parses its flags, then calls the layers below (a testbed's config and
 hyper-parameters, the driver, the experiment runner, the report writer).
@@ -23,6 +23,7 @@ from vaco_jax import __version__
 
 from vaco_jax.cli import common, console
 from vaco_jax.cli import envs as envs_cli
+from vaco_jax.cli import leaderboard as leaderboard_cli
 from vaco_jax.cli import sweep as sweep_cli
 from vaco_jax.cli import tokens as tokens_cli
 from vaco_jax.cli import train as train_cli
@@ -66,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(parser=p)  # its defaults tell which flags a resume would ignore
     sweep_cli.add_parsers(subparsers)
     envs_cli.add_parser(subparsers)
+    leaderboard_cli.add_parser(subparsers)
     return parser
 
 
@@ -88,7 +90,8 @@ def _run(args) -> int:
     if args.command in TRAINING_COMMANDS:
         return common.run_driver(args, *TRAINING_COMMANDS[args.command][0].build(args))
     return {"sweep": sweep_cli.run_sweep, "report": sweep_cli.run_report,
-            "envs": envs_cli.run_envs}[args.command](args)
+            "envs": envs_cli.run_envs,
+            "leaderboard": leaderboard_cli.run_leaderboard}[args.command](args)
 
 
 def _continue_command(args) -> str | None:

@@ -29,7 +29,7 @@ red lost gain, blue gained more than without lag; values beyond are clipped to t
 UNDEFINED_COLOUR = "lightgrey"
 
 
-def _colour_map() -> Colormap:
+def colour_map() -> Colormap:
     """Red below 1 (gain lost), white at 1, blue above; beyond the range deeper shades."""
     return colormaps["RdBu"].with_extremes(under="#4a0010", over="#001a4a")
 
@@ -64,18 +64,20 @@ def _cell_text(record: Mapping[str, Any] | None, key: str) -> str:
     return f"{kept['point']:.2f}\n[{kept['low']:.2f}, {kept['high']:.2f}]"
 
 
-def _panel(
+def panel(
     ax: Axes, by_cell: Mapping[tuple[str, float], Mapping[str, Any]], order: Sequence[str],
     key: str, lags: Sequence[float], norm: Normalize,
 ) -> AxesImage:
-    """One task's kept shares of one measure: a row per variant in ``order``, a column per lag."""
+    """One task's shares of one measure (``key`` of each record): a row per variant in
+    ``order``, a column per lag, coloured under ``norm`` with the value and its interval
+    written in (the leaderboard draws its normalised scores with it too)."""
     def point(variant: str, lag: float) -> float:
         record = by_cell.get((variant, lag))
         return np.nan if record is None or record[key] is None else record[key]["point"]
 
     values = np.array([[point(v, lag) for lag in lags] for v in order])
     ax.set_facecolor(UNDEFINED_COLOUR)
-    image = ax.imshow(values, cmap=_colour_map(), norm=norm, aspect="auto")
+    image = ax.imshow(values, cmap=colour_map(), norm=norm, aspect="auto")
     for i, variant in enumerate(order):
         for j, lag in enumerate(lags):
             dark = np.isfinite(values[i, j]) and abs(norm(values[i, j]) - 0.5) > 0.35
@@ -108,7 +110,7 @@ def figure_kept_gain(kept_gain: Mapping[str, Any], lags: Sequence[float]) -> Fig
     for row_axes, task in zip(grid, tasks):
         by_cell = {(r["variant"], r["lag"]): r for r in records if r["task"] == task}
         for ax, (key, measure) in zip(row_axes, MEASURES.items()):
-            image = _panel(ax, by_cell, orders[task], key, lags, norm)
+            image = panel(ax, by_cell, orders[task], key, lags, norm)
             ax.set_title(f"{task}: {measure}", fontsize="medium")
         row_axes[1].tick_params(labelleft=False)
     figure.colorbar(image, ax=grid.ravel().tolist(), extend="both",

@@ -1,0 +1,177 @@
+"""The leaderboard built from a tiny synthetic results folder: a study written by the report
+layer as a sweep writes it, a damaged one, and a link out of the folder."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pandas as pd
+import pytest
+
+from vaco_jax.cli import main
+from vaco_jax.leaderboard import board as board_module
+from vaco_jax.leaderboard.site import build_site
+from vaco_jax.leaderboard.studies import read_studies
+from vaco_jax.report import write_report
+
+from site_checks import broken_links, check_board_numbers, run_table
+
+CARD = "docs/fidelity.md"
+SEEDS = range(4)
+LAGS = (0.0, 2.0)
+STEPS = (0, 50, 100)
+CLAIMS = """\
+[[claim]]
+id = 1
+claim = "Lag hurts ppo on toy_reach."
+source = "a synthetic paper"
+studies = ["toy"]
+status = "reproduced"
+numbers = "ppo keeps little."
+figure = "fig_kept_gain.png"
+scale = "tiny"
+
+[[claim]]
+id = 2
+claim = "Nothing tests this."
+source = "another paper"
+studies = []
+status = "untested"
+numbers = "no study"
+figure = ""
+scale = ""
+"""
+
+
+def _runs() -> pd.DataFrame:
+    """ppo loses most of its gain at lag 2, vaco little; each seed gains a different amount."""
+    rows = []
+    for algo, lag, seed in itertools.product(("ppo", "vaco"), LAGS, SEEDS):
+        gain = (40.0 + 10 * seed) * (1.0 if lag == 0.0 else 0.3 if algo == "ppo" else 0.9)
+        mechanism = {"clip_fraction": 0.1 * lag, "clip_acted": 0.5 * lag / 2} if algo == "ppo" \
+            else {"filter_fraction": 0.0, "filter_acted": 0.0}
+        for update, steps in enumerate(STEPS):
+            rows.append({"task": "toy_reach", "algo": algo, "lag_model": "uniform", "lag": lag,
+                         "epochs": 2, "minibatches": 2, "seed": seed,
+                         "run_id": f"{algo}/lag{lag:g}/s{seed}", "update": update,
+                         "env_steps": steps, "eval_return": 10.0 + gain * update / 2,
+                         "diverged": False, "diverged_at": -1, **mechanism})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("results")
+    write_report(_runs(), root / "toy", reference_scores={"toy_reach": 100.0}, reps=50)
+    (root / "toy" / "experiment.toml").write_text(
+        'name = "toy"\ntasks = ["toy_reach"]\nalgos = ["ppo", "vaco"]\n'
+        '[hparams]\nlearning_rate = 1e-3\n')
+    broken = root / "broken"
+    broken.mkdir()
+    for name, text in (("summary.json", "{not json"), ("report.md", "#"), ("runs.parquet", ""),
+                       ("experiment.toml", "")):
+        (broken / name).write_text(text)
+    outside = tmp_path_factory.mktemp("outside")
+    write_report(_runs(), outside / "elsewhere", reps=10)
+    (root / "linked").symlink_to(outside / "elsewhere", target_is_directory=True)
+    claims = root.parent / "claims.toml"
+    claims.write_text(CLAIMS)
+    return root, claims
+
+
+@pytest.fixture(scope="module")
+def site(results, tmp_path_factory):
+    root, claims = results
+    out = tmp_path_factory.mktemp("board") / "site"
+    return build_site(out, root, claims, CARD)
+
+
+def test_a_damaged_study_is_skipped_and_a_link_is_not_followed(site):
+    assert [s.name for s in site.skipped] == ["broken"]
+    assert (site.out / "studies" / "toy" / "index.html").is_file()
+    assert not (site.out / "studies" / "linked").exists()
+
+
+def test_every_page_parses_and_every_local_link_and_image_exists(site):
+    assert {"index.html", "claims.html", "studies/toy/index.html",
+            "methods/control-ppo.html", "methods/tokens-grpo.html"} <= set(site.pages)
+    assert broken_links(site.out) == {}
+    index = (site.out / "index.html").read_text()
+    assert "studies/toy/board_toy_reach.png" in index and "broken" in index
+
+
+def test_board_cells_hold_the_runs_table_numbers(results, site):
+    root, _ = results
+    (study,), _ = read_studies(root)
+    (board,) = board_module.task_boards(study)
+    assert check_board_numbers(board, run_table(root / "toy", dict(study.summary))) == 4
+    # ppo keeps 0.3 of its gain, vaco 0.9: vaco ranks first, by its lagged score.
+    assert board.order == ("vaco", "ppo")
+    assert board.kept[("ppo", 2.0)]["kept"]["point"] == pytest.approx(0.3)
+    page = (site.out / "studies" / "toy" / "index.html").read_text()
+    assert '<td>ppo</td><td class="number">2</td><td class="number">0.001</td>' in page
+    assert "0.300 [" in page and "0.900 [" in page
+
+
+def test_the_method_pages_say_the_learning_rate_and_whether_the_mechanism_acted(site):
+    ppo = (site.out / "methods" / "control-ppo.html").read_text()
+    assert "PureJaxRL" in ppo  # the card's entry
+    assert "0.001" in ppo and "clip: 20.0% of samples, acted at 50% of steps" in ppo
+    vaco = (site.out / "methods" / "control-vaco.html").read_text()
+    assert "filter: never acted" in vaco
+
+
+def test_the_claims_table_lists_every_claim_linking_its_study(site):
+    claims = (site.out / "claims.html").read_text()
+    assert claims.count("<tr>") == 1 + 2
+    assert "Lag hurts ppo on toy_reach." in claims and "Nothing tests this." in claims
+    assert 'href="studies/toy/fig_kept_gain.png"' in claims
+
+
+def test_every_page_carries_the_version_stamp(site):
+    for page in site.out.rglob("*.html"):
+        text = page.read_text()
+        assert "Built from vaco_jax commit" in text and "1 x cpu (cpu backend): 1 study" in text
+
+
+def test_the_command_refuses_a_folder_it_did_not_write_and_overwrites_only_its_own(
+        results, tmp_path, capsys):
+    root, claims = results
+    args = ["leaderboard", "--results", str(root), "--claims", str(claims)]
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("keep me")
+    assert main([*args, "--out", str(foreign)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main([*args, "--out", str(root / "board")]) == 2
+    assert "inside the results folder" in capsys.readouterr().err
+    assert not (root / "board").exists()
+
+    out = tmp_path / "site"
+    assert main([*args, "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    warnings = captured.err.strip().splitlines()
+    assert len(warnings) == 1 and "skipped the study broken" in warnings[0]
+    assert "Traceback" not in captured.err
+    assert main([*args, "--out", str(out)]) == 2
+    (out / "mine.txt").write_text("keep me")
+    assert main([*args, "--out", str(out), "--overwrite"]) == 2  # a file it did not write
+    assert main([*args, "--out", str(out), "--overwrite", "--keep", "mine.txt"]) == 0
+    assert (out / "mine.txt").read_text() == "keep me"
+    assert (out / "index.html").is_file()
+
+
+def test_a_summary_without_a_field_the_board_reads_is_skipped_naming_it(results, tmp_path):
+    root, _ = results
+    summary = json.loads((root / "toy" / "summary.json").read_text())
+    del summary["cells"][0]["iqm"]
+    copy = tmp_path / "results" / "toy"
+    copy.mkdir(parents=True)
+    for name in ("report.md", "runs.parquet", "experiment.toml"):
+        (copy / name).write_bytes((root / "toy" / name).read_bytes())
+    (copy / "summary.json").write_text(json.dumps(summary))
+    built = build_site(tmp_path / "site", tmp_path / "results", root.parent / "claims.toml",
+                       CARD)
+    assert [(s.name, "'iqm'" in s.reason) for s in built.skipped] == [("toy", True)]
+    assert (built.out / "index.html").is_file() and "toy" in (built.out / "index.html").read_text()

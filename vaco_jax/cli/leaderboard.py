@@ -1,0 +1,36 @@
+"""`vaco-jax leaderboard`: the lag-robustness leaderboard of the committed studies, as a static
+site (HTML, CSS and PNG figures; no server, no script)."""
+
+from __future__ import annotations
+
+import sys
+
+from vaco_jax.cli.common import add_overwrite_flags, check_keep_flags
+from vaco_jax.leaderboard.site import build_site
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "leaderboard", help="build the lag-robustness leaderboard of the committed studies as a "
+                            "static site: per task each study's board, the claims table and a "
+                            "page per method")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder of the site")
+    p.add_argument("--results", default="experiments/results", metavar="DIR",
+                   help="folder of the studies (each folder holding a summary.json)")
+    p.add_argument("--claims", default="experiments/claims.toml", metavar="FILE",
+                   help="the claims list")
+    p.add_argument("--card", default="docs/fidelity.md", metavar="FILE",
+                   help="the fidelity card, one entry per method")
+    add_overwrite_flags(p, "the site in an existing DIR")
+
+
+def run_leaderboard(args) -> int:
+    check_keep_flags(args)
+    built = build_site(args.out, args.results, args.claims, args.card,
+                       overwrite=args.overwrite, keep=args.keep)
+    for skipped in built.skipped:
+        print(f"vaco-jax leaderboard: warning: skipped the study {skipped.name}: "
+              f"{skipped.reason}", file=sys.stderr)
+    print(f"leaderboard: {built.out}/index.html ({len(built.pages)} pages; claims in "
+          f"{built.out}/claims.html)")
+    return 0

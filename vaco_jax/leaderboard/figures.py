@@ -1,0 +1,64 @@
+"""The board's figure of one task of one study: three heatmaps side by side, methods as rows
+(best first by lagged score) and lag levels as columns, drawn with the report's heatmap panel:
+
+- the normalised final score, IQM [95% CI], on the task's one reference (0 initial, 1 reference);
+- the share of the synchronous gain kept in the final score;
+- the share kept in the AUC (learning that lag slowed costs too).
+
+The score comes first: it is what the rows are ranked by, and it keeps a method that learns
+little synchronously from topping the board by keeping little of little.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+
+from vaco_jax.leaderboard.board import TaskBoard
+from vaco_jax.report.cells import CONFIDENCE
+from vaco_jax.report.figures_heatmap import COLOUR_RANGE, panel
+
+SCORE_RANGE = (0.0, 1.0)
+"""Normalised score at either end of the colour map: red at the initial policies' level, white
+half-way, blue at the reference."""
+SCORE_PANEL = ("score", "normalised final score", "scores", SCORE_RANGE, "score (1: reference)")
+KEPT_PANELS = (
+    ("kept", "kept share: final score", "kept", COLOUR_RANGE, "share of the synchronous gain"),
+    ("auc_kept", "kept share: AUC", "kept", COLOUR_RANGE, "share of the synchronous gain"),
+)
+"""(record key, title, the board's records it reads, colour range, colour bar label) of each
+panel, left to right."""
+
+
+def figure_board(board: TaskBoard) -> Figure:
+    """The task's three panels; a study without a kept gain has its score panel alone
+    (``board.kept_skipped`` says why)."""
+    lags = list(board.lags)
+    panels = (SCORE_PANEL, *KEPT_PANELS) if board.kept else (SCORE_PANEL,)
+    label_width = 0.075 * max(len(v) for v in board.order)
+    # About 1.2 inches a cell holds its interval at this font; the height leaves room for
+    # the title and the colour bars when a study has one or two methods.
+    figure = Figure(figsize=(label_width + max(1.2 * len(lags), 2.6) * len(panels) + 1.0,
+                             max(3.6, 1.9 + 0.42 * len(board.order))), layout="constrained")
+    axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, (key, title, source, colour_range, label) in zip(axes, panels):
+        records = board.scores if source == "scores" else board.kept
+        image = panel(ax, records, board.order, key, lags, Normalize(*colour_range))
+        ax.set_title(title, fontsize="medium")
+        figure.colorbar(image, ax=ax, location="bottom", extend="both", shrink=0.8,
+                        aspect=30, pad=0.02, label=label)
+    for ax in axes[1:]:
+        ax.tick_params(labelleft=False)
+    note = (f"IQM over runs [{CONFIDENCE:.0%} CI]. Score: 0 = mean initial policy of the task's "
+            f"runs, 1 = its reference"
+            + ("; kept share: (score - initial) / synchronous (score - initial)"
+               if board.kept else "")
+            + ". Rows by mean score over lags > 0, best first; grey: not run or undefined.")
+    if board.kept_skipped:
+        note += f" No kept share: {board.kept_skipped}."
+    width = int(11 * figure.get_figwidth())
+    figure.suptitle("\n".join([f"{board.study.name}: {board.task}",
+                               *textwrap.wrap(note, width)]), fontsize="medium")
+    return figure

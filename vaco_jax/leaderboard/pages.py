@@ -1,0 +1,204 @@
+"""The board's pages, as HTML text: the index (per testbed and task, each study's board), a
+page per study (its raw scores and files), the claims table and a page per method.
+
+Where each page lies (``*_path``) is decided here, so that every link is written from the
+same place it is checked against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vaco_jax.leaderboard.board import TaskBoard
+from vaco_jax.leaderboard.card import Entry, markdown_html
+from vaco_jax.leaderboard.claims import Claim
+from vaco_jax.leaderboard.html import Stamp, escape, interval, link, page, table
+from vaco_jax.leaderboard.studies import COPIED_FILES, REPORT_FILE, Skipped, Study
+
+TESTBED_NAMES = {"control": "Control testbed", "tokens": "Token testbed"}
+
+
+def study_path(study: Study) -> str:
+    return f"studies/{study.slug}/index.html"
+
+
+def board_image(board: TaskBoard) -> str:
+    return f"studies/{board.study.slug}/{board.stem}.png"
+
+
+def method_path(entry: Entry) -> str:
+    return f"methods/{entry.slug}.html"
+
+
+def _study_file(study: Study, name: str) -> str:
+    return f"studies/{study.slug}/{name}"
+
+
+def mechanism_text(record: Mapping[str, Any]) -> str:
+    """Whether and how much each stabiliser of one (variant, lag) acted: the share of samples
+    it touched and of gradient steps at which it acted, or that it never acted."""
+    parts = []
+    for name, summary in sorted(record.items()):
+        if name in ("variant", "lag") or not isinstance(summary, dict):
+            continue
+        if summary.get("never_acted"):
+            parts.append(f"{name}: never acted")
+            continue
+        acted = summary.get("acted")
+        fraction = summary.get("fraction")
+        parts.append(f"{name}: {'?' if fraction is None else f'{fraction:.1%}'} of samples"
+                     + ("" if acted is None else f", acted at {acted:.0%} of steps")
+                     + f" ({summary.get('runs_acted')} of {summary.get('runs')} runs)")
+    return "; ".join(parts) or "no stabiliser"
+
+
+def _mechanisms(study: Study) -> dict[tuple[str, float], str]:
+    return {(r["variant"], float(r["lag"])): mechanism_text(r)
+            for r in study.summary["mechanisms"]}
+
+
+def _learning_rates(study: Study) -> dict[str, str]:
+    return {str(v["variant"]): study.learning_rates(v) for v in study.summary["run"]["variants"]}
+
+
+def _raw(value: float | Mapping[str, Any] | None) -> str:
+    """A score in the testbed's units, or its interval, in significant digits."""
+    if value is None:
+        return "not recorded"
+    return interval(value, ".4g") if isinstance(value, Mapping) else f"{value:.4g}"
+
+
+def _board_table(board: TaskBoard) -> str:
+    """Every cell of a task's board with the numbers behind it, in the testbed's units too."""
+    rates, mechanisms = _learning_rates(board.study), _mechanisms(board.study)
+    rows = []
+    for variant in board.order:
+        for lag in board.lags:
+            score = board.scores.get((variant, lag))
+            if score is None:
+                continue
+            kept = board.kept.get((variant, lag), {})
+            rows.append([escape(variant), f"{lag:g}", escape(rates.get(variant, "")),
+                         str(score["runs"]), _raw(score["raw_initial"]),
+                         _raw(score["raw_final"]), interval(score["score"]),
+                         interval(score["auc"]),
+                         interval(kept.get("kept")) if kept else "-",
+                         interval(kept.get("auc_kept")) if kept else "-",
+                         escape(mechanisms.get((variant, lag), ""))])
+    return table(["method", "lag", "learning rate", "runs", "raw initial", "raw final IQM",
+                  "normalised score IQM", "normalised AUC IQM", "kept share: final",
+                  "kept share: AUC", "stabilisers"], rows, numeric=range(1, 10))
+
+
+def study_page(study: Study, boards: Sequence[TaskBoard], stamp: Stamp) -> str:
+    files = [link(name, name) for name in (*COPIED_FILES, *study.figures)]
+    sections = "".join(
+        f"<h2>{escape(board.task)}</h2>"
+        f'<p><img src="{escape(board.stem)}.png" alt="board of {escape(board.task)}"></p>'
+        + (f'<p class="warning">No kept share: {escape(board.kept_skipped)}.</p>'
+           if board.kept_skipped else "")
+        + _board_table(board)
+        for board in boards)
+    normalisation = "; ".join(f"{escape(task)}: 0 = {n['initial']:.4g}, 1 = {n['reference']:.4g} "
+                              f"({escape(n['source'])})"
+                              for task, n in study.summary["normalisation"].items())
+    body = (f"<p>{escape(study.title)}</p>"
+            f"<p>Testbed: {escape(study.testbed)}. Report written from commit "
+            f"{escape(study.commit())} on {escape(study.devices())}. Normalisation: "
+            f"{normalisation}.</p>"
+            f"<p>The study's files: {', '.join(files)}.</p>{sections}")
+    return page(f"Study {study.name}", body, stamp, depth=2)
+
+
+def _task_sections(boards: Sequence[TaskBoard]) -> str:
+    by_task: dict[str, list[TaskBoard]] = {}
+    for board in boards:
+        by_task.setdefault(board.task, []).append(board)
+    return "".join(
+        f"<h3>Task {escape(task)}</h3>" + "".join(
+            f"<h4>{link(study_path(b.study), b.study.name)}</h4>"
+            f"<p>{escape(b.study.title)}</p>"
+            f'<p><img src="{escape(board_image(b))}" alt="board of {escape(b.study.name)} on '
+            f'{escape(task)}"></p>'
+            for b in task_boards)
+        for task, task_boards in sorted(by_task.items()))
+
+
+def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
+               methods: Sequence[Entry], stamp: Stamp) -> str:
+    testbeds = sorted({b.study.testbed for b in boards})
+    warnings = "".join(f'<li class="warning">{escape(s.name)}: {escape(s.reason)}</li>'
+                       for s in skipped)
+    method_links = ", ".join(link(method_path(e), f"{e.algo} ({e.testbed})") for e in methods)
+    body = (
+        "<p>Each study's board ranks its methods by their lagged score normalised to one "
+        "reference for every method (0: the task's initial policies, 1: its reference score), "
+        "and beside it shows the share of its own synchronous gain each method keeps, in the "
+        "final score and in the area under the learning curve. A method that learns little "
+        "without lag keeps a large share of little, so the share alone does not rank. Cells: "
+        "IQM over runs with a 95% stratified-bootstrap interval. A study's page holds the raw "
+        "scores, the learning rates, whether each stabiliser acted, its report and runs table."
+        f' The claims these studies test: {link("claims.html", "claims")}.</p>'
+        + (f"<p>Studies skipped:</p><ul>{warnings}</ul>" if warnings else "")
+        + "".join(f"<h2>{escape(TESTBED_NAMES.get(t, t))}</h2>"
+                  + _task_sections([b for b in boards if b.study.testbed == t])
+                  for t in testbeds)
+        + f'<h2 id="methods">Methods</h2><p>{method_links}</p>')
+    return page("Policy-lag leaderboard", body, stamp, depth=0)
+
+
+def claims_page(claims: Sequence[Claim], studies: Mapping[str, Study], stamp: Stamp) -> str:
+    """A row per claim; a study the results lack is named without a link."""
+    rows = []
+    for claim in claims:
+        tested = []
+        for name in claim.studies:
+            study = studies.get(name)
+            tested.append(escape(name) if study is None else
+                          f"{link(study_path(study), name)} "
+                          f"({link(_study_file(study, REPORT_FILE), 'report')})")
+        first = studies.get(claim.studies[0]) if claim.studies else None
+        figure = (link(_study_file(first, claim.figure), claim.figure)
+                  if first is not None and claim.figure in first.figures else "")
+        rows.append([str(claim.id), escape(claim.claim), escape(claim.source),
+                     "<br>".join(tested) or "none",
+                     f'<span class="status-{escape(claim.status)}">{escape(claim.status)}</span>',
+                     escape(claim.numbers)
+                     + (f"<br><em>Scale: {escape(claim.scale)}</em>" if claim.scale else ""),
+                     figure])
+    body = ("<p>The claims a lag benchmark must settle, from the founding papers and the "
+            "methods' own, and what the committed studies found (experiments/claims.toml). "
+            "reproduced, refuted, mixed (depends on the cell) or untested (no study tests it). "
+            "A claim is settled only at settings its authors would accept; the scale each "
+            "study ran at is given with its numbers.</p>"
+            + table(["#", "claim", "source", "studies testing it", "status", "numbers",
+                     "figure"], rows))
+    return page("Claims", body, stamp, depth=0)
+
+
+def _method_rows(entry: Entry, studies: Sequence[Study]) -> list[list[str]]:
+    rows = []
+    for study in studies:
+        if study.testbed != entry.testbed:
+            continue
+        rates, mechanisms = _learning_rates(study), _mechanisms(study)
+        for variant in study.summary["run"]["variants"]:
+            if variant["algo"] != entry.algo:
+                continue
+            name = str(variant["variant"])
+            acted = "<br>".join(f"lag {lag:g}: {escape(mechanisms.get((name, lag), ''))}"
+                                for lag in study.lags if (name, lag) in mechanisms)
+            rows.append([link("../" + study_path(study), study.name), escape(name),
+                         escape(rates[name]), acted])
+    return rows
+
+
+def method_page(entry: Entry, studies: Sequence[Study], stamp: Stamp) -> str:
+    rows = _method_rows(entry, studies)
+    runs = (table(["study", "variant", "learning rate", "stabilisers: did they act"], rows)
+            if rows else "<p>No committed study runs it.</p>")
+    body = (f"<p>{escape(TESTBED_NAMES.get(entry.testbed, entry.testbed))}, registry name "
+            f"<code>{escape(entry.algo)}</code>. From the fidelity card (docs/fidelity.md):</p>"
+            f"{markdown_html(entry.markdown)}<h2>In the studies</h2>{runs}")
+    return page(f"{entry.algo} ({entry.testbed})", body, stamp, depth=1)

@@ -1,0 +1,127 @@
+"""``build_site``: the leaderboard as a static site, written like every vaco_jax output.
+
+Inputs are read and checked first (the studies, the claims, the fidelity card), so that a
+refused input writes nothing. The folder is then prepared as any output folder is
+(``io.prepare_output_dir``): a folder holding anything is refused unless ``overwrite``, which
+removes only what an earlier board wrote there. Every file is written atomically and recorded
+in the folder's manifest; ``studies/`` and ``methods/`` are recorded whole.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from vaco_jax.infra import io, manifest
+from vaco_jax.infra.provenance import code_version
+from vaco_jax.leaderboard import pages
+from vaco_jax.leaderboard.board import TaskBoard, task_boards
+from vaco_jax.leaderboard.card import Entry, read_card
+from vaco_jax.leaderboard.claims import read_claims
+from vaco_jax.leaderboard.figures import figure_board
+from vaco_jax.leaderboard.html import STYLE, STYLE_FILE, Stamp
+from vaco_jax.leaderboard.studies import COPIED_FILES, Skipped, Study, read_studies, regular_file
+
+FOLDERS = ("studies", "methods")
+WRITES = ("index.html", "claims.html", STYLE_FILE, *FOLDERS)
+"""What a board writes in its folder (``io.prepare_output_dir``'s ``writes``)."""
+DPI = 110
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """What ``build_site`` wrote: its pages (paths relative to the folder) and the studies it
+    skipped."""
+
+    out: Path
+    pages: tuple[str, ...]
+    skipped: tuple[Skipped, ...]
+
+
+def _boards(studies: Sequence[Study]) -> tuple[dict[str, list[TaskBoard]], list[Skipped]]:
+    """Each study's boards; a study whose records do not make one is skipped."""
+    boards, skipped = {}, []
+    for study in studies:
+        try:
+            boards[study.name] = task_boards(study)
+        except KeyError as error:
+            skipped.append(Skipped(study.name, f"its summary.json has no field {error} (an "
+                                               f"earlier report's, or damaged)"))
+        except (TypeError, ValueError, AttributeError) as error:
+            skipped.append(Skipped(study.name, f"{type(error).__name__}: {error}"))
+    return boards, skipped
+
+
+def stamp(studies: Sequence[Study]) -> Stamp:
+    """The code this board is built from, today's date, and the studies' devices."""
+    code = code_version()
+    commit = ("not a git checkout" if code is None else
+              code["commit"][:10] + (" (modified)" if code["modified"] else ""))
+    devices = collections.Counter(study.devices() for study in studies)
+    return Stamp(commit=commit,
+                 date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                 devices="; ".join(f"{kind}: {count} stud{'y' if count == 1 else 'ies'}"
+                                   for kind, count in sorted(devices.items())) or "no studies")
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copies a plain file of the results; a link or a folder is never read."""
+    if regular_file(source):
+        data = source.read_bytes()
+        io.atomic_write(target, lambda temporary: Path(temporary).write_bytes(data))
+
+
+def _save(figure: Figure, path: Path) -> None:
+    io.atomic_write(path, lambda temporary: figure.savefig(temporary, format="png", dpi=DPI))
+
+
+def _write_study(out: Path, study: Study, boards: Sequence[TaskBoard], page_stamp: Stamp) -> str:
+    folder = out / "studies" / study.slug
+    for name in (*COPIED_FILES, *study.figures):
+        _copy(study.folder / name, folder / name)
+    for board in boards:
+        _save(figure_board(board), folder / f"{board.stem}.png")
+    io.write_text(out / pages.study_path(study), pages.study_page(study, boards, page_stamp))
+    return pages.study_path(study)
+
+
+def build_site(
+    out: str | os.PathLike[str], results: str | os.PathLike[str], claims: str | os.PathLike[str],
+    card: str | os.PathLike[str], *, overwrite: bool = False, keep: Sequence[str] = (),
+) -> Built:
+    """Builds the board of every study under ``results`` into ``out``: ``index.html``,
+    ``claims.html``, ``studies/NAME/index.html`` (with the study's report, runs table,
+    summary, experiment and figures beside it) and ``methods/TESTBED-ALGO.html``."""
+    if Path(results).resolve() in (Path(out).resolve(), *Path(out).resolve().parents):
+        # The board copies each study's summary.json: the next build would find them as studies.
+        raise ValueError(f"the site folder {str(out)!r} lies inside the results folder "
+                         f"{str(results)!r}; choose a folder outside it")
+    studies, skipped = read_studies(results)
+    boards, unboarded = _boards(studies)
+    studies = [study for study in studies if study.name in boards]
+    claim_list = read_claims(claims)
+    entries: list[Entry] = sorted(read_card(card).values(), key=lambda e: (e.testbed, e.algo))
+    page_stamp = stamp(studies)
+
+    root = io.prepare_output_dir(out, overwrite=overwrite, keep=keep, writes=WRITES)
+    manifest.record(root, {folder: manifest.TREE for folder in FOLDERS})
+    io.write_text(root / STYLE_FILE, STYLE)
+    written = [_write_study(root, study, boards[study.name], page_stamp) for study in studies]
+    for entry in entries:
+        io.write_text(root / pages.method_path(entry),
+                      pages.method_page(entry, studies, page_stamp))
+        written.append(pages.method_path(entry))
+    by_name = {study.name: study for study in studies}
+    io.write_text(root / "claims.html", pages.claims_page(claim_list, by_name, page_stamp))
+    all_skipped = (*skipped, *unboarded)
+    io.write_text(root / "index.html", pages.index_page(
+        [board for study in studies for board in boards[study.name]], all_skipped, entries,
+        page_stamp))
+    return Built(out=root, pages=("index.html", "claims.html", *written),
+                 skipped=tuple(all_skipped))

@@ -1,0 +1,207 @@
+"""The committed studies a board is built from: found in a results folder, read, and checked.
+
+A study is a folder holding a report's ``summary.json`` beside its ``runs.parquet`` and the
+``experiment.toml`` it ran (a sweep folder, or a folder of committed results). Every number the
+board shows comes from ``summary.json``, which the report layer computed from ``runs.parquet``;
+the board recomputes nothing, so that it and the study's ``report.md`` never disagree.
+
+A results folder is untrusted input: the search never follows a link, a link is never read,
+and a study whose files are missing, damaged or not what a report writes is skipped with one
+line naming it (``Skipped``), never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import stat
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from vaco_jax.report.runs_table import RUNS_FILE
+
+SUMMARY_FILE = "summary.json"
+EXPERIMENT_FILE = "experiment.toml"
+REPORT_FILE = "report.md"
+COPIED_FILES = (REPORT_FILE, SUMMARY_FILE, RUNS_FILE, EXPERIMENT_FILE)
+"""The files of a study the board carries, so that its links work wherever the board is moved."""
+FIGURE_PATTERN = re.compile(r"fig_[A-Za-z0-9_]+\.png")
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+"""A study's folder names: they become file names and links of the board."""
+MOST_BYTES = 256 * 2**20
+"""A larger file in a results folder is not a study's (and would fill the board)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    """A folder that looked like a study and was left out, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """One study as the board shows it.
+
+    ``name`` is its folder relative to the results folder (``tokens_staleness_cpu`` or
+    ``tokens_staleness_cpu/two_learning_rates``) and ``slug`` the same as one file name;
+    ``summary`` is its ``summary.json``; ``experiment`` its ``experiment.toml`` (the settings
+    the runs table does not hold, such as a learning rate set once for every run); ``figures``
+    the names of its committed PNG figures.
+    """
+
+    name: str
+    folder: Path
+    summary: Mapping[str, Any]
+    experiment: Mapping[str, Any]
+    figures: tuple[str, ...]
+
+    @property
+    def slug(self) -> str:
+        return self.name.replace("/", "--")
+
+    @property
+    def testbed(self) -> str:
+        return str(self.experiment.get("testbed", "control"))
+
+    @property
+    def title(self) -> str:
+        return str(self.summary["title"])
+
+    @property
+    def tasks(self) -> list[str]:
+        return [str(task) for task in self.summary["run"]["tasks"]]
+
+    @property
+    def lags(self) -> list[float]:
+        return [float(lag) for lag in self.summary["run"]["lags"]]
+
+    @property
+    def kept_gain(self) -> Mapping[str, Any]:
+        return self.summary.get("kept_gain") or {
+            "skipped": "its summary.json was written before reports measured the kept gain"}
+
+    def devices(self) -> str:
+        """The devices its report's process ran on, as its provenance records them."""
+        provenance = self.summary.get("provenance") or {}
+        devices = provenance.get("devices") or {}
+        if not devices:
+            return "not recorded"
+        return (f"{devices.get('count', '?')} x {devices.get('kind', '?')} "
+                f"({provenance.get('backend', '?')} backend)")
+
+    def commit(self) -> str:
+        """The commit its report was written from, marked where the checkout was modified."""
+        code = (self.summary.get("provenance") or {}).get("code") or {}
+        if not code.get("commit"):
+            return "not recorded"
+        return str(code["commit"])[:10] + (" (modified)" if code.get("modified") else "")
+
+    def learning_rates(self, variant: Mapping[str, Any]) -> str:
+        """The learning rate a variant's runs ran at: its own where the study swept it, else
+        the one the experiment sets for its algorithm or for every run, else the testbed's
+        default (which the fidelity card states)."""
+        for assignment in str(variant.get("hyperparameters", "")).split(","):
+            name, _, value = assignment.partition("=")
+            if name == "learning_rate":
+                return value
+        algo_hparams = (self.experiment.get("overrides", {}).get(str(variant["algo"]), {})
+                        .get("hparams", {}))
+        for hparams in (algo_hparams, self.experiment.get("hparams", {})):
+            if "learning_rate" in hparams:
+                values = hparams["learning_rate"]
+                return ", ".join(f"{float(v):g}" for v in
+                                 (values if isinstance(values, list) else [values]))
+        return "testbed default"
+
+
+def regular_file(path: Path) -> bool:
+    """Whether ``path`` is a plain file of a readable size (not a link, not a folder)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size <= MOST_BYTES
+
+
+def _study_folders(results: Path) -> Iterator[Path]:
+    """The folders under ``results`` holding a ``summary.json``, in name order; links to
+    folders are not entered (``os.walk`` lists them but does not descend)."""
+    for folder, subfolders, files in os.walk(results, followlinks=False):
+        subfolders.sort()
+        if SUMMARY_FILE in files:
+            yield Path(folder)
+
+
+def _read_json(path: Path) -> Any:
+    if not regular_file(path):
+        raise ValueError(f"{path.name} is not a plain file")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _read_experiment(path: Path) -> dict[str, Any]:
+    if not regular_file(path):
+        raise ValueError(f"{path.name} is missing or not a plain file")
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def _check_summary(summary: Any) -> None:
+    """Raises ``ValueError`` where ``summary`` lacks what the board reads."""
+    if not isinstance(summary, dict):
+        raise ValueError(f"{SUMMARY_FILE} is not a JSON object")
+    for key in ("title", "run", "cells", "mechanisms", "normalisation"):
+        if key not in summary:
+            raise ValueError(f"{SUMMARY_FILE} has no {key!r}")
+    for key in ("tasks", "lags", "variants"):
+        if key not in summary["run"]:
+            raise ValueError(f"{SUMMARY_FILE} has no run.{key}")
+
+
+def read_study(results: Path, folder: Path) -> Study:
+    """The study in ``folder``; ``ValueError`` (saying why) where it cannot be shown."""
+    name = folder.relative_to(results).as_posix()
+    if not all(SAFE_NAME.fullmatch(part) for part in name.split("/")):
+        raise ValueError("its folder name is not a plain name (letters, digits, _ . -)")
+    for file in (RUNS_FILE, REPORT_FILE):
+        if not regular_file(folder / file):
+            raise ValueError(f"{file} is missing or not a plain file")
+    summary = _read_json(folder / SUMMARY_FILE)
+    _check_summary(summary)
+    study = Study(name=name, folder=folder, summary=summary,
+                  experiment=_read_experiment(folder / EXPERIMENT_FILE),
+                  figures=tuple(sorted(p.name for p in folder.iterdir()
+                                       if FIGURE_PATTERN.fullmatch(p.name)
+                                       and regular_file(p))))
+    _check_readable(study)
+    return study
+
+
+def _check_readable(study: Study) -> None:
+    """Reads every field the pages read, so that a damaged study fails here, not mid-page."""
+    for read in (lambda: study.lags, lambda: study.title, study.devices, study.commit):
+        read()
+    if not all(SAFE_NAME.fullmatch(task) for task in study.tasks):
+        raise ValueError("a task name is not a plain name (letters, digits, _ . -)")
+    for variant in study.summary["run"]["variants"]:
+        study.learning_rates(variant)
+
+
+def read_studies(results: str | os.PathLike[str]) -> tuple[list[Study], list[Skipped]]:
+    """Every study under ``results`` and those skipped, each in name order."""
+    root = Path(results)
+    if not root.is_dir() or root.is_symlink():
+        raise ValueError(f"results folder {str(root)!r} is not a folder; pass --results DIR")
+    studies, skipped = [], []
+    for folder in _study_folders(root):
+        try:
+            studies.append(read_study(root, folder))
+        except (ValueError, KeyError, TypeError, AttributeError, OSError, UnicodeDecodeError,
+                RecursionError) as error:
+            skipped.append(Skipped(folder.relative_to(root).as_posix(),
+                                   f"{type(error).__name__}: {error}"))
+    return studies, skipped
