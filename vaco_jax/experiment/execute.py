@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import os
 import time
 from concurrent import futures
@@ -28,7 +29,8 @@ from vaco_jax.experiment.folder import (batch_dir, load_sweep_to_resume, record_
                                         replan_sweep, start_sweep, status_finished)
 from vaco_jax.experiment.parts import Selection
 from vaco_jax.experiment.plan import Batch, Plan
-from vaco_jax.experiment.results import metrics_readable, write_sweep_report
+from vaco_jax.experiment import tune
+from vaco_jax.experiment.results import metrics_readable, tuning_choices, write_sweep_report
 from vaco_jax.experiment.spec import Experiment, parse_experiment
 from vaco_jax.run.background import in_background
 from vaco_jax.run.driver import Driver, TrainingResult
@@ -251,9 +253,24 @@ def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
                            **plan_options)
     with _writer_lock(out_dir):
         plan = _plan_from_process_0(planned)
+        if plan.experiment.tune is not None:
+            plan = _tuned(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
         run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
         fault_point("report", 0)
         return from_process_0(lambda: write_sweep_report(plan, out_dir))
+
+
+def _tuned(plan: Plan, out_dir: str | os.PathLike, **options: Any) -> Plan:
+    """Runs the plan's tuning batches, then returns the plan with its other groups at the
+    values the rule chose from them (the same choice on every process: process 0's)."""
+    tuning = {g.name for g in plan.experiment.tuning_groups}
+    run_sweep(dataclasses.replace(plan, batches=tuple(b for b in plan.batches
+                                                      if b.group in tuning)), out_dir, **options)
+    made = from_process_0(lambda: [[c.group, c.point, c.chosen]
+                                    for c in tuning_choices(plan, out_dir)])
+    return dataclasses.replace(plan, experiment=tune.resolved(
+        plan.experiment, [tune.Choice(group=group, point=point, candidates=(), chosen=chosen)
+                          for group, point, chosen in made]))
 
 
 def _plan_from_process_0(planned: Callable[[], Plan]) -> Plan:
