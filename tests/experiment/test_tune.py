@@ -59,6 +59,7 @@ def test_a_tuning_group_goes_with_the_groups_it_tunes():
      r"\[tune\]: unknown hyper-parameter\(s\) \['learning_rat'\]"),
     ('rule = "best_sync_auc"', 'rule = "best_sync_auc"\nsteps = 3',
      r"\[tune\]: unknown key\(s\) \['steps'\]"),
+    ("seeds = [5, 6]", "seeds = 60_000", r"expands into 120,004 runs"),  # 4 studied, 2 x 60,000
     ("[hparams]", "[hparams]\nlearning_rate = 1e-3",
      r"\[tune\] hparam: learning_rate is tuned, so \[hparams\], \[overrides.toy_reach\] and "
      r"\[overrides.ppo\] may not set it"),

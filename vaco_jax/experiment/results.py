@@ -184,6 +184,9 @@ def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
         title = f"{title} ({note})"
     tuning_ids = {r.run_id for g in experiment.tuning_groups for r in g.runs}
     studied = runs[~runs["run_id"].isin(tuning_ids)]
+    if studied.empty:
+        raise FileNotFoundError("only tuning batches have finished; the report needs a finished "
+                                "batch of the study's own runs (vaco-jax sweep --resume)")
     summary = report.write_report(studied, out_dir,
                                   score=report.Score(testbed.score, testbed.score_name,
                                                      testbed.steps_name),

@@ -147,6 +147,8 @@ def tuning_groups(groups: tuple[spec.Group, ...], tune: Tune, testbed: Testbed
     tuned_by = {g.name: _tuning_name(g, testbed) for g in groups}
     first = {name: next(g for g in groups if tuned_by[g.name] == name)
              for name in dict.fromkeys(tuned_by.values())}
+    spec._check_num_runs(sum(len(g.runs) for g in groups) + sum(
+        len(tune.values) * len(_grid_points(g)) * len(tune.seeds) for g in first.values()))
     return (tuple(_tuning_group(name, group, tune, testbed) for name, group in first.items()),
             tuned_by)
 
