@@ -91,7 +91,7 @@ def test_the_rule_reads_the_synchronous_tuning_runs_only():
     made = tune.choices(experiment, pd.DataFrame(rows), "eval_return")
     assert [(c.group, c.chosen) for c in made] == [(TUNING, high)]
     assert [c.iqm for c in made[0].candidates] == pytest.approx([0.5, 1.0])
-    resolved = tune.resolved(experiment, made).group(STUDIED)
+    resolved = tune.resolved(experiment, {c.key: c.chosen for c in made}).group(STUDIED)
     assert {r.hparams["learning_rate"] for r in resolved.runs} == {high}
     assert resolved.swept == ("learning_rate",)
 

@@ -21,7 +21,7 @@ from vaco_jax import report
 from vaco_jax.experiment import tune, tune_report
 from vaco_jax.experiment.folder import batch_dir, batch_finished
 from vaco_jax.experiment.plan import Batch, Plan
-from vaco_jax.experiment.spec import Experiment, Group
+from vaco_jax.experiment.spec import Experiment, Group, RunSpec
 from vaco_jax.infra import io
 from vaco_jax.infra.run_folder import METRICS_FILE, read_status
 from vaco_jax.infra.lock import folder_lock
@@ -46,7 +46,7 @@ def _coordinates(experiment: Experiment, group: Group, batch: Batch,
     return pd.DataFrame(rows)
 
 
-def _tuned_value(experiment: Experiment, run: Any) -> dict[str, float]:
+def _tuned_value(experiment: Experiment, run: RunSpec) -> dict[str, float]:
     """The value of the tuned hyper-parameter the run used, under `Tune.column`."""
     if experiment.tune is None:
         return {}
@@ -87,7 +87,8 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
     table["env_steps"] = table["update"] * cfg.steps_per_update
     columns = [*report.RUN_COORDINATES, "run_id",
                *(f"{report.HP_PREFIX}{n}" for n in experiment.swept_hparams),
-               *_tuned_columns(experiment), "update", "env_steps", score, *training_metrics, *report.PER_RUN_COLUMNS]
+               *_tuned_columns(experiment), "update", "env_steps", score, *training_metrics,
+               *report.PER_RUN_COLUMNS]
     return table[columns]
 
 
@@ -140,8 +141,8 @@ def resolved_plan(plan: Plan, out_dir: str | os.PathLike) -> Plan:
     plan without `[tune]` as it is."""
     if plan.experiment.tune is None:
         return plan
-    return dataclasses.replace(plan, experiment=tune.resolved(plan.experiment,
-                                                              tuning_choices(plan, out_dir)))
+    chosen = {c.key: c.chosen for c in tuning_choices(plan, out_dir)}
+    return dataclasses.replace(plan, experiment=tune.resolved(plan.experiment, chosen))
 
 
 def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:

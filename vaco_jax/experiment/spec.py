@@ -425,9 +425,9 @@ def _tune(spec: Mapping[str, Any], testbed: Testbed,
     """The `[tune]` table, if any, refused where the hyper-parameters also set its value."""
     with _context("[tune]"):
         tune = tuning.parse_tune(spec["tune"], testbed) if "tune" in spec else None
-    for (task, algo), chosen in settings.items() if tune else ():
-        tuning.check_not_fixed(tune, chosen.hparams, f"[hparams], [overrides.{task}] and "
-                                                     f"[overrides.{algo}]")
+    for (task, algo), pair in settings.items() if tune else ():
+        tuning.check_not_fixed(tune, pair.hparams, f"[hparams], [overrides.{task}] and "
+                                                   f"[overrides.{algo}]")
     return tune
 
 

@@ -69,7 +69,7 @@ class Rule:
 
 
 RULES = {rule.name: rule for rule in (
-    Rule("best_sync_auc", "AUC (mean score over training)", _auc_scores),
+    Rule("best_sync_auc", "AUC", _auc_scores),
     Rule("best_sync_final", "final score", _final_scores))}
 
 
@@ -174,6 +174,11 @@ class Choice:
     candidates: tuple[Candidate, ...]
     chosen: float
 
+    @property
+    def key(self) -> tuple[str, tuple[float, ...]]:
+        """The method: its tuning group and the values of its other grids."""
+        return self.group, tuple(self.point.values())
+
 
 def _candidate(value: float, scores: np.ndarray) -> Candidate:
     iqm, low, high = stats.stratified_bootstrap_ci(scores[:, None], stats.aggregate_iqm)
@@ -204,11 +209,11 @@ def choices(experiment: spec.Experiment, runs: pd.DataFrame, score: str) -> list
     return made
 
 
-def resolved(experiment: spec.Experiment, made: list[Choice]) -> spec.Experiment:
-    """The experiment with each tuned group's runs at their method's chosen value (groups
-    whose method has no choice yet are left as they are)."""
+def resolved(experiment: spec.Experiment,
+             chosen: Mapping[tuple[str, tuple[float, ...]], float]) -> spec.Experiment:
+    """The experiment with each tuned group's runs at their method's `chosen` value (by
+    `Choice.key`); groups whose method has no choice yet are left as they are."""
     tune = experiment.tune
-    chosen = {(c.group, tuple(c.point.values())): c.chosen for c in made}
 
     def at_chosen(group: spec.Group) -> spec.Group:
         tuning = experiment.tuned_by.get(group.name)

@@ -48,10 +48,11 @@ def markdown(experiment: Experiment, made: list[tune.Choice]) -> str:
     setting = experiment.tune
     lines = [f"## {setting.hparam} chosen on synchronous runs", "",
              f"Each method's {setting.hparam} was chosen before any stale run, by the rule "
-             f"`{setting.rule.name}`: the highest IQM of the {setting.rule.statistic} (raw "
-             f"units) over the lag-0 runs of seeds {list(setting.seeds)}, equal IQMs going to "
-             f"the smaller value. Every other run of the report used the chosen value "
-             f"(`{setting.column}` in `{report.RUNS_FILE}`).", "",
+             f"`{setting.rule.name}`: the highest IQM, in the testbed's units, of the "
+             f"{setting.rule.statistic} of its lag-0 runs on seeds {list(setting.seeds)} (the "
+             f"AUC being the mean score over training), equal IQMs going to the smaller value. "
+             f"Every other run of the report used the chosen value (`{setting.column}` in "
+             f"`{report.RUNS_FILE}`).", "",
              f"| method | {setting.hparam} | IQM {setting.rule.statistic} [95% CI] | runs | |",
              "|---|---|---|---|---|"]
     for choice in made:
