@@ -126,3 +126,6 @@ def test_a_tuned_sweep_runs_end_to_end_and_resumes(tmp_path):
     again = sweep.sweep(out, resume=True, progress=False)
     assert again["tuning"]["choices"] == summary["tuning"]["choices"]
     assert json.loads((out / "summary.json").read_text())["tuning"]["hparam"] == "learning_rate"
+    merged = sweep.merge_parts([out], tmp_path / "merged")  # the one part of itself
+    assert merged["tuning"] == summary["tuning"]
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "merged" / "runs.parquet"), runs)
