@@ -103,10 +103,13 @@ def test_equal_scores_go_to_the_smaller_value_and_diverged_ones_last():
 
 
 @pytest.mark.slow
-def test_a_tuned_sweep_runs_end_to_end_and_resumes(tmp_path):
+def test_a_tuned_sweep_stopped_after_tuning_resumes_to_its_report(tmp_path):
     out = tmp_path / "tuned"
-    experiment = sweep.parse_experiment(TUNED)
-    summary = sweep.sweep(out, experiment, max_runs_per_batch=4, progress=False)
+    plan = sweep.start_sweep(sweep.parse_experiment(TUNED), out, max_runs_per_batch=4)
+    sweep.run_sweep(plan, out, progress=False, groups={TUNING})  # as if stopped there
+    with pytest.raises(FileNotFoundError, match="only tuning batches have finished"):
+        sweep.write_sweep_report(plan, out)
+    summary = sweep.sweep(out, resume=True, progress=False)
     runs = pd.read_parquet(out / "runs.parquet")
     tuning = runs[runs["run_id"].str.startswith(tune.GROUP_PREFIX)]
     studied = runs[~runs["run_id"].str.startswith(tune.GROUP_PREFIX)]
