@@ -79,8 +79,10 @@ def _curve_rows(run_id, lag, rate, level):
             for step in range(4)]
 
 
-def test_the_rule_reads_the_synchronous_tuning_runs_only():
-    experiment = sweep.parse_experiment(TUNED)
+@pytest.mark.parametrize("rule, iqms", [("best_sync_auc", [0.5, 1.0]),
+                                         ("best_sync_final", [1.0, 2.0])])
+def test_the_rule_reads_the_synchronous_tuning_runs_only(rule, iqms):
+    experiment = sweep.parse_experiment(TUNED.replace("best_sync_auc", rule))
     low, high = RATES
     rows = []
     for run in experiment.group(TUNING).runs:  # the larger rate learns more synchronously
@@ -90,7 +92,7 @@ def test_the_rule_reads_the_synchronous_tuning_runs_only():
         rows += _curve_rows(run.run_id, run.lag, low, 100.0)
     made = tune.choices(experiment, pd.DataFrame(rows), "eval_return")
     assert [(c.group, c.chosen) for c in made] == [(TUNING, high)]
-    assert [c.iqm for c in made[0].candidates] == pytest.approx([0.5, 1.0])
+    assert [c.iqm for c in made[0].candidates] == pytest.approx(iqms)
     resolved = tune.resolved(experiment, {c.key: c.chosen for c in made}).group(STUDIED)
     assert {r.hparams["learning_rate"] for r in resolved.runs} == {high}
     assert resolved.swept == ("learning_rate",)

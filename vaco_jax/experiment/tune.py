@@ -25,7 +25,7 @@ import pandas as pd
 
 from vaco_jax.core.lag_models import Fixed
 from vaco_jax.experiment import spec
-from vaco_jax.report import stats
+from vaco_jax.report import scoring, stats
 from vaco_jax.testbeds import Testbed
 
 TUNE_KEYS = ("hparam", "values", "rule", "seeds")
@@ -35,22 +35,22 @@ FINAL_FRACTION = 0.1
 """The share of a run's last evaluations its final score averages: the report's default."""
 
 
+def _filled(runs: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The runs' rows in order, with `filled_score`: a missing evaluation (after a run
+    diverged) takes the run's last one, as the report scores it."""
+    ordered = runs.sort_values(["run_id", "env_steps"], kind="stable")
+    return ordered.assign(filled_score=ordered.groupby("run_id")[column].ffill())
+
+
 def _final_scores(runs: pd.DataFrame, column: str) -> pd.Series:
     """Per run: its mean score over the last `FINAL_FRACTION` of its evaluations."""
-    ordered = runs.sort_values(["run_id", "env_steps"], kind="stable")
-    scores = ordered.groupby("run_id")[column].ffill()
-    window = np.maximum(1, np.floor(FINAL_FRACTION * ordered.groupby("run_id")[column]
-                                    .transform("size") + 1e-9))
-    last = ordered.groupby("run_id").cumcount(ascending=False) < window
-    return scores[last].groupby(ordered.loc[last, "run_id"]).mean()
+    return scoring.final_scores(_filled(runs, column), FINAL_FRACTION)
 
 
 def _auc_scores(runs: pd.DataFrame, column: str) -> pd.Series:
     """Per run: its mean score over training, the area under its curve."""
-    ordered = runs.sort_values(["run_id", "env_steps"], kind="stable")
-    filled = ordered.assign(filled=ordered.groupby("run_id")[column].ffill())
-    return filled.groupby("run_id")[["filled", "env_steps"]].apply(
-        lambda run: float(stats.area_under_curve(run["filled"], run["env_steps"])))
+    return _filled(runs, column).groupby("run_id")[["filled_score", "env_steps"]].apply(
+        lambda run: float(stats.area_under_curve(run["filled_score"], run["env_steps"])))
 
 
 @dataclasses.dataclass(frozen=True)
