@@ -139,4 +139,9 @@ def _print_scores(summary: dict, out: str) -> None:
         iqm, auc = cell["iqm"], cell["auc_iqm"]
         print(f"  {cell['variant']:<32} lag {cell['lag']:<5g} IQM score {iqm['point']:6.3f} "
               f"[{iqm['low']:.3f}, {iqm['high']:.3f}]  AUC IQM {auc['point']:6.3f}")
+    tuning = summary.get("tuning")
+    for choice in tuning["choices"] if tuning else ():
+        grid = ", ".join(f"{c['value']:g}" for c in choice["candidates"])
+        print(f"  {choice['method']:<32} {tuning['hparam']} {choice['chosen']:g} "
+              f"({tuning['rule']}, of {grid})")
     print(f"report: {out}/report.md (tables in {out}/summary.json, runs in {out}/runs.parquet)")

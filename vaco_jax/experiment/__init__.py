@@ -16,6 +16,8 @@ Modules, in the order a sweep uses them:
 - `folder`: the sweep folder's layout, its saved plan, starting and resuming;
 - `execute`: running the batches, each group's program compiled once (`sweep`);
 - `results`: the runs table of the finished batches and the report;
+- `tune` and `tune_report`: `[tune]`, each method's learning rate chosen on its synchronous
+  runs before the study's cells run at it, and the report's table of that choice;
 - `merge`: the report of an experiment from the folders of its parts;
 - `compat`: experiment files as earlier versions wrote them, read as today's.
 """

@@ -15,20 +15,22 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import os
 import time
 from concurrent import futures
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from vaco_jax.core.config import Config
+from vaco_jax.experiment import tune
 from vaco_jax.experiment.folder import (batch_dir, load_sweep_to_resume, record_sweep,
                                         replan_sweep, start_sweep, status_finished)
 from vaco_jax.experiment.parts import Selection
 from vaco_jax.experiment.plan import Batch, Plan
-from vaco_jax.experiment.results import metrics_readable, write_sweep_report
+from vaco_jax.experiment.results import metrics_readable, tuning_choices, write_sweep_report
 from vaco_jax.experiment.spec import Experiment, parse_experiment
 from vaco_jax.run.background import in_background
 from vaco_jax.run.driver import Driver, TrainingResult
@@ -89,10 +91,10 @@ def _batch_steps(plan: Plan, batch: Batch, updates: int) -> int:
 
 def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
               on_chunk: Callable[[Batch, TrainingResult], None] | None = None,
-              trackers: Trackers | None = None) -> None:
-    """Runs every unfinished batch of `plan` in `out_dir`, continuing a partial batch from its
-    checkpoint and rebuilding the results of a finished one that cannot be read from its
-    checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed), and
+              trackers: Trackers | None = None, groups: Collection[str] | None = None) -> None:
+    """Runs every unfinished batch of `plan` (of its `groups`, if given) in `out_dir`,
+    continuing a partial batch from its checkpoint and rebuilding the results of a finished one
+    that cannot be read from its checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed), and
     so do `trackers` (of `out_dir`), which log each real run of the batch (`logged_runs`).
     A SIGTERM/SIGINT stops the sweep after the current chunk (`Interrupted`), or at once
     between chunks (`vaco_jax.run.signals`)."""
@@ -100,7 +102,7 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
         if is_writer():
             record_sweep(out_dir, plan, new=False)
         _run_batches(plan, out_dir, _Programs(), progress=progress, on_chunk=on_chunk,
-                     trackers=trackers)
+                     trackers=trackers, groups=groups)
 
 
 def _writer_lock(out_dir: str | os.PathLike) -> contextlib.AbstractContextManager:
@@ -145,12 +147,13 @@ def _progress_so_far(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
 
 def _run_batches(plan: Plan, out_dir: str | os.PathLike, programs: _Programs, *, progress: bool,
                  on_chunk: Callable[[Batch, TrainingResult], None] | None,
-                 trackers: Trackers | None) -> None:
+                 trackers: Trackers | None, groups: Collection[str] | None) -> None:
     steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
              for b in plan.batches}
     so_far = from_process_0(lambda: _progress_so_far(plan, out_dir))
     done = so_far["done"]
-    pending = [b for b in plan.batches if b.name in so_far["pending"]]
+    pending = [b for b in plan.batches if b.name in so_far["pending"]
+               and (groups is None or b.group in groups)]
     # The sweep's bar counts every run's steps together (a run's own bar counts per seed).
     with tqdm(total=sum(steps.values()), initial=sum(done.values()),
               unit=f" {plan.experiment.testbed.steps_name}", unit_scale=True, dynamic_ncols=True,
@@ -251,9 +254,20 @@ def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
                            **plan_options)
     with _writer_lock(out_dir):
         plan = _plan_from_process_0(planned)
+        if plan.experiment.tune is not None:
+            plan = _tuned(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
         run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
         fault_point("report", 0)
         return from_process_0(lambda: write_sweep_report(plan, out_dir))
+
+
+def _tuned(plan: Plan, out_dir: str | os.PathLike, **options: Any) -> Plan:
+    """Runs the plan's tuning batches, then returns the plan with its other groups at the
+    values the rule chose from them (the same choice on every process: process 0's)."""
+    run_sweep(plan, out_dir, groups={g.name for g in plan.experiment.tuning_groups}, **options)
+    made = from_process_0(lambda: [[*c.key, c.chosen] for c in tuning_choices(plan, out_dir)])
+    chosen = {(group, tuple(point)): value for group, point, value in made}  # JSON's lists
+    return dataclasses.replace(plan, experiment=tune.resolved(plan.experiment, chosen))
 
 
 def _plan_from_process_0(planned: Callable[[], Plan]) -> Plan:

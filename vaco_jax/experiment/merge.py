@@ -22,8 +22,8 @@ import pandas as pd
 from vaco_jax import report
 from vaco_jax.experiment.folder import EXPERIMENT_FILE, batch_dir, load_sweep
 from vaco_jax.experiment.plan import PLAN_FILE
-from vaco_jax.experiment.results import (finished_batches_table, unfinished_groups,
-                                         write_experiment_report)
+from vaco_jax.experiment.results import (finished_batches_table, resolved_plan,
+                                         unfinished_groups, write_experiment_report)
 from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
 from vaco_jax.infra import io, manifest
 from vaco_jax.report.write import REPORT_WRITES
@@ -38,7 +38,7 @@ class _SweepFolder:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.plan = load_sweep(folder)
+        self.plan = resolved_plan(load_sweep(folder), folder)  # the tuned groups at their values
         self.experiment = self.plan.experiment
         self.groups = [g.name for g in self.plan.groups]
         self.unfinished = unfinished_groups(self.plan, folder)

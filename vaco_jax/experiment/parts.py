@@ -70,10 +70,11 @@ class Part:
 
     def groups(self, experiment: Experiment) -> tuple[Group, ...]:
         """This part's groups, in the experiment's order."""
-        total = len(experiment.groups)
+        total = len(experiment.units)  # a tuning group and the groups it tunes are one
         if self.count > total:
             raise ValueError(f"--part {self}: experiment {experiment.name!r} has {total} "
-                             f"group(s), so N must lie in 1..{total}")
+                             f"group(s){' to run apart' if experiment.tune else ''}, so N must "
+                             f"lie in 1..{total}")
         owners = experiment.partition(self.count)
         return tuple(g for g, owner in zip(experiment.groups, owners) if owner == self.index - 1)
 
@@ -111,6 +112,11 @@ class NamedGroups:
         if unknown:
             raise ValueError(f"--groups: experiment {experiment.name!r} has no group(s) "
                              f"{unknown}; its groups are {known}")
+        untuned = sorted({experiment.tuned_by[n] for n in self.names if n in experiment.tuned_by}
+                         - set(self.names))
+        if untuned:
+            raise ValueError(f"--groups: the named groups take their {experiment.tune.hparam} "
+                             f"from tuning group(s) {untuned}; name those too")
         return tuple(g for g in experiment.groups if g.name in self.names)
 
 

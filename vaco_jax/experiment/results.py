@@ -8,6 +8,7 @@ over the updates since the previous evaluation point, scored by the testbed's sc
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 from pathlib import Path
@@ -17,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import report
+from vaco_jax.experiment import tune, tune_report
 from vaco_jax.experiment.folder import batch_dir, batch_finished
 from vaco_jax.experiment.plan import Batch, Plan
-from vaco_jax.experiment.spec import Experiment, Group
+from vaco_jax.experiment.spec import Experiment, Group, RunSpec
 from vaco_jax.infra import io
 from vaco_jax.infra.run_folder import METRICS_FILE, read_status
 from vaco_jax.infra.lock import folder_lock
@@ -38,9 +40,21 @@ def _coordinates(experiment: Experiment, group: Group, batch: Batch,
                      "minibatches": cfg.minibatches, "seed": run.seed, "run_id": run.run_id,
                      **{f"{report.HP_PREFIX}{n}": run.hparams.get(n, np.nan)
                         for n in experiment.swept_hparams},
+                     **_tuned_value(experiment, run),
                      "diverged": bool(status["runs"][index]["diverged"]),
                      "diverged_at": int(status["runs"][index]["diverged_at"])})
     return pd.DataFrame(rows)
+
+
+def _tuned_value(experiment: Experiment, run: RunSpec) -> dict[str, float]:
+    """The value of the tuned hyper-parameter the run used, under `Tune.column`."""
+    if experiment.tune is None:
+        return {}
+    return {experiment.tune.column: run.hparams.get(experiment.tune.hparam, np.nan)}
+
+
+def _tuned_columns(experiment: Experiment) -> list[str]:
+    return [experiment.tune.column] if experiment.tune else []
 
 
 def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFrame | None:
@@ -73,7 +87,8 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
     table["env_steps"] = table["update"] * cfg.steps_per_update
     columns = [*report.RUN_COORDINATES, "run_id",
                *(f"{report.HP_PREFIX}{n}" for n in experiment.swept_hparams),
-               "update", "env_steps", score, *training_metrics, *report.PER_RUN_COLUMNS]
+               *_tuned_columns(experiment), "update", "env_steps", score, *training_metrics,
+               *report.PER_RUN_COLUMNS]
     return table[columns]
 
 
@@ -111,9 +126,30 @@ def unfinished_groups(plan: Plan, out_dir: str | os.PathLike) -> list[str]:
                               if not batch_finished(batch_dir(out_dir, b))))
 
 
+def tuning_choices(plan: Plan, out_dir: str | os.PathLike) -> list[tune.Choice]:
+    """The rule's choices from the finished tuning batches of `plan` in `out_dir`: no other
+    batch is read, so no stale run can sway them."""
+    experiment = plan.experiment
+    tuning = {g.name for g in experiment.tuning_groups}
+    table = finished_batches_table(experiment, [(b, batch_dir(out_dir, b))
+                                                for b in plan.batches if b.group in tuning])
+    return [] if table is None else tune.choices(experiment, table, experiment.testbed.score)
+
+
+def resolved_plan(plan: Plan, out_dir: str | os.PathLike) -> Plan:
+    """The plan with its tuned groups at the values chosen in `out_dir` (`tune.resolved`); a
+    plan without `[tune]` as it is."""
+    if plan.experiment.tune is None:
+        return plan
+    chosen = {c.key: c.chosen for c in tuning_choices(plan, out_dir)}
+    return dataclasses.replace(plan, experiment=tune.resolved(plan.experiment, chosen))
+
+
 def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
     """The runs table of every finished batch (`report.required_columns` of the testbed's
-    score, `hp_*` for the swept hyper-parameters, and the training metrics)."""
+    score, `hp_*` for the swept hyper-parameters, the tuned one's value with `[tune]`, and
+    the training metrics)."""
+    plan = resolved_plan(plan, out_dir)
     table = finished_batches_table(plan.experiment,
                                    [(b, batch_dir(out_dir, b)) for b in plan.batches])
     if table is None:
@@ -147,10 +183,18 @@ def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
         else experiment.name
     if note:
         title = f"{title} ({note})"
-    return report.write_report(runs, out_dir,
-                               score=report.Score(testbed.score, testbed.score_name,
-                                                  testbed.steps_name),
-                               reference_scores=references or None,
-                               focus_algo=experiment.focus_algo, title=title,
-                               mechanisms=testbed.mechanisms)
+    tuning_ids = {r.run_id for g in experiment.tuning_groups for r in g.runs}
+    studied = runs[~runs["run_id"].isin(tuning_ids)]
+    if studied.empty:
+        raise FileNotFoundError("only tuning batches have finished; the report needs a finished "
+                                "batch of the study's own runs (vaco-jax sweep --resume)")
+    summary = report.write_report(studied, out_dir,
+                                  score=report.Score(testbed.score, testbed.score_name,
+                                                     testbed.steps_name),
+                                  reference_scores=references or None,
+                                  focus_algo=experiment.focus_algo, title=title,
+                                  mechanisms=testbed.mechanisms)
+    if experiment.tune is None:
+        return summary
+    return tune_report.add_tuning(experiment, runs, out_dir, summary)
 

@@ -25,11 +25,12 @@ from vaco_jax import testbeds
 from vaco_jax.core.config import Config, check_seeds
 from vaco_jax.core.lag_models import LAG_MODELS, LagModel
 from vaco_jax.experiment import compat
+from vaco_jax.experiment import tune as tuning
 from vaco_jax.testbeds import Testbed
 
 REFERENCE_KEY = "reference_scores"
 TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "focus_algo",
-                  "lag", "forward", "config", "hparams", "overrides", REFERENCE_KEY)
+                  "lag", "forward", "config", "hparams", "overrides", "tune", REFERENCE_KEY)
 LAG_KEYS = ("model", "levels")
 FORWARD_KEYS = ("epochs", "minibatches")
 OVERRIDE_KEYS = ("forward", "config", "hparams")
@@ -106,25 +107,44 @@ class Experiment:
     focus_algo: str
     reference_scores: Mapping[str, float]  # per task: its score (return, accuracy) scored 1
     groups: tuple[Group, ...]
+    tune: tuning.Tune | None = None
+    tuned_by: Mapping[str, str] = dataclasses.field(default_factory=dict)  # group -> its tuning
     _partitions: dict[int, tuple[int, ...]] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False)
 
     def group(self, name: str) -> Group:
         return next(g for g in self.groups if g.name == name)
 
+    @property
+    def tuning_groups(self) -> tuple[Group, ...]:
+        return tuple(g for g in self.groups if g.name in set(self.tuned_by.values()))
+
+    @property
+    def units(self) -> list[list[int]]:
+        """Groups (indices) run in one part: a tuning group with those it tunes, others alone."""
+        units: dict[str, list[int]] = {}
+        for index, group in enumerate(self.groups):
+            units.setdefault(self.tuned_by.get(group.name, group.name), []).append(index)
+        return list(units.values())
+
     def partition(self, count: int) -> tuple[int, ...]:
-        """The part (0-based) of each group in the split of the groups into `count` parts of
+        """The part (0-based) of each group in the split of its `units` into `count` parts of
         about equal environment steps (`balanced_parts`). Computed once per count: the part's
         check, its plan, its saved plan and its report all ask for it."""
         if count not in self._partitions:
-            self._partitions[count] = tuple(
-                balanced_parts([group_steps(g) for g in self.groups], count))
+            units = self.units
+            owners = balanced_parts(
+                [sum(group_steps(self.groups[i]) for i in unit) for unit in units], count)
+            by_group = {i: owner for unit, owner in zip(units, owners) for i in unit}
+            self._partitions[count] = tuple(by_group[i] for i in range(len(self.groups)))
         return self._partitions[count]
 
     @property
     def swept_hparams(self) -> tuple[str, ...]:
-        """Every hyper-parameter some group sweeps, in order of appearance (the `hp_*` columns)."""
-        return tuple(dict.fromkeys(n for g in self.groups for n in g.swept))
+        """Every hyper-parameter some group sweeps, in order of appearance (the `hp_*` columns),
+        but the tuned one (its own column, `Tune.column`)."""
+        tuned = self.tune.hparam if self.tune else None
+        return tuple(dict.fromkeys(n for g in self.groups for n in g.swept if n != tuned))
 
     @property
     def num_runs(self) -> int:
@@ -387,13 +407,28 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
                     settings[task, algo] = per_task.overridden(_table(overrides, algo))
         _check_num_runs(sum(_num_runs(settings[task, algo], lag, len(seeds))
                             for task in tasks for algo in algos for lag in lag_specs))
+        tune = _tune(spec, testbed, settings)
         groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, seeds,
                               settings[task, algo])
                        for task in tasks for algo in algos for lag in lag_specs
                        for epochs, minibatches in settings[task, algo].forward_variants())
+        tuned, tuned_by = tuning.tuning_groups(groups, tune, testbed) if tune else ((), {})
+        groups = tuned + groups  # the tuning runs go first
     return Experiment(name=name, description=str(spec.get("description", "")), source=text,
                       testbed=testbed, focus_algo=focus_algo,
-                      reference_scores=reference_scores, groups=groups)
+                      reference_scores=reference_scores, groups=groups, tune=tune,
+                      tuned_by=tuned_by)
+
+
+def _tune(spec: Mapping[str, Any], testbed: Testbed,
+          settings: Mapping[tuple[str, str], _Settings]) -> tuning.Tune | None:
+    """The `[tune]` table, if any, refused where the hyper-parameters also set its value."""
+    with _context("[tune]"):
+        tune = tuning.parse_tune(spec["tune"], testbed) if "tune" in spec else None
+    for (task, algo), pair in settings.items() if tune else ():
+        tuning.check_not_fixed(tune, pair.hparams, f"[hparams], [overrides.{task}] and "
+                                                   f"[overrides.{algo}]")
+    return tune
 
 
 def load_experiment(path: str | os.PathLike) -> Experiment:

@@ -1,0 +1,136 @@
+"""`[tune]`: each method at its own learning rate, chosen on its synchronous runs alone."""
+
+import json
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine_configs import TOY_EXPERIMENT as TOY
+from vaco_jax import experiment as sweep
+from vaco_jax.experiment import tune
+
+RATES = (1e-4, 3e-3)
+TUNE = f"""
+[tune]
+values = {list(RATES)}
+rule = "best_sync_auc"
+seeds = [5, 6]
+"""
+# ppo alone, fixed lag 0 and 2: a tuning group and a studied group of 4 runs each.
+TUNED = (TOY.replace("tv_delta = [0.1, 0.3]\n", "").replace("learning_rate = 1e-3\n", "")
+         .replace('algos = ["vaco"]', 'algos = ["ppo"]').replace('"uniform"', '"fixed"')
+         + TUNE)
+TUNING, STUDIED = "tune-toy_reach-ppo-e2m2", "toy_reach-ppo-e2m2"
+
+
+def test_tuning_groups_run_synchronously_on_their_own_seeds_first():
+    experiment = sweep.parse_experiment(TUNED)
+    assert [g.name for g in experiment.groups] == [TUNING, STUDIED]
+    tuning = experiment.group(TUNING)
+    assert tuning.swept == ("learning_rate",) and tuning.config.lag_model.name == "fixed"
+    assert {(r.lag, r.seed, r.hparams["learning_rate"]) for r in tuning.runs} == {
+        (0.0, seed, rate) for seed in (5, 6) for rate in RATES}
+    assert experiment.tuned_by == {STUDIED: TUNING} and experiment.swept_hparams == ()
+    assert experiment.tune.rule is tune.RULES["best_sync_auc"]
+
+
+def test_a_tuning_group_goes_with_the_groups_it_tunes():
+    two = sweep.parse_experiment(TUNED.replace('algos = ["ppo"]', 'algos = ["ppo", "spo"]'))
+    for index in (1, 2):
+        names = [g.name for g in sweep.Part(index, 2).groups(two)]
+        assert len(names) == 2 and names[0] == f"tune-{names[1]}"
+    with pytest.raises(ValueError, match=r"has 2 group\(s\) to run apart, so N must lie in 1..2"):
+        sweep.Part(3, 3).groups(two)
+    with pytest.raises(ValueError, match=rf"from tuning group\(s\) \['{TUNING}'\]; name those"):
+        sweep.NamedGroups((STUDIED,)).groups(two)
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ('rule = "best_sync_auc"', 'rule = "best_lagged"',
+     r"\[tune\]: rule: unknown value\(s\) \['best_lagged'\]; allowed: best_sync_auc, "
+     r"best_sync_final"),
+    ("values = [0.0001, 0.003]", "values = []", r"\[tune\]: values: the grid is empty"),
+    ("values = [0.0001, 0.003]", "values = [0.001, -0.1]",
+     r"\[tune\]: values must all be positive, got \[0.001, -0.1\]"),
+    ("seeds = [5, 6]", "seeds = 0", r"\[tune\]: seeds must be a positive count"),
+    ('rule = "best_sync_auc"', 'rule = "best_sync_auc"\nhparam = "learning_rat"',
+     r"\[tune\]: unknown hyper-parameter\(s\) \['learning_rat'\]"),
+    ('rule = "best_sync_auc"', 'rule = "best_sync_auc"\nsteps = 3',
+     r"\[tune\]: unknown key\(s\) \['steps'\]"),
+    ("seeds = [5, 6]", "seeds = 60_000", r"expands into 120,004 runs"),  # 4 studied, 2 x 60,000
+    ("[hparams]", "[hparams]\nlearning_rate = 1e-3",
+     r"\[tune\] hparam: learning_rate is tuned, so \[hparams\], \[overrides.toy_reach\] and "
+     r"\[overrides.ppo\] may not set it"),
+])
+def test_bad_tune_tables_are_refused_naming_the_field(monkeypatch, old, new, message):
+    def no_compilation(*args, **kwargs):
+        raise AssertionError("compiled before validating")
+    monkeypatch.setattr(jax, "jit", no_compilation)
+    assert old in TUNED
+    with pytest.raises(ValueError, match=message):
+        sweep.parse_experiment(TUNED.replace(old, new, 1))
+
+
+def _curve_rows(run_id, lag, rate, level):
+    """Four evaluations rising from 0 to `level`."""
+    return [{"run_id": run_id, "lag": lag, "env_steps": step, "eval_return": level * step / 3}
+            for step in range(4)]
+
+
+@pytest.mark.parametrize("rule, iqms", [("best_sync_auc", [0.5, 1.0]),
+                                         ("best_sync_final", [1.0, 2.0])])
+def test_the_rule_reads_the_synchronous_tuning_runs_only(rule, iqms):
+    experiment = sweep.parse_experiment(TUNED.replace("best_sync_auc", rule))
+    low, high = RATES
+    rows = []
+    for run in experiment.group(TUNING).runs:  # the larger rate learns more synchronously
+        rows += _curve_rows(run.run_id, 0.0, run.hparams["learning_rate"],
+                            2.0 if run.hparams["learning_rate"] == high else 1.0)
+    for run in experiment.group(STUDIED).runs:  # stale runs that would favour the smaller one
+        rows += _curve_rows(run.run_id, run.lag, low, 100.0)
+    made = tune.choices(experiment, pd.DataFrame(rows), "eval_return")
+    assert [(c.group, c.chosen) for c in made] == [(TUNING, high)]
+    assert [c.iqm for c in made[0].candidates] == pytest.approx(iqms)
+    resolved = tune.resolved(experiment, {c.key: c.chosen for c in made}).group(STUDIED)
+    assert {r.hparams["learning_rate"] for r in resolved.runs} == {high}
+    assert resolved.swept == ("learning_rate",)
+
+
+def test_equal_scores_go_to_the_smaller_value_and_diverged_ones_last():
+    rule = tune.RULES["best_sync_final"]
+    assert rule.choose({3e-3: 1.0, 1e-3: 1.0}) == 1e-3
+    assert rule.choose({1e-3: np.nan, 3e-3: -5.0}) == 3e-3
+
+
+@pytest.mark.slow
+def test_a_tuned_sweep_stopped_after_tuning_resumes_to_its_report(tmp_path):
+    out = tmp_path / "tuned"
+    plan = sweep.start_sweep(sweep.parse_experiment(TUNED), out, max_runs_per_batch=4)
+    sweep.run_sweep(plan, out, progress=False, groups={TUNING})  # as if stopped there
+    with pytest.raises(FileNotFoundError, match="only tuning batches have finished"):
+        sweep.write_sweep_report(plan, out)
+    summary = sweep.sweep(out, resume=True, progress=False)
+    runs = pd.read_parquet(out / "runs.parquet")
+    tuning = runs[runs["run_id"].str.startswith(tune.GROUP_PREFIX)]
+    studied = runs[~runs["run_id"].str.startswith(tune.GROUP_PREFIX)]
+    assert set(tuning["lag"]) == {0.0} and set(studied["lag"]) == {0.0, 2.0}
+    # The rule's pick, recomputed here from the synchronous tuning rows alone.
+    auc = tune.RULES["best_sync_auc"].run_scores(tuning, "eval_return")
+    rate_of = tuning.drop_duplicates("run_id").set_index("run_id")["tuned_learning_rate"]
+    iqm = {rate: float(auc[rate_of == rate].mean()) for rate in RATES}  # IQM of 2: their mean
+    expected = max(RATES, key=lambda r: (iqm[r], -r))
+    [choice] = summary["tuning"]["choices"]
+    assert choice["chosen"] == expected and choice["group"] == TUNING
+    assert set(studied["tuned_learning_rate"]) == {expected}
+    assert {c["value"] for c in choice["candidates"]} == set(RATES)
+    assert summary["run"]["num_runs"] == 4  # the report's cells hold the studied runs only
+    report = (out / "report.md").read_text()
+    assert "## learning_rate chosen on synchronous runs" in report and "**chosen**" in report
+    again = sweep.sweep(out, resume=True, progress=False)
+    assert again["tuning"]["choices"] == summary["tuning"]["choices"]
+    assert json.loads((out / "summary.json").read_text())["tuning"]["hparam"] == "learning_rate"
+    merged = sweep.merge_parts([out], tmp_path / "merged")  # the one part of itself
+    assert merged["tuning"] == summary["tuning"]
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "merged" / "runs.parquet"), runs)

@@ -1,0 +1,79 @@
+"""The report of an experiment's tuning: per method, every grid value's synchronous score with
+its interval, and the value the rule chose.
+
+It is added to the report that `report.write_report` wrote of the experiment's own runs:
+`summary.json` gains `tuning`, `report.md` a section, and `runs.parquet` the tuning runs' rows,
+so that a merged report folder holds them when it merges as a part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vaco_jax import report
+from vaco_jax.report.runs_table import assignments
+from vaco_jax.experiment import tune
+from vaco_jax.experiment.spec import Experiment
+from vaco_jax.infra import io
+
+
+def _method(experiment: Experiment, choice: tune.Choice) -> str:
+    """The tuning group (task, algorithm, epochs x minibatches) with its other grids' point."""
+    name = choice.group.removeprefix(tune.GROUP_PREFIX)
+    return name + (f"[{assignments(list(choice.point), list(choice.point.values()))}]"
+                   if choice.point else "")
+
+
+def summary(experiment: Experiment, made: list[tune.Choice]) -> dict[str, Any]:
+    """The JSON of `summary.json`'s `tuning`: the rule, the seeds and every choice."""
+    rule = experiment.tune.rule
+    return {"hparam": experiment.tune.hparam, "rule": rule.name, "statistic": rule.statistic,
+            "seeds": list(experiment.tune.seeds), "column": experiment.tune.column,
+            "choices": [{"method": _method(experiment, c), "group": c.group,
+                         "point": dict(c.point), "chosen": c.chosen,
+                         "candidates": [{k: None if v != v else v  # NaN: JSON has none
+                                         for k, v in dataclasses.asdict(candidate).items()}
+                                        for candidate in c.candidates]}
+                        for c in made]}
+
+
+def markdown(experiment: Experiment, made: list[tune.Choice]) -> str:
+    """The report's section: a row per method and grid value, the chosen one marked."""
+    setting = experiment.tune
+    lines = [f"## {setting.hparam} chosen on synchronous runs", "",
+             f"Each method's {setting.hparam} was chosen before any stale run, by the rule "
+             f"`{setting.rule.name}`: the highest IQM, in the testbed's units, of the "
+             f"{setting.rule.statistic} of its lag-0 runs on seeds {list(setting.seeds)} (the "
+             f"AUC being the mean score over training), equal IQMs going to the smaller value. "
+             f"Every other run of the report used the chosen value (`{setting.column}` in "
+             f"`{report.RUNS_FILE}`).", "",
+             f"| method | {setting.hparam} | IQM {setting.rule.statistic} [95% CI] | runs | |",
+             "|---|---|---|---|---|"]
+    for choice in made:
+        for c in choice.candidates:
+            mark = "**chosen**" if c.value == choice.chosen else ""
+            lines.append(f"| {_method(experiment, choice)} | {c.value:g} | {c.iqm:.4g} "
+                         f"[{c.low:.4g}, {c.high:.4g}] | {c.runs} | {mark} |")
+    if not made:
+        lines.append("| (no tuning group has finished) | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def add_tuning(experiment: Experiment, runs: pd.DataFrame, out_dir: str | os.PathLike,
+               written: dict[str, Any]) -> dict[str, Any]:
+    """Adds the tuning to the report `written` in `out_dir` (`runs`: the whole runs table,
+    tuning rows included); returns the summary with `tuning`."""
+    out = Path(out_dir)
+    made = tune.choices(experiment, runs, experiment.testbed.score)
+    full = {**written, "tuning": summary(experiment, made)}
+    io.write_table(out / report.RUNS_FILE, runs)
+    io.write_text(out / "summary.json", json.dumps(full, indent=2, allow_nan=False) + "\n")
+    text = (out / "report.md").read_text(encoding="utf-8")
+    io.write_text(out / "report.md", f"{text.rstrip()}\n\n{markdown(experiment, made)}")
+    return full
