@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from vaco_jax.core.config import Config
+from vaco_jax.core.config import Config, HParamsBase
 from vaco_jax.experiment.folder import (batch_dir, load_sweep_to_resume, record_sweep,
                                         replan_sweep, start_sweep, status_finished)
 from vaco_jax.experiment.parts import Selection
@@ -40,7 +40,7 @@ from vaco_jax.run.signals import (Interrupted, exit_on_signals, raise_if_interru
                                   requested)
 from vaco_jax.run.trackers import LoggedRun, Trackers, describe, run_hparams
 
-def _compiled_driver(config: Config, hparams: Any, seeds: Sequence[int]) -> Driver:
+def _compiled_driver(config: Config, hparams: HParamsBase, seeds: Sequence[int]) -> Driver:
     fault_point("background_compile", 0)
     driver = Driver(config, hparams, seeds)
     driver.compile()
@@ -58,15 +58,15 @@ class _Programs:
         self._drivers: collections.OrderedDict[tuple[Config, int], futures.Future] = (
             collections.OrderedDict())
 
-    def prefetch(self, config: Config, hparams: Any, seeds: Sequence[int]) -> None:
+    def prefetch(self, config: Config, hparams: HParamsBase, seeds: Sequence[int]) -> None:
         self._entry(config, hparams, seeds, background=True)
 
-    def driver(self, config: Config, hparams: Any, seeds: Sequence[int]) -> Driver:
+    def driver(self, config: Config, hparams: HParamsBase, seeds: Sequence[int]) -> Driver:
         """The driver of these runs; it compiles on its first run unless prefetched."""
         return self._entry(config, hparams, seeds, background=False).result().with_runs(
             hparams, seeds)
 
-    def _entry(self, config: Config, hparams: Any, seeds: Sequence[int],
+    def _entry(self, config: Config, hparams: HParamsBase, seeds: Sequence[int],
                background: bool) -> futures.Future:
         key = (config, len(seeds))
         if key not in self._drivers:
@@ -201,7 +201,7 @@ def _sweep_saved(plan: Plan, out_dir: str | os.PathLike, following: Batch) -> st
             f"saved; the sweep stopped before batch {following.name}")
 
 
-def _driver_arguments(plan: Plan, batch: Batch) -> tuple[Config, Any, list[int]]:
+def _driver_arguments(plan: Plan, batch: Batch) -> tuple[Config, HParamsBase, list[int]]:
     group = plan.experiment.group(batch.group)
     return (group.config, group.hparams(batch.padded),
             [group.runs[i].seed for i in batch.padded])
