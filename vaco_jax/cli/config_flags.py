@@ -29,7 +29,7 @@ class Flag:
     # The command's own default where it differs from the config's; None leaves the field to
     # the config or the task (`config_values`), and the help then says what it is.
     default: object = _CONFIG_DEFAULT
-    name: str | None = None  # the flag where it is not `--field-name` (kept for older scripts)
+    name: str | None = None  # the flag where it is not `--field-name`
 
 
 def flag_of(field: str, flag: Flag) -> str:
