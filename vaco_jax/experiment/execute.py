@@ -35,6 +35,8 @@ from vaco_jax.run.driver import Driver, TrainingResult
 from vaco_jax.infra.run_folder import CONFIG_FILE, read_status
 from vaco_jax.infra.lock import folder_lock
 from vaco_jax.infra.faults import fault_point
+from vaco_jax.report import summary as report_summary
+from vaco_jax.report.summary import Summary
 from vaco_jax.run.distributed import agreed_signal, from_process_0, is_writer, several
 from vaco_jax.run.signals import (Interrupted, exit_on_signals, raise_if_interrupted,
                                   requested)
@@ -222,7 +224,7 @@ def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
           max_runs_per_batch: int | None = None, memory_budget: int | None = None,
           progress: bool = True,
           on_chunk: Callable[[Batch, TrainingResult], None] | None = None,
-          trackers: Trackers | None = None) -> dict[str, Any]:
+          trackers: Trackers | None = None) -> Summary:
     """Runs `experiment`, or only its `part`, into `out_dir` (or with `resume`, continues the
     sweep saved there; an `experiment` or `part` given then must be the saved one; with
     `replan` too, plans it again first, `replan_sweep`) and writes its report; returns its
@@ -253,7 +255,9 @@ def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
         plan = _plan_from_process_0(planned)
         run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
         fault_point("report", 0)
-        return from_process_0(lambda: write_sweep_report(plan, out_dir))
+        # Across processes the summary travels as JSON, so every process reads it back alike.
+        return report_summary.from_json(from_process_0(
+            lambda: report_summary.to_json(write_sweep_report(plan, out_dir))))
 
 
 def _plan_from_process_0(planned: Callable[[], Plan]) -> Plan:
