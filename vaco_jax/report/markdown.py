@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from vaco_jax.report import markdown_diagnostics as diagnostics
 from vaco_jax.report.markdown_text import fmt, fmt_interval, table
-from vaco_jax.report.summary import Interval, JsonObject, Summary, parsed
+from vaco_jax.report.summary import Interval, Summary, TaskCell
 
 
 def _fmt_kept(interval: Interval | None) -> str:
@@ -141,17 +141,17 @@ def _md_task_scores(summary: Summary) -> list[str]:
         f"{task} {measure}" for task in tasks
         for measure in ("IQM [95% CI]", "AUC IQM [95% CI]", f"raw final {name} IQM [95% CI]")
     ]
-    by_cell: dict[tuple[str, float], dict[str, JsonObject]] = {}
+    by_cell: dict[tuple[str, float], dict[str, TaskCell]] = {}
     for r in rows_in:
-        by_cell.setdefault((r["variant"], r["lag"]), {})[r["task"]] = r
+        by_cell.setdefault((r.variant, r.lag), {})[r.task] = r
     rows = []
     for (variant, lag), per_task in by_cell.items():
-        counts = {per_task[task]["runs"] if task in per_task else 0 for task in tasks}
+        counts = {per_task[task].runs if task in per_task else 0 for task in tasks}
         runs = str(counts.pop()) if len(counts) == 1 else " / ".join(
-            str(per_task[task]["runs"]) if task in per_task else "0" for task in tasks)
+            str(per_task[task].runs) if task in per_task else "0" for task in tasks)
         rows.append([variant, f"{lag:g}", runs] + [
-            fmt_interval(parsed(Interval, per_task[task][key])) if task in per_task else "-"
-            for task in tasks for key in ("iqm", "auc_iqm", "raw_iqm")
+            fmt_interval(interval) if interval is not None else "-"
+            for task in tasks for interval in _task_intervals(per_task.get(task))
         ])
     return [
         "## Final scores per task",
@@ -163,6 +163,13 @@ def _md_task_scores(summary: Summary) -> list[str]:
         *table(header, rows),
         "",
     ]
+
+
+def _task_intervals(cell: TaskCell | None) -> tuple[Interval | None, ...]:
+    """A task's IQM, AUC IQM and raw final IQM, None each where the variant has no runs on it."""
+    if cell is None:
+        return (None, None, None)
+    return (cell.iqm, cell.auc_iqm, cell.raw_iqm)
 
 
 def _md_improvement(summary: Summary) -> list[str]:

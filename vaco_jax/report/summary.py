@@ -8,8 +8,7 @@ bytes. A field that is absent from its object, not null (a figure drawn or skipp
 ``absent_when_none``.
 
 The records whose keys are the table's own columns, stabilisers or warning rules
-(``off_policy``, ``mechanisms``, ``ess_collapse``'s) and the per-task tables (``task_cells``) stay
-JSON objects (``JsonObject``).
+(``off_policy``, ``mechanisms``, ``ess_collapse``'s) stay JSON objects (``JsonObject``).
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ class TaskRaw:
 
 
 @dataclasses.dataclass(frozen=True)
-class Cell:
+class CellSummary:
     """One (variant, lag) with runs on every task: its normalised aggregates."""
 
     variant: str
@@ -68,6 +67,22 @@ class Cell:
     optimality_gap: Interval
     auc_iqm: Interval
     raw: dict[str, TaskRaw]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskCell:
+    """One (variant, lag)'s scores on one task alone, every run of the task counted."""
+
+    variant: str
+    algo: str
+    lag: float
+    task: str
+    runs: int
+    iqm: Interval
+    mean: Interval
+    auc_iqm: Interval
+    raw_initial: float  # in the task's own units, as `raw_iqm`
+    raw_iqm: Interval
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,8 +229,8 @@ class Summary:
     run: RunOverview
     normalisation: dict[str, Normalisation]
     kept_gain: KeptGain
-    cells: tuple[Cell, ...]
-    task_cells: tuple[JsonObject, ...]
+    cells: tuple[CellSummary, ...]
+    task_cells: tuple[TaskCell, ...]
     incomplete_cells: tuple[IncompleteCell, ...]
     probability_of_improvement: tuple[Improvement, ...]
     off_policy_metrics: tuple[str, ...]

@@ -30,9 +30,9 @@ from vaco_jax.report import (
 )
 from vaco_jax.report import markdown as report_markdown
 from vaco_jax.report import summary as report_summary
-from vaco_jax.report.summary import (Cell, DivergedRun, EssCollapse, FigureRecord, Improvement,
-                                     IncompleteCell, KeptGain, Normalisation, RunOverview,
-                                     Summary, Variant, parsed)
+from vaco_jax.report.summary import (CellSummary, DivergedRun, EssCollapse, FigureRecord,
+                                     Improvement, IncompleteCell, KeptGain, Normalisation,
+                                     RunOverview, Summary, TaskCell, Variant, parsed)
 from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, check_runs, hp_columns
 from vaco_jax.infra import io
 from vaco_jax.infra.provenance import provenance
@@ -333,8 +333,8 @@ def write_report(
             for task, row in references.iterrows()
         },
         kept_gain=parsed(KeptGain, kept),
-        cells=tuple(parsed(Cell, c) for c in cell_summaries),
-        task_cells=tuple(task_summaries),
+        cells=tuple(parsed(CellSummary, c) for c in cell_summaries),
+        task_cells=tuple(parsed(TaskCell, c) for c in task_summaries),
         incomplete_cells=tuple(parsed(IncompleteCell, c) for c in incomplete),
         probability_of_improvement=tuple(parsed(Improvement, r) for r in improvements),
         off_policy_metrics=tuple(off_policy_columns),
