@@ -2,12 +2,13 @@
 committed summary reads back and writes the same bytes, and its ``report.md`` comes back from
 the typed summary unchanged; a summary of an earlier version reads as today's."""
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from vaco_jax.report import compat, markdown
+from vaco_jax.report import compat, markdown, metrics
 from vaco_jax.report import summary as report_summary
 
 RESULTS = Path(__file__).parents[2] / "experiments" / "results"
@@ -48,3 +49,9 @@ def test_a_key_no_version_wrote_is_refused_naming_it():
     value["run"]["surprise"] = 1
     with pytest.raises(ValueError, match=r"RunOverview: keys \['surprise'\]"):
         report_summary.from_json(value)
+
+
+def test_the_stabilisers_are_the_trainers_in_their_order():
+    """A stabiliser a trainer starts recording needs its field, or its records are refused."""
+    fields = [f.name for f in dataclasses.fields(report_summary.Stabilisers)]
+    assert fields == ["variant", "lag", *metrics.MECHANISMS]

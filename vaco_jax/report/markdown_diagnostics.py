@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from vaco_jax.report.collapse import WARNING_RULES
 from vaco_jax.report.markdown_text import fmt, fmt_optional, table
 from vaco_jax.report.metrics import MECHANISM_WORDS, MECHANISMS
-from vaco_jax.report.summary import JsonObject, Summary
+from vaco_jax.report.summary import Stabilisers, StabiliserShare, Summary
 
 
 def off_policy(summary: Summary) -> list[str]:
@@ -40,7 +40,7 @@ def _stabilisers(summary: Summary) -> list[str]:
     """The stabilisers' table, then which never acted: a run whose stabiliser never acted tested
     its algorithm without it, and a reader comparing algorithms must know."""
     records = summary.mechanisms
-    present = [m for m in MECHANISMS if any(m in r for r in records)]
+    present = [m for m in MECHANISMS if any(m in r.present() for r in records)]
     lines = [
         "### Stabilisers: share of samples touched / share of gradient steps at which it acted",
         "",
@@ -49,10 +49,10 @@ def _stabilisers(summary: Summary) -> list[str]:
         return lines + ["Not measured: the runs table records no stabiliser's fraction.", ""]
     header = ["variant", "lag", *(MECHANISM_WORDS[m] for m in present)]
     rows = [
-        [r["variant"], f"{r['lag']:g}", *(_fmt_mechanism(r.get(m)) for m in present)]
+        [r.variant, f"{r.lag:g}", *(_fmt_share(r.present().get(m)) for m in present)]
         for r in records
     ]
-    unrecorded = any(r[m]["acted"] is None for r in records for m in present if m in r)
+    unrecorded = any(share.acted is None for r in records for share in r.present().values())
     fallback = [
         "`n/a`: the runs table records no share of steps at which the stabiliser acted "
         "(`*_acted`, missing from tables written before trainers recorded it); whether it ever "
@@ -74,31 +74,32 @@ def _stabilisers(summary: Summary) -> list[str]:
     ]
 
 
-def _fmt_mechanism(record: JsonObject | None) -> str:
-    if record is None:
+def _fmt_share(share: StabiliserShare | None) -> str:
+    if share is None:
         return "-"
-    shares = f"{fmt_optional(record['fraction'])} / {fmt_optional(record['acted'])}"
-    return f"{shares} ({record['runs_acted']}/{record['runs']})"
+    shares = f"{fmt_optional(share.fraction)} / {fmt_optional(share.acted)}"
+    return f"{shares} ({share.runs_acted}/{share.runs})"
 
 
-def _acted_sentences(records: Sequence[JsonObject], present: Sequence[str]) -> list[str]:
+def _acted_sentences(records: Sequence[Stabilisers], present: Sequence[str]) -> list[str]:
     """One sentence per (variant, lag, stabiliser) that never acted or acted in some runs only;
     one sentence in all where every stabiliser acted in every run."""
     sentences = []
     for r in records:
-        where = f"`{r['variant']}` at lag {r['lag']:g}"
-        for m in (m for m in present if m in r):
-            mechanism, words = r[m], MECHANISM_WORDS[m]
-            if mechanism["never_acted"]:
-                runs = mechanism["runs"]
+        where = f"`{r.variant}` at lag {r.lag:g}"
+        shares = r.present()
+        for m in (m for m in present if m in shares):
+            share, words = shares[m], MECHANISM_WORDS[m]
+            if share.never_acted:
+                runs = share.runs
                 which = "in its only run" if runs == 1 else f"in none of {runs} runs"
-                if mechanism["acted"] is None:
+                if share.acted is None:
                     which += ": its fraction was 0 in every evaluation period"
                 sentences.append(f"- {where}: its {words} never acted ({which}): these runs test "
-                                 f"{r['variant']} without it.")
-            elif mechanism["runs_acted"] < mechanism["runs"]:
-                sentences.append(f"- {where}: its {words} acted in {mechanism['runs_acted']} of "
-                                 f"{mechanism['runs']} runs only.")
+                                 f"{r.variant} without it.")
+            elif share.runs_acted < share.runs:
+                sentences.append(f"- {where}: its {words} acted in {share.runs_acted} of "
+                                 f"{share.runs} runs only.")
     return sentences or ["Every stabiliser acted in every run that recorded it."]
 
 

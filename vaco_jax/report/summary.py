@@ -7,8 +7,8 @@ fields are its JSON object's keys in their written order, so the same results wr
 bytes. A field that is absent from its object, not null (a figure drawn or skipped), is marked
 ``absent_when_none``.
 
-The records whose keys are the table's own columns, stabilisers or warning rules
-(``off_policy``, ``mechanisms``, ``ess_collapse``'s) stay JSON objects (``JsonObject``).
+The records whose keys are the table's own columns or warning rules (``off_policy``,
+``ess_collapse``'s) stay JSON objects (``JsonObject``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Mapping, TypeVar, Union
 
 from vaco_jax.report import compat
 from vaco_jax.report.collapse import Thresholds
+from vaco_jax.report.metrics import MECHANISMS
 from vaco_jax.report.runs_table import Score
 
 T = TypeVar("T")
@@ -195,6 +196,36 @@ class EssCollapse:
 
 
 @dataclasses.dataclass(frozen=True)
+class StabiliserShare:
+    """How much one stabiliser acted over a (variant, lag)'s runs that recorded it."""
+
+    fraction: float | None  # the share of samples it touched, a run's mean averaged over runs
+    acted: float | None  # the share of gradient steps at which it acted; None: not recorded
+    runs_acted: int  # the runs in which it ever acted
+    runs: int
+    never_acted: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Stabilisers:
+    """A (variant, lag)'s stabilisers (``metrics.MECHANISMS``, in its order), each absent where
+    the variant has none."""
+
+    variant: str
+    lag: float
+    clip: StabiliserShare | None = absent_when_none()
+    is_truncated: StabiliserShare | None = absent_when_none()
+    is_masked: StabiliserShare | None = absent_when_none()
+    stale_dropped: StabiliserShare | None = absent_when_none()
+    filter: StabiliserShare | None = absent_when_none()
+
+    def present(self) -> dict[str, StabiliserShare]:
+        """The stabilisers the variant has, by their ``metrics.MECHANISMS`` name."""
+        return {name: share for name in MECHANISMS
+                if (share := getattr(self, name)) is not None}
+
+
+@dataclasses.dataclass(frozen=True)
 class DivergedRun:
     run_id: str
     task: str
@@ -235,7 +266,7 @@ class Summary:
     probability_of_improvement: tuple[Improvement, ...]
     off_policy_metrics: tuple[str, ...]
     off_policy: tuple[JsonObject, ...]
-    mechanisms: tuple[JsonObject, ...]
+    mechanisms: tuple[Stabilisers, ...]
     diverged_runs: tuple[DivergedRun, ...]
     ess_collapse: EssCollapse
     figures: dict[str, FigureRecord]

@@ -32,7 +32,8 @@ from vaco_jax.report import markdown as report_markdown
 from vaco_jax.report import summary as report_summary
 from vaco_jax.report.summary import (CellSummary, DivergedRun, EssCollapse, FigureRecord,
                                      Improvement, IncompleteCell, KeptGain, Normalisation,
-                                     RunOverview, Summary, TaskCell, Variant, parsed)
+                                     RunOverview, Stabilisers, Summary, TaskCell, Variant,
+                                     parsed)
 from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, check_runs, hp_columns
 from vaco_jax.infra import io
 from vaco_jax.infra.provenance import provenance
@@ -339,7 +340,7 @@ def write_report(
         probability_of_improvement=tuple(parsed(Improvement, r) for r in improvements),
         off_policy_metrics=tuple(off_policy_columns),
         off_policy=tuple(metrics.off_policy_summaries(run_table, off_policy_columns)),
-        mechanisms=tuple(metrics.mechanism_summaries(run_table)),
+        mechanisms=tuple(parsed(Stabilisers, r) for r in metrics.mechanism_summaries(run_table)),
         diverged_runs=_diverged_runs(run_table),
         ess_collapse=parsed(EssCollapse, collapse.summary(events, collapse_thresholds)),
         figures=drawn_figures,
