@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vaco_jax.report import compat, markdown, metrics
+from vaco_jax.report import collapse, compat, markdown, metrics
 from vaco_jax.report import summary as report_summary
 
 RESULTS = Path(__file__).parents[2] / "experiments" / "results"
@@ -55,3 +55,9 @@ def test_the_stabilisers_are_the_trainers_in_their_order():
     """A stabiliser a trainer starts recording needs its field, or its records are refused."""
     fields = [f.name for f in dataclasses.fields(report_summary.Stabilisers)]
     assert fields == ["variant", "lag", *metrics.MECHANISMS]
+
+
+def test_every_warning_rule_has_its_field():
+    for record in (report_summary.CollapseCell, report_summary.RunCollapse):
+        fields = [f.name for f in dataclasses.fields(record)]
+        assert fields[-len(collapse.WARNING_RULES):] == list(collapse.WARNING_RULES)

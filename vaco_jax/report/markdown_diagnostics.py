@@ -118,12 +118,12 @@ def ess_collapse(summary: Summary) -> list[str]:
         for column in ("warned in time", "median lead", "false alarms")
     ]
     rows = [
-        [c["variant"], f"{c['lag']:g}", c["runs"], c["collapsed"]] + [
-            value for rule in WARNING_RULES
-            for value in (c[rule]["warned_in_time"], _fmt_steps(c[rule]["median_lead"]),
-                          c[rule]["false_alarms"])
+        [c.variant, f"{c.lag:g}", c.runs, c.collapsed] + [
+            value for counts in c.by_rule().values()
+            for value in (counts.warned_in_time, _fmt_steps(counts.median_lead),
+                          counts.false_alarms)
         ]
-        for c in analysis.cells
+        for c in analysis.cells or ()
     ]
     return lines + [
         "A run collapses at the first evaluation at which its score, as a fraction of the "

@@ -7,8 +7,8 @@ fields are its JSON object's keys in their written order, so the same results wr
 bytes. A field that is absent from its object, not null (a figure drawn or skipped), is marked
 ``absent_when_none``.
 
-The records whose keys are the table's own columns or warning rules (``off_policy``,
-``ess_collapse``'s) stay JSON objects (``JsonObject``).
+The off-policy records, whose keys are the runs table's own columns (``off_policy``), stay JSON
+objects (``JsonObject``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import typing
 from typing import Any, Mapping, TypeVar, Union
 
 from vaco_jax.report import compat
-from vaco_jax.report.collapse import Thresholds
+from vaco_jax.report.collapse import WARNING_RULES, Thresholds
 from vaco_jax.report.metrics import MECHANISMS
 from vaco_jax.report.runs_table import Score
 
@@ -185,13 +185,60 @@ class KeptGain:
 
 
 @dataclasses.dataclass(frozen=True)
+class WarningCounts:
+    """Of a (variant, lag)'s runs, by one ESS warning rule: the collapses warned of in time, the
+    median lead of the warned ones (None without any) and the warnings of no collapse."""
+
+    warned_in_time: int
+    median_lead: float | None
+    false_alarms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CollapseCell:
+    """A (variant, lag)'s collapses and, per rule (``collapse.WARNING_RULES``), its warnings."""
+
+    variant: str
+    lag: float
+    runs: int
+    collapsed: int
+    drop: WarningCounts
+    floor: WarningCounts
+
+    def by_rule(self) -> dict[str, WarningCounts]:
+        return {rule: getattr(self, rule) for rule in WARNING_RULES}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunWarning:
+    """When one rule warned of a run's ESS, and how long before its collapse (None: never)."""
+
+    warning_env_steps: float | None
+    lead: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunCollapse:
+    """One run's collapse, if any, and each rule's warning."""
+
+    run_id: str
+    task: str
+    variant: str
+    lag: float
+    seed: int
+    collapsed: bool
+    collapse_env_steps: float | None
+    drop: RunWarning
+    floor: RunWarning
+
+
+@dataclasses.dataclass(frozen=True)
 class EssCollapse:
-    """Whether the ESS fell before the score collapsed, or why it is skipped. Its records are
-    keyed by warning rule (`collapse.WARNING_RULES`), so they stay JSON."""
+    """Whether the ESS fell before the score collapsed, or why it is skipped."""
 
     thresholds: Thresholds
-    cells: tuple[JsonObject, ...] | None = absent_when_none()
-    runs: tuple[JsonObject, ...] | None = absent_when_none()
+    cells: tuple[CollapseCell, ...] | None = absent_when_none()
+    runs: tuple[RunCollapse, ...] | None = absent_when_none()
     skipped: str | None = absent_when_none()
 
 
