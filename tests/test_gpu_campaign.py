@@ -26,7 +26,7 @@ def test_plan_sums_the_steps_and_fits_the_budget():
     assert [s.name for s in steps] == [s.name for s in gpu_campaign.STEPS]
     total = sum(s.expected_s for s in steps)
     text = gpu_campaign.plan_text(steps)
-    assert f"total" in text and f"{total}" in text and f"{total / 60:.1f} min" in text
+    assert "total" in text and f"{total}" in text and f"{total / 60:.1f} min" in text
     assert total <= gpu_campaign.BUDGET_S <= 35 * 60
     assert all(s.expected_s <= gpu_campaign.CALL_S for s in steps)
     gpu_campaign.check_budget(steps)

@@ -3,7 +3,8 @@ seed).
 
 A testbed contributes its config and hyper-parameter classes, their validation, a trainer
 (`vaco_jax.core.trainer.Trainer`: `init`, `collect`, `update`, `evaluated`, `evaluate`, `run`,
-the same signatures on every testbed) and the names of its metrics; everything else (chunked runs,
+the same signatures on every testbed, typed by the testbed's config, hyper-parameters, run state
+and evaluated policy, as its `Testbed[Config, HParams, State, Policy]` is) and the names of its metrics; everything else (chunked runs,
 checkpoints, resume, sweeps, statistics, figures) is shared and speaks of scores. A testbed
 whose metrics include `diverged` (0/1 per update) has its diverged runs reported.
 
@@ -14,24 +15,21 @@ forward, `named(config.testbed)`, and the registry sits just above the two testb
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic
 
 from vaco_jax.control import envs
 from vaco_jax.control import train as control_train
 from vaco_jax.control.algorithms import ALGORITHMS
 from vaco_jax.control.config import ControlConfig, ControlHParams
 from vaco_jax.control.config import validate as validate_control
-from vaco_jax.core.config import Config, HParamsBase
-from vaco_jax.core.trainer import Trainer
+from vaco_jax.control.networks import Policy
+from vaco_jax.core.trainer import ConfigT, HParamsT, PolicyT, StateT, Trainer
 from vaco_jax.tokens import config as token_config
 from vaco_jax.tokens.algorithms import ALGORITHMS as TOKEN_ALGORITHMS
 from vaco_jax.tokens import train as token_train
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
+from vaco_jax.tokens.model import Params
 from vaco_jax.tokens.tasks import TASKS
-
-ConfigT = TypeVar("ConfigT", bound=Config)
-HParamsT = TypeVar("HParamsT", bound=HParamsBase)
-StateT = TypeVar("StateT")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +55,7 @@ def _control_task_defaults(env: str) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Testbed(Generic[ConfigT, HParamsT, StateT]):
+class Testbed(Generic[ConfigT, HParamsT, StateT, PolicyT]):
     """One testbed as the driver, sweeps and reports see it: its config, hyper-parameter and
     run-state classes, and what is said of its runs."""
 
@@ -65,7 +63,7 @@ class Testbed(Generic[ConfigT, HParamsT, StateT]):
     hparams: type[HParamsT]  # a flax struct of float leaves with `create(**values)`
     state: type[StateT]  # one run's state, what the trainer's `init` returns
     validate: Callable[[ConfigT, HParamsT | None], None]  # raises before compiling
-    trainer: type[Trainer]  # built from a config
+    trainer: type[Trainer[ConfigT, HParamsT, StateT, PolicyT]]  # built from a config
     metrics: tuple[str, ...]
     score_name: str  # the score in a report's words
     steps_name: str  # what `steps_per_update` counts
@@ -96,24 +94,27 @@ class Testbed(Generic[ConfigT, HParamsT, StateT]):
         return getattr(config, self.task_field)
 
 
-CONTROL: Testbed[ControlConfig, ControlHParams, control_train.ControlState] = Testbed(
+CONTROL: Testbed[ControlConfig, ControlHParams, control_train.ControlState, Policy] = Testbed(
     config=ControlConfig, hparams=ControlHParams, state=control_train.ControlState, validate=validate_control,
     trainer=control_train.ControlTrainer, metrics=control_train.METRICS, score_name="return",
     steps_name="environment steps", task_field="env", tasks=envs.names,
     algorithms=lambda: tuple(ALGORITHMS), mechanisms=control_train.algorithm_mechanisms,
     task_defaults=_control_task_defaults,
     reference=_control_reference)
-TOKENS: Testbed[TokenConfig, TokenHParams, token_train.TokenState] = Testbed(
+TOKENS: Testbed[TokenConfig, TokenHParams, token_train.TokenState, Params] = Testbed(
     config=TokenConfig, hparams=TokenHParams, state=token_train.TokenState, validate=token_config.validate,
     trainer=token_train.TokenTrainer, metrics=token_train.METRICS, score_name="held-out accuracy",
     steps_name="sampled responses", task_field="task", tasks=lambda: tuple(TASKS),
     algorithms=lambda: tuple(TOKEN_ALGORITHMS), mechanisms=token_train.algorithm_mechanisms,
     task_defaults=lambda task: {},
     reference=lambda config: Reference(1.0, "maximum (every held-out answer exact)"))
-TESTBEDS: dict[str, Testbed[Any, Any, Any]] = {t.name: t for t in (CONTROL, TOKENS)}
+AnyTestbed = Testbed[Any, Any, Any, Any]
+"""A testbed of the registry, whichever: the layers above read a run's testbed off its config."""
+
+TESTBEDS: dict[str, AnyTestbed] = {t.name: t for t in (CONTROL, TOKENS)}
 
 
-def named(name: str) -> Testbed[Any, Any, Any]:
+def named(name: str) -> AnyTestbed:
     """The testbed called `name`: a config's (`config.testbed`) or a saved run's."""
     if name not in TESTBEDS:
         raise ValueError(f"testbed={name!r} is not supported; allowed values: "

@@ -23,6 +23,7 @@ from vaco_jax import cli
 from vaco_jax import report
 from vaco_jax import experiment as sweep
 from vaco_jax.experiment import execute
+from vaco_jax.report import summary as report_summary
 from vaco_jax import testbeds
 from vaco_jax.run import memory
 from vaco_jax.run.driver import Driver
@@ -341,7 +342,8 @@ def test_sweep_writes_batches_table_and_report(swept):
     plan = json.loads((out / "sweep.json").read_text())
     assert [b["name"] for b in plan["groups"][0]["batches"]] == ["toy_reach-vaco-e2m2-0",
                                                                   "toy_reach-vaco-e2m2-1"]
-    for record in (plan, summary, json.loads((out / "summary.json").read_text()),
+    for record in (plan, report_summary.to_json(summary),
+                   json.loads((out / "summary.json").read_text()),
                    json.loads((out / "runs" / "toy_reach-vaco-e2m2-0" / "config.json").read_text())):
         assert record["provenance"]["packages"]["jax"] == jax.__version__
         assert record["provenance"]["backend"] == jax.default_backend()
@@ -353,7 +355,7 @@ def test_sweep_writes_batches_table_and_report(swept):
     assert sorted(runs["env_steps"].unique()) == [0, 256, 512]
     assert set(runs["hp_tv_delta"]) == {0.1, 0.3} and set(runs["lag"]) == {0.0, 2.0}
     assert runs["eval_return"].notna().all() and not runs["diverged"].any()
-    assert summary["run"]["num_runs"] == 8 and len(summary["cells"]) == 4
+    assert summary.run.num_runs == 8 and len(summary.cells) == 4
 
     # Row (run 1 of batch 1, update 4): its evaluation, and training metrics averaged over
     # updates 3 and 4 (those since the previous evaluation).

@@ -313,8 +313,8 @@ def test_a_report_of_some_tasks_keeps_only_their_reference_returns(parts, tmp_pa
         TOY2.replace('tasks = ["toy_reach"]', 'tasks = ["toy_reach", "inverted_pendulum"]')
         + "\n[reference_returns]\ntoy_reach = 50.0\ninverted_pendulum = 1000.0\n")
     summary = sweep.write_experiment_report(two_tasks, runs(whole), tmp_path / "report")
-    assert summary["normalisation"]["toy_reach"]["reference"] == 50.0
-    assert set(summary["normalisation"]) == {"toy_reach"}
+    assert summary.normalisation["toy_reach"].reference == 50.0
+    assert set(summary.normalisation) == {"toy_reach"}
 
 def test_unfinished_part_is_named(parts, tmp_path, capsys):
     _, (part1, part2) = parts

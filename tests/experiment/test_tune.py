@@ -121,16 +121,16 @@ def test_a_tuned_sweep_stopped_after_tuning_resumes_to_its_report(tmp_path):
     rate_of = tuning.drop_duplicates("run_id").set_index("run_id")["tuned_learning_rate"]
     iqm = {rate: float(auc[rate_of == rate].mean()) for rate in RATES}  # IQM of 2: their mean
     expected = max(RATES, key=lambda r: (iqm[r], -r))
-    [choice] = summary["tuning"]["choices"]
-    assert choice["chosen"] == expected and choice["group"] == TUNING
+    [choice] = summary.tuning.choices
+    assert choice.chosen == expected and choice.group == TUNING
     assert set(studied["tuned_learning_rate"]) == {expected}
-    assert {c["value"] for c in choice["candidates"]} == set(RATES)
-    assert summary["run"]["num_runs"] == 4  # the report's cells hold the studied runs only
+    assert {c.value for c in choice.candidates} == set(RATES)
+    assert summary.run.num_runs == 4  # the report's cells hold the studied runs only
     report = (out / "report.md").read_text()
     assert "## learning_rate chosen on synchronous runs" in report and "**chosen**" in report
     again = sweep.sweep(out, resume=True, progress=False)
-    assert again["tuning"]["choices"] == summary["tuning"]["choices"]
+    assert again.tuning == summary.tuning
     assert json.loads((out / "summary.json").read_text())["tuning"]["hparam"] == "learning_rate"
     merged = sweep.merge_parts([out], tmp_path / "merged")  # the one part of itself
-    assert merged["tuning"] == summary["tuning"]
+    assert merged.tuning == summary.tuning
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "merged" / "runs.parquet"), runs)

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vaco_jax.report import figures_heatmap, kept_gain, stats, write_report
+from vaco_jax.report import figures_heatmap, kept_gain, stats
 
-from test_report import drawn_figures, panels
+from test_report import drawn_figures, panels, write_report
 
 # Each run: evaluations at 0, 50 and 100 steps; final_fraction 0.1 makes the last the final.
 STEPS = (0, 50, 100)

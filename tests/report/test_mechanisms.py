@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 
 from vaco_jax.core.phase import ACTED_METRICS, MECHANISM_FRACTIONS, acted_name
-from vaco_jax.report import Score, compat, metrics, write_report
+from vaco_jax.report import Score, compat, metrics
 from vaco_jax.report import write as write_module
-from vaco_jax.report.markdown import MECHANISM_WORDS
+from vaco_jax.report.metrics import MECHANISM_WORDS
+
+from test_report import write_report
 
 NAN = np.nan
 SEEDS = (0, 1, 2, 3)

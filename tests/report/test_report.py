@@ -10,7 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vaco_jax.report import Score, variant_names, write_report
+from vaco_jax import report as report_layer
+from vaco_jax.report import Score, variant_names
+from vaco_jax.report import summary as report_summary
 from vaco_jax.report import figures as report_figures
 from vaco_jax.report import stats
 from vaco_jax.report import write as write_module
@@ -48,6 +50,12 @@ FIGURES = (
     "fig_probability_of_improvement",
 )
 RUNS = list(itertools.product(TASKS, VARIANTS, LAGS, SEEDS))
+
+
+def write_report(*args, **kwargs) -> dict:
+    """The summary ``write_report`` returns, as ``summary.json`` holds it: these tests check
+    what the file says."""
+    return report_summary.to_json(report_layer.write_report(*args, **kwargs))
 
 
 def run_id(task, variant, lag, seed):

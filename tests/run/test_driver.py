@@ -23,7 +23,7 @@ from vaco_jax import cli
 from vaco_jax.control.config import ControlHParams, ControlConfig
 from vaco_jax.control.train import make_train
 from vaco_jax.core.lag_models import Geometric
-from vaco_jax.run import driver, program
+from vaco_jax.run import program
 from vaco_jax.run.background import BACKGROUND_THREAD, background_work, in_background
 from vaco_jax.run.driver import Driver
 

@@ -128,7 +128,7 @@ def test_token_sweep_writes_runs_table_and_report(config, tmp_path):
     assert sorted(runs["env_steps"].unique()) == [0, 32, 64]  # sampled responses
     assert runs["eval_accuracy"].between(0, 1).all() and "eval_return" not in runs
     assert {"reward_mean", "tv_backward", "clip_fraction"} <= set(runs.columns)
-    assert summary["score"]["name"] == "held-out accuracy" and len(summary["cells"]) == 2
+    assert summary.score.name == "held-out accuracy" and len(summary.cells) == 2
     report = (out / "report.md").read_text()
     assert "initial held-out accuracy" in report and "Sampled responses per run" in report
     assert (out / "fig_learning_curves.png").is_file()

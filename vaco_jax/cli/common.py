@@ -12,7 +12,7 @@ import jax
 
 from vaco_jax import losses
 from vaco_jax.cli import console
-from vaco_jax.core.config import MAX_SEED, Config
+from vaco_jax.core.config import MAX_SEED, Config, HParamsBase
 from vaco_jax.core.lag_models import LAG_MODELS, LagModel
 from vaco_jax.infra import io, manifest
 from vaco_jax.run import distributed, driver, memory
@@ -178,7 +178,7 @@ def check_keep_flags(args) -> None:
     manifest.check_keep(args.keep)
 
 
-def run_driver(args, config: Config, hparams: Any) -> int:
+def run_driver(args, config: Config, hparams: HParamsBase) -> int:
     """Trains `config` with `hparams` over the seeds of `args` (the flags of
     `add_run_arguments`) with the driver, or resumes the run of `--resume DIR` with the settings
     saved there (`config` and `hparams` unused), then prints a summary."""

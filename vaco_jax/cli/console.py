@@ -16,8 +16,7 @@ from tqdm.auto import tqdm
 from vaco_jax import testbeds
 from vaco_jax.core.lag_models import Fixed
 from vaco_jax.core.phase import MECHANISM_FRACTIONS, acted_name
-from vaco_jax.report.markdown import MECHANISM_WORDS
-from vaco_jax.report.metrics import mechanism_name
+from vaco_jax.report.metrics import MECHANISM_WORDS, mechanism_name
 from vaco_jax.run.driver import Driver, TrainingResult
 
 NEXT = {"control": ("train", "experiments/quick.toml", "runs/quick",

@@ -11,6 +11,7 @@ from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
                                  write_sweep_report)
 from vaco_jax.report.run_figures import write_run_figures
+from vaco_jax.report.summary import Summary
 from vaco_jax.run import distributed
 from vaco_jax.infra.run_folder import CONFIG_FILE
 from vaco_jax.run.trackers import Trackers
@@ -131,17 +132,17 @@ def run_report(args) -> int:
     return 0
 
 
-def _print_scores(summary: dict, out: str) -> None:
+def _print_scores(summary: Summary, out: str) -> None:
     """The report's final-score table: IQM normalised score per variant and lag."""
-    print(f"\n{summary['title']}: {summary['run']['num_runs']} runs "
-          f"({summary['run']['num_diverged']} diverged)")
-    for cell in summary["cells"]:
-        iqm, auc = cell["iqm"], cell["auc_iqm"]
-        print(f"  {cell['variant']:<32} lag {cell['lag']:<5g} IQM score {iqm['point']:6.3f} "
-              f"[{iqm['low']:.3f}, {iqm['high']:.3f}]  AUC IQM {auc['point']:6.3f}")
-    tuning = summary.get("tuning")
-    for choice in tuning["choices"] if tuning else ():
-        grid = ", ".join(f"{c['value']:g}" for c in choice["candidates"])
-        print(f"  {choice['method']:<32} {tuning['hparam']} {choice['chosen']:g} "
-              f"({tuning['rule']}, of {grid})")
+    print(f"\n{summary.title}: {summary.run.num_runs} runs "
+          f"({summary.run.num_diverged} diverged)")
+    for cell in summary.cells:
+        iqm, auc = cell.iqm, cell.auc_iqm
+        print(f"  {cell.variant:<32} lag {cell.lag:<5g} IQM score {iqm.point:6.3f} "
+              f"[{iqm.low:.3f}, {iqm.high:.3f}]  AUC IQM {auc.point:6.3f}")
+    tuning = summary.tuning
+    for choice in tuning.choices if tuning else ():
+        grid = ", ".join(f"{c.value:g}" for c in choice.candidates)
+        print(f"  {choice.method:<32} {tuning.hparam} {choice.chosen:g} "
+              f"({tuning.rule}, of {grid})")
     print(f"report: {out}/report.md (tables in {out}/summary.json, runs in {out}/runs.parquet)")

@@ -15,7 +15,6 @@ buffer. Every `updates_per_period` updates the learner is evaluated deterministi
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import chex
 import jax
@@ -28,7 +27,7 @@ from vaco_jax.core import phase
 from vaco_jax.control.algorithms import ALGORITHMS, PolicyTerms, ValueTerms
 from vaco_jax.control.config import ControlHParams, ControlConfig, adapts_kl_coef, validate
 from vaco_jax.core.divergence import freeze_if_diverged
-from vaco_jax.core.trainer import Trainer
+from vaco_jax.core.trainer import Metrics, Trainer
 from vaco_jax.control.envs import make_env
 from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.control.networks import (ActorCritic, Policy, RunningStats, init_stats,
@@ -75,7 +74,7 @@ def algorithm_mechanisms(algo: str) -> frozenset[str]:
 @struct.dataclass
 class ControlState:
     params: dict  # {"actor": ..., "critic": ...}
-    opt_state: Any
+    opt_state: optax.OptState
     obs_stats: RunningStats
     reward_scaling: RewardScaling
     buffer: PolicyBuffer
@@ -121,7 +120,7 @@ def normalize_advantages(advantages: jax.Array, mode: str) -> jax.Array:
     return advantages
 
 
-class ControlTrainer(Trainer):
+class ControlTrainer(Trainer[ControlConfig, ControlHParams, ControlState, Policy]):
     """The compiled-program pieces of one `ControlConfig` (validated before anything is traced)."""
 
     score = "eval_return"
@@ -383,7 +382,7 @@ class ControlTrainer(Trainer):
         scaling, reward = scale_rewards(scaling, data.reward, data.done, hp.gamma)
         return scaling, data.replace(reward=reward)
 
-    def update(self, state: ControlState, hp: ControlHParams) -> tuple[ControlState, dict]:
+    def update(self, state: ControlState, hp: ControlHParams) -> tuple[ControlState, Metrics]:
         """One rollout and one optimisation phase; a non-finite result freezes the run."""
         cfg = self.config
         key, collect_key, optimise_key = jax.random.split(state.key, 3)
@@ -426,10 +425,10 @@ class ControlTrainer(Trainer):
         return freeze_if_diverged(state, new_state, checked, metrics)
 
     # ----------------------------------------------------------------------------- evaluation
-    def evaluated(self, state: ControlState) -> Any:
+    def evaluated(self, state: ControlState) -> Policy:
         return state.policy
 
-    def evaluate(self, policy: Any, key: jax.Array) -> jax.Array:
+    def evaluate(self, policy: Policy, key: jax.Array) -> jax.Array:
         """Mean deterministic return of the learner's policy on separate environments."""
         return evaluate(self.env, self.model, policy, key, num_envs=self.config.num_eval_envs,
                         episode_length=self.config.episode_length)

@@ -12,6 +12,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from vaco_jax.core.trainer import Metrics, StateT
+
 # Leaves up to this many elements enter the one final reduction whole.
 _WHOLE = 1024
 
@@ -29,8 +31,8 @@ def all_finite(tree: Any) -> jax.Array:
     return ~jnp.isnan(jnp.concatenate(parts)).any() if parts else jnp.array(True)
 
 
-def freeze_if_diverged(state: Any, new_state: Any, checked: Any,
-                       metrics: dict) -> tuple[Any, dict]:
+def freeze_if_diverged(state: StateT, new_state: StateT, checked: Any,
+                       metrics: Metrics) -> tuple[StateT, Metrics]:
     """`(new_state, metrics)` after one update, or the frozen `state` with NaN metrics.
 
     `state` and `new_state` are states before and after the update with the fields `diverged`

@@ -24,7 +24,7 @@ from typing import Any, Callable, Collection, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from vaco_jax.core.config import Config
+from vaco_jax.core.config import Config, HParamsBase
 from vaco_jax.experiment import tune
 from vaco_jax.experiment.folder import (batch_dir, load_sweep_to_resume, record_sweep,
                                         replan_sweep, start_sweep, status_finished)
@@ -37,12 +37,14 @@ from vaco_jax.run.driver import Driver, TrainingResult
 from vaco_jax.infra.run_folder import CONFIG_FILE, read_status
 from vaco_jax.infra.lock import folder_lock
 from vaco_jax.infra.faults import fault_point
+from vaco_jax.report import summary as report_summary
+from vaco_jax.report.summary import Summary
 from vaco_jax.run.distributed import agreed_signal, from_process_0, is_writer, several
 from vaco_jax.run.signals import (Interrupted, exit_on_signals, raise_if_interrupted,
                                   requested)
 from vaco_jax.run.trackers import LoggedRun, Trackers, describe, run_hparams
 
-def _compiled_driver(config: Config, hparams: Any, seeds: Sequence[int]) -> Driver:
+def _compiled_driver(config: Config, hparams: HParamsBase, seeds: Sequence[int]) -> Driver:
     fault_point("background_compile", 0)
     driver = Driver(config, hparams, seeds)
     driver.compile()
@@ -60,15 +62,15 @@ class _Programs:
         self._drivers: collections.OrderedDict[tuple[Config, int], futures.Future] = (
             collections.OrderedDict())
 
-    def prefetch(self, config: Config, hparams: Any, seeds: Sequence[int]) -> None:
+    def prefetch(self, config: Config, hparams: HParamsBase, seeds: Sequence[int]) -> None:
         self._entry(config, hparams, seeds, background=True)
 
-    def driver(self, config: Config, hparams: Any, seeds: Sequence[int]) -> Driver:
+    def driver(self, config: Config, hparams: HParamsBase, seeds: Sequence[int]) -> Driver:
         """The driver of these runs; it compiles on its first run unless prefetched."""
         return self._entry(config, hparams, seeds, background=False).result().with_runs(
             hparams, seeds)
 
-    def _entry(self, config: Config, hparams: Any, seeds: Sequence[int],
+    def _entry(self, config: Config, hparams: HParamsBase, seeds: Sequence[int],
                background: bool) -> futures.Future:
         key = (config, len(seeds))
         if key not in self._drivers:
@@ -204,7 +206,7 @@ def _sweep_saved(plan: Plan, out_dir: str | os.PathLike, following: Batch) -> st
             f"saved; the sweep stopped before batch {following.name}")
 
 
-def _driver_arguments(plan: Plan, batch: Batch) -> tuple[Config, Any, list[int]]:
+def _driver_arguments(plan: Plan, batch: Batch) -> tuple[Config, HParamsBase, list[int]]:
     group = plan.experiment.group(batch.group)
     return (group.config, group.hparams(batch.padded),
             [group.runs[i].seed for i in batch.padded])
@@ -225,7 +227,7 @@ def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
           max_runs_per_batch: int | None = None, memory_budget: int | None = None,
           progress: bool = True,
           on_chunk: Callable[[Batch, TrainingResult], None] | None = None,
-          trackers: Trackers | None = None) -> dict[str, Any]:
+          trackers: Trackers | None = None) -> Summary:
     """Runs `experiment`, or only its `part`, into `out_dir` (or with `resume`, continues the
     sweep saved there; an `experiment` or `part` given then must be the saved one; with
     `replan` too, plans it again first, `replan_sweep`) and writes its report; returns its
@@ -258,7 +260,9 @@ def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
             plan = _tuned(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
         run_sweep(plan, out_dir, progress=progress, on_chunk=on_chunk, trackers=trackers)
         fault_point("report", 0)
-        return from_process_0(lambda: write_sweep_report(plan, out_dir))
+        # Across processes the summary travels as JSON, so every process reads it back alike.
+        return report_summary.from_json(from_process_0(
+            lambda: report_summary.to_json(write_sweep_report(plan, out_dir))))
 
 
 def _tuned(plan: Plan, out_dir: str | os.PathLike, **options: Any) -> Plan:

@@ -26,6 +26,7 @@ from vaco_jax.experiment.results import (finished_batches_table, resolved_plan,
                                          unfinished_groups, write_experiment_report)
 from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
 from vaco_jax.infra import io, manifest
+from vaco_jax.report.summary import Summary
 from vaco_jax.report.write import REPORT_WRITES
 from vaco_jax.infra.lock import folder_lock, refuse_if_in_use
 
@@ -136,7 +137,7 @@ def _merged_table(experiment: Experiment,
 
 def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                 allow_incomplete: bool = False, overwrite: bool = False,
-                keep: Sequence[str] = ()) -> dict[str, Any]:
+                keep: Sequence[str] = ()) -> Summary:
     """Writes the report of the experiment whose parts were run into `part_dirs` (sweep folders
     or merged reports) into `out_dir` (refused if it exists, unless `overwrite`), with
     `experiment.toml` and `parts.json`; returns the report's summary.
@@ -162,7 +163,7 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
 
 
 def _merge(folders: Sequence[Path], out: Path, *, allow_incomplete: bool,
-           keep: Sequence[str]) -> dict[str, Any]:
+           keep: Sequence[str]) -> Summary:
     sources = [_source(folder) for folder in folders]
     experiment = sources[0].experiment
     for source in sources[1:]:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from vaco_jax import report
 from vaco_jax.experiment import tune, tune_report
+from vaco_jax.report.summary import Summary
 from vaco_jax.experiment.folder import batch_dir, batch_finished
 from vaco_jax.experiment.plan import Batch, Plan
 from vaco_jax.experiment.spec import Experiment, Group, RunSpec
@@ -157,7 +158,7 @@ def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
     return table
 
 
-def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
+def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> Summary:
     """Builds the runs table from the finished batches and writes the report into `out_dir` (a
     part's report covers its groups only, and an unfinished sweep's its finished batches; the
     title says so), holding the folder's lock."""
@@ -172,7 +173,7 @@ def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]
 
 
 def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
-                            out_dir: str | os.PathLike, note: str | None = None) -> dict[str, Any]:
+                            out_dir: str | os.PathLike, note: str | None = None) -> Summary:
     """Writes the report of `runs`, a runs table of `experiment`, into `out_dir`; `note` is
     added to the title in brackets. A task without runs yet (an unfinished or partial sweep)
     loses its reference score rather than failing the report."""

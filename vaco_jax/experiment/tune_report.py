@@ -9,15 +9,15 @@ so that a merged report folder holds them when it merges as a part.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from vaco_jax import report
 from vaco_jax.report.runs_table import assignments
+from vaco_jax.report.summary import (Summary, Tuning, TuningCandidate, TuningChoice,
+                                     dumps)
 from vaco_jax.experiment import tune
 from vaco_jax.experiment.spec import Experiment
 from vaco_jax.infra import io
@@ -30,17 +30,22 @@ def _method(experiment: Experiment, choice: tune.Choice) -> str:
                    if choice.point else "")
 
 
-def summary(experiment: Experiment, made: list[tune.Choice]) -> dict[str, Any]:
-    """The JSON of `summary.json`'s `tuning`: the rule, the seeds and every choice."""
+def _defined(x: float) -> float | None:
+    return None if x != x else x  # NaN: JSON has none
+
+
+def summary(experiment: Experiment, made: list[tune.Choice]) -> Tuning:
+    """`summary.json`'s `tuning`: the rule, the seeds and every choice."""
     rule = experiment.tune.rule
-    return {"hparam": experiment.tune.hparam, "rule": rule.name, "statistic": rule.statistic,
-            "seeds": list(experiment.tune.seeds), "column": experiment.tune.column,
-            "choices": [{"method": _method(experiment, c), "group": c.group,
-                         "point": dict(c.point), "chosen": c.chosen,
-                         "candidates": [{k: None if v != v else v  # NaN: JSON has none
-                                         for k, v in dataclasses.asdict(candidate).items()}
-                                        for candidate in c.candidates]}
-                        for c in made]}
+    return Tuning(
+        hparam=experiment.tune.hparam, rule=rule.name, statistic=rule.statistic,
+        seeds=tuple(experiment.tune.seeds), column=experiment.tune.column,
+        choices=tuple(TuningChoice(
+            method=_method(experiment, c), group=c.group, point=dict(c.point), chosen=c.chosen,
+            candidates=tuple(TuningCandidate(value=k.value, iqm=_defined(k.iqm),
+                                             low=_defined(k.low), high=_defined(k.high),
+                                             runs=k.runs) for k in c.candidates))
+            for c in made))
 
 
 def markdown(experiment: Experiment, made: list[tune.Choice]) -> str:
@@ -66,14 +71,14 @@ def markdown(experiment: Experiment, made: list[tune.Choice]) -> str:
 
 
 def add_tuning(experiment: Experiment, runs: pd.DataFrame, out_dir: str | os.PathLike,
-               written: dict[str, Any]) -> dict[str, Any]:
+               written: Summary) -> Summary:
     """Adds the tuning to the report `written` in `out_dir` (`runs`: the whole runs table,
     tuning rows included); returns the summary with `tuning`."""
     out = Path(out_dir)
     made = tune.choices(experiment, runs, experiment.testbed.score)
-    full = {**written, "tuning": summary(experiment, made)}
+    full = dataclasses.replace(written, tuning=summary(experiment, made))
     io.write_table(out / report.RUNS_FILE, runs)
-    io.write_text(out / "summary.json", json.dumps(full, indent=2, allow_nan=False) + "\n")
+    io.write_text(out / "summary.json", dumps(full))
     text = (out / "report.md").read_text(encoding="utf-8")
     io.write_text(out / "report.md", f"{text.rstrip()}\n\n{markdown(experiment, made)}")
     return full

@@ -5,11 +5,12 @@ report, for either testbed (a ``Score`` says what the evaluations measure).
 scores, ``cells`` pairs runs into (variant, lag) cells and bootstraps their summaries,
 ``kept_gain`` measures the share of its synchronous gain each method keeps under lag,
 ``metrics`` summarises training metrics, ``figures``, ``figures_heatmap`` and ``figures_runs``
-draw, ``markdown``
-writes ``report.md``, ``collapse`` asks whether the ESS falls before the score collapses,
-``stats`` holds the aggregates and bootstraps, and ``write`` runs it all: ``write_report``.
-``run_figures`` draws the figures of a single run's folder instead (``vaco-jax report RUN_DIR``).
-``compat`` reads runs tables as earlier versions wrote them.
+draw, ``summary`` holds the summary as typed objects and writes and reads ``summary.json``,
+``markdown`` (with ``markdown_diagnostics`` and ``markdown_text``) writes ``report.md`` from it,
+``collapse`` asks whether the ESS falls before the score collapses, ``stats`` holds the
+aggregates and bootstraps, and ``write`` runs it all: ``write_report``. ``run_figures`` draws the
+figures of a single run's folder instead (``vaco-jax report RUN_DIR``). ``compat`` reads runs
+tables and summaries as earlier versions wrote them.
 """
 
 from vaco_jax.report.runs_table import (

@@ -1,8 +1,10 @@
-"""Runs tables as earlier versions of vaco_jax wrote them, read as today's."""
+"""Runs tables and report summaries as earlier versions of vaco_jax wrote them, read as
+today's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,3 +32,16 @@ def without_absent_mechanisms(table: pd.DataFrame,
         if columns and lacking:
             table.loc[algos.isin(lacking), columns] = np.nan
     return table
+
+
+SUMMARY_BEFORE_KEPT_GAIN = "the report was written before vaco_jax measured the kept gain"
+"""The reason a summary written before the kept gain existed gives for having none."""
+
+
+def summary_as_now(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``summary.json``'s object as today's report writes it: one written before the kept
+    gain existed says so, and its cells, written before they kept the raw scores, have none."""
+    now = dict(summary)
+    now.setdefault("kept_gain", {"skipped": SUMMARY_BEFORE_KEPT_GAIN})
+    now["cells"] = [{"raw": {}, **cell} for cell in summary.get("cells", [])]
+    return now

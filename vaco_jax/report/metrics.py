@@ -60,6 +60,15 @@ def mechanism_name(fraction: str) -> str:
 MECHANISMS = tuple(mechanism_name(f) for f in MECHANISM_FRACTIONS)
 """Every stabiliser a trainer records, by its ``summary.json`` key, in the trainers' order."""
 
+MECHANISM_WORDS = {
+    "clip": "clip",
+    "is_truncated": "importance-weight truncation",
+    "is_masked": "mask",
+    "stale_dropped": "freshness bound",
+    "filter": "TV filter",
+}
+"""Each stabiliser of ``MECHANISMS`` in the report's words."""
+
 
 def mechanism_columns(table: pd.DataFrame) -> list[str]:
     """The stabilisers' fraction and acted-share metrics in ``table``; a table written before

@@ -8,7 +8,6 @@ The steps are the other modules' (``scoring``, ``cells``, ``metrics``, ``figures
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +29,11 @@ from vaco_jax.report import (
     scoring,
 )
 from vaco_jax.report import markdown as report_markdown
+from vaco_jax.report import summary as report_summary
+from vaco_jax.report.summary import (CellSummary, DivergedRun, EssCollapse, FigureRecord,
+                                     Improvement, IncompleteCell, KeptGain, Normalisation,
+                                     RunOverview, Stabilisers, Summary, TaskCell, Variant,
+                                     parsed)
 from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, check_runs, hp_columns
 from vaco_jax.infra import io
 from vaco_jax.infra.provenance import provenance
@@ -152,7 +156,7 @@ def _save_figure(figure: Figure, out_dir: Path, stem: str) -> dict[str, str]:
     return files
 
 
-def _variant_records(run_table: pd.DataFrame) -> list[dict[str, Any]]:
+def _variant_records(run_table: pd.DataFrame) -> tuple[Variant, ...]:
     """Per variant: what defines it (algorithm, lag models, forward setting, the
     hyper-parameters it sets) and its number of runs."""
     hp = hp_columns(run_table)
@@ -161,49 +165,49 @@ def _variant_records(run_table: pd.DataFrame) -> list[dict[str, Any]]:
         first = rows.iloc[0]
         set_hps = [c for c in hp if pd.notna(first[c])]
         records.append(
-            {
-                "variant": variant,
-                "algo": str(first["algo"]),
-                "lag_models": sorted(rows["lag_model"].astype(str).unique()),
-                "epochs": int(first["epochs"]),
-                "minibatches": int(first["minibatches"]),
-                "hyperparameters": assignments(set_hps, [first[c] for c in set_hps]),
-                "num_runs": len(rows),
-            }
+            Variant(
+                variant=variant,
+                algo=str(first["algo"]),
+                lag_models=tuple(sorted(rows["lag_model"].astype(str).unique())),
+                epochs=int(first["epochs"]),
+                minibatches=int(first["minibatches"]),
+                hyperparameters=assignments(set_hps, [first[c] for c in set_hps]),
+                num_runs=len(rows),
+            )
         )
-    return records
+    return tuple(records)
 
 
-def _run_overview(table: pd.DataFrame, run_table: pd.DataFrame) -> dict[str, Any]:
+def _run_overview(table: pd.DataFrame, run_table: pd.DataFrame) -> RunOverview:
     """What was run: tasks, lag models and levels, seeds, run counts, lengths and variants."""
-    return {
-        "tasks": sorted(run_table["task"].astype(str).unique()),
-        "lag_models": sorted(run_table["lag_model"].astype(str).unique()),
-        "lags": sorted(float(lag) for lag in run_table["lag"].unique()),
-        "seeds": sorted(int(seed) for seed in run_table["seed"].unique()),
-        "num_runs": len(run_table),
-        "num_diverged": int(run_table["diverged"].sum()),
-        "final_env_steps": sorted({int(s) for s in run_table["env_steps"]}),
-        "eval_points": sorted({int(n) for n in table.groupby("run_id").size()}),
-        "variants": _variant_records(run_table),
-    }
+    return RunOverview(
+        tasks=tuple(sorted(run_table["task"].astype(str).unique())),
+        lag_models=tuple(sorted(run_table["lag_model"].astype(str).unique())),
+        lags=tuple(sorted(float(lag) for lag in run_table["lag"].unique())),
+        seeds=tuple(sorted(int(seed) for seed in run_table["seed"].unique())),
+        num_runs=len(run_table),
+        num_diverged=int(run_table["diverged"].sum()),
+        final_env_steps=tuple(sorted({int(s) for s in run_table["env_steps"]})),
+        eval_points=tuple(sorted({int(n) for n in table.groupby("run_id").size()})),
+        variants=_variant_records(run_table),
+    )
 
 
-def _diverged_runs(run_table: pd.DataFrame) -> list[dict[str, Any]]:
+def _diverged_runs(run_table: pd.DataFrame) -> tuple[DivergedRun, ...]:
     """Each diverged run, where it diverged and the last score it reached before."""
     diverged = run_table[run_table["diverged"]].sort_values(["variant", "lag", "task", "seed"])
-    return [
-        {
-            "run_id": str(r.run_id),
-            "task": str(r.task),
-            "variant": r.variant,
-            "lag": float(r.lag),
-            "seed": int(r.seed),
-            "diverged_at": int(r.diverged_at),
-            "last_finite_score": float(r.filled_score),
-        }
+    return tuple(
+        DivergedRun(
+            run_id=str(r.run_id),
+            task=str(r.task),
+            variant=r.variant,
+            lag=float(r.lag),
+            seed=int(r.seed),
+            diverged_at=int(r.diverged_at),
+            last_finite_score=float(r.filled_score),
+        )
         for r in diverged.itertuples()
-    ]
+    )
 
 
 def write_report(
@@ -219,7 +223,7 @@ def write_report(
     title: str | None = None,
     collapse_thresholds: collapse.Thresholds = collapse.Thresholds(),
     mechanisms: Callable[[str], Collection[str]] | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     """Scores a sweep's runs table and writes the report into ``out_dir``.
 
     Args:
@@ -258,7 +262,7 @@ def write_report(
     Writes ``runs.parquet`` (``runs`` as given), ``summary.json``, ``report.md``
     and each figure as ``fig_*.png`` and ``fig_*.pdf``; a figure without data
     is skipped and the report says why. Returns the summary written to
-    ``summary.json``.
+    ``summary.json`` (``vaco_jax.report.summary``).
     """
     check_runs(runs, score)
     tasks = sorted(runs["task"].astype(str).unique())
@@ -280,13 +284,14 @@ def write_report(
     task_summaries = cells.task_summaries(run_table, tasks, reps, seed)
     improvements = cells.improvements(complete, focus_algo, reps, seed)
     overview = _run_overview(table, run_table)
-    kept = kept_gain.summary(run_table, complete, tasks, overview["lags"], reps, seed)
+    lags = list(overview.lags)
+    kept = kept_gain.summary(run_table, complete, tasks, lags, reps, seed)
     events = scoring.collapse_events(table, references, score, collapse_thresholds)
     data = ReportData(
         score=score,
         focus_algo=focus_algo,
         tasks=tasks,
-        lags=overview["lags"],
+        lags=lags,
         styles=figures.variant_styles(sorted(run_table["variant"].unique())),
         table=table,
         run_table=run_table,
@@ -301,47 +306,47 @@ def write_report(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    drawn_figures: dict[str, dict[str, str]] = {}
+    drawn_figures: dict[str, FigureRecord] = {}
     for stem, (caption, draw) in _figure_builders(data).items():
         drawn = draw() if complete else figures.Skipped(
             "no variant has runs on every task at any lag"
         )
         if isinstance(drawn, figures.Skipped):
-            drawn_figures[stem] = {"caption": caption, "skipped": drawn.reason}
+            drawn_figures[stem] = FigureRecord(caption, skipped=drawn.reason)
         else:
-            drawn_figures[stem] = {"caption": caption, **_save_figure(drawn, out, stem)}
+            drawn_figures[stem] = FigureRecord(caption, **_save_figure(drawn, out, stem))
 
-    summary = {
-        "title": title or DEFAULT_TITLE,
-        "score": dataclasses.asdict(score),
-        "focus_algo": focus_algo,
-        "final_fraction": final_fraction,
-        "confidence": cells.CONFIDENCE,
-        "reps": reps,
-        "seed": seed,
-        "run": overview,
-        "normalisation": {
-            str(task): {
-                "initial": float(row.initial),
-                "reference": float(row.reference),
-                "source": str(row.source),
-            }
+    summary = Summary(
+        title=title or DEFAULT_TITLE,
+        score=score,
+        focus_algo=focus_algo,
+        final_fraction=final_fraction,
+        confidence=cells.CONFIDENCE,
+        reps=reps,
+        seed=seed,
+        run=overview,
+        normalisation={
+            str(task): Normalisation(
+                initial=float(row.initial),
+                reference=float(row.reference),
+                source=str(row.source),
+            )
             for task, row in references.iterrows()
         },
-        "kept_gain": kept,
-        "cells": cell_summaries,
-        "task_cells": task_summaries,
-        "incomplete_cells": incomplete,
-        "probability_of_improvement": improvements,
-        "off_policy_metrics": off_policy_columns,
-        "off_policy": metrics.off_policy_summaries(run_table, off_policy_columns),
-        "mechanisms": metrics.mechanism_summaries(run_table),
-        "diverged_runs": _diverged_runs(run_table),
-        "ess_collapse": collapse.summary(events, collapse_thresholds),
-        "figures": drawn_figures,
-        "provenance": provenance(),
-    }
+        kept_gain=parsed(KeptGain, kept),
+        cells=tuple(parsed(CellSummary, c) for c in cell_summaries),
+        task_cells=tuple(parsed(TaskCell, c) for c in task_summaries),
+        incomplete_cells=tuple(parsed(IncompleteCell, c) for c in incomplete),
+        probability_of_improvement=tuple(parsed(Improvement, r) for r in improvements),
+        off_policy_metrics=tuple(off_policy_columns),
+        off_policy=tuple(metrics.off_policy_summaries(run_table, off_policy_columns)),
+        mechanisms=tuple(parsed(Stabilisers, r) for r in metrics.mechanism_summaries(run_table)),
+        diverged_runs=_diverged_runs(run_table),
+        ess_collapse=parsed(EssCollapse, collapse.summary(events, collapse_thresholds)),
+        figures=drawn_figures,
+        provenance=provenance(),
+    )
     io.write_table(out / RUNS_FILE, runs)
-    io.write_text(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    io.write_text(out / "summary.json", report_summary.dumps(summary))
     io.write_text(out / "report.md", report_markdown.markdown(summary))
     return summary

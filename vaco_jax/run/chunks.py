@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from vaco_jax.core.config import Config
+from vaco_jax.core.trainer import RunState
 from vaco_jax.infra.faults import fault_point
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.run.distributed import agreed_signal
@@ -26,7 +27,7 @@ from vaco_jax.run.program import Program
 from vaco_jax.infra.run_folder import latest_finite
 from vaco_jax.run.run_record import RunRecord, TrainingResult, savable
 from vaco_jax.run.signals import StopRequests
-from vaco_jax.testbeds import Testbed
+from vaco_jax.testbeds import AnyTestbed
 
 
 class ChunkObserver:
@@ -46,7 +47,7 @@ class ProgressBar(ChunkObserver):
     """One run's steps (per seed, as the summary counts them: runs advance together), their rate
     and ETA, and the latest mean score; nothing unless `shown`."""
 
-    def __init__(self, testbed: Testbed, config: Config, shown: bool):
+    def __init__(self, testbed: AnyTestbed, config: Config, shown: bool):
         self._testbed, self._config, self._shown = testbed, config, shown
         self._bar: tqdm | None = None
         self._updates = 0
@@ -117,7 +118,7 @@ class Session:
     max_chunks: int | None
 
 
-def train_chunks(program: Program, record: RunRecord, state: Any,
+def train_chunks(program: Program, record: RunRecord, state: RunState,
                  metrics: dict[str, np.ndarray], periods_done: int, session: Session,
                  observers: Sequence[ChunkObserver]) -> TrainingResult:
     """Trains the runs of `record` from `state` (`periods_done` periods done, `metrics` filled

@@ -42,14 +42,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 from tqdm.auto import tqdm
 
 from vaco_jax import testbeds
-from vaco_jax.core.config import Config, check_seeds
+from vaco_jax.core.config import Config, HParamsBase, check_seeds
 from vaco_jax.infra import io, run_folder
 from vaco_jax.infra.faults import fault_point
 from vaco_jax.run.checkpoint import Checkpoints
@@ -82,7 +82,7 @@ class Driver:
     neither.
     """
 
-    def __init__(self, config: Config, hparams: Any, seeds: Sequence[int],
+    def __init__(self, config: Config, hparams: HParamsBase, seeds: Sequence[int],
                  devices: Sequence[jax.Device] | None = None):
         testbed = testbeds.named(config.testbed)
         self.record = _record(testbed, config, hparams, seeds)
@@ -98,7 +98,7 @@ class Driver:
     def num_runs(self) -> int:
         return len(self.seeds)
 
-    def with_runs(self, hparams: Any, seeds: Sequence[int]) -> Driver:
+    def with_runs(self, hparams: HParamsBase, seeds: Sequence[int]) -> Driver:
         """A driver of other runs (as many as this one's) that shares this driver's compiled
         programs, so it starts without compiling again."""
         if len(seeds) != self.num_runs:
@@ -226,7 +226,7 @@ class Driver:
             compile_seconds, time.perf_counter() - start, result.updates_done - updates_before))
 
 
-def _record(testbed: testbeds.Testbed, config: Config, hparams: Any,
+def _record(testbed: testbeds.AnyTestbed, config: Config, hparams: HParamsBase,
             seeds: Sequence[int]) -> RunRecord:
     """The record of these runs, their seeds and hyper-parameters checked (`hparams` leaves
     scalars or one value per seed) before anything is compiled."""
@@ -242,7 +242,7 @@ def _say(message: str) -> None:
 
 
 
-def _broadcast_hparams(hparams: Any, num_runs: int) -> Any:
+def _broadcast_hparams(hparams: HParamsBase, num_runs: int) -> HParamsBase:
     def expand(x):
         x = jnp.asarray(x, jnp.float32)
         if x.ndim == 0:
@@ -254,7 +254,7 @@ def _broadcast_hparams(hparams: Any, num_runs: int) -> Any:
     return jax.tree.map(expand, hparams)
 
 
-def train(config: Config, hparams: Any = None, seeds: Sequence[int] = (0,),
+def train(config: Config, hparams: HParamsBase | None = None, seeds: Sequence[int] = (0,),
           out_dir: str | os.PathLike | None = None, **run_options) -> TrainingResult:
     """Convenience entry point: `Driver(config, hparams, seeds).run(out_dir, **run_options)`,
     the testbed's default hyper-parameters where `hparams` is None."""

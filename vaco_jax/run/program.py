@@ -21,6 +21,9 @@ each device trains its share of the runs; on one device nothing is sharded. Acro
 runs must be a multiple of the global device count, and each process supplies the shards its
 devices hold.
 
+A `Program[Config, HParams, State, Policy]` carries its testbed's types (`vaco_jax.testbeds`):
+its hyper-parameters and states are the testbed's, each leaf with a leading runs axis.
+
 One `Program` serves every driver of runs of its config and number (`Driver.with_runs`),
 and it alone holds what it has compiled: the chunk lengths, and the initial-state program, built
 once the warm start it starts from is resolved (`vaco_jax.run.warm_start`).
@@ -29,14 +32,14 @@ once the warm start it starts from is resolved (`vaco_jax.run.warm_start`).
 from __future__ import annotations
 
 from concurrent import futures
-from typing import Any, Callable, Sequence
+from typing import Callable, Generic, Sequence, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from vaco_jax.core.config import Config
+from vaco_jax.core.trainer import ConfigT, HParamsT, PolicyT, StateT
 from vaco_jax.run.background import background_work, in_background
 from vaco_jax.run.distributed import host_copy, several
 from vaco_jax.testbeds import Testbed
@@ -45,12 +48,15 @@ from vaco_jax.run.warm_start import starting_trainer
 ZERO_AT_START = ("env_steps", "diverged")
 """Metrics the update-0 row holds as 0 (where the testbed has them): counters and flags."""
 
+TreeT = TypeVar("TreeT")
 
-class Program:
+
+class Program(Generic[ConfigT, HParamsT, StateT, PolicyT]):
     """The programs of `config` for `num_runs` runs, sharded over `devices` (default
     `jax.devices()`; `run_devices`)."""
 
-    def __init__(self, testbed: Testbed, config: Config, num_runs: int,
+    def __init__(self, testbed: Testbed[ConfigT, HParamsT, StateT, PolicyT], config: ConfigT,
+                 num_runs: int,
                  devices: Sequence[jax.Device] | None = None):
         self.testbed, self.config = testbed, config
         self.devices = run_devices(num_runs, devices)
@@ -63,7 +69,7 @@ class Program:
         self._score = jax.jit(jax.vmap(self.trainer.evaluation_score), **self._placement)
         self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2,
                             **self._placement)
-        self._init: Callable[..., Any] | None = None
+        self._init: Callable[[jax.Array, HParamsT], StateT] | None = None
         self._compiled_chunks: set[int] = set()
 
     @property
@@ -71,7 +77,7 @@ class Program:
         """Whether it has compiled a chunk program: a driver sharing it compiles nothing."""
         return bool(self._compiled_chunks)
 
-    def place(self, tree: Any) -> Any:
+    def place(self, tree: TreeT) -> TreeT:
         """Shards the leading (runs) axis of every leaf over the devices; a no-op on one device.
         Every process holds all runs and hands over the shards of its own devices."""
         if self._sharding is None:
@@ -86,7 +92,7 @@ class Program:
         return self.place(jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(s), salt))(
             jnp.asarray(seeds, jnp.uint32)))
 
-    def _init_program(self) -> Callable[..., Any]:
+    def _init_program(self) -> Callable[[jax.Array, HParamsT], StateT]:
         """The initial-state program. Its first call resolves the trainer's warm start (a token
         run's, read from its cache or trained now), which then says so before compiling starts
         and does not count as compiling."""
@@ -95,12 +101,12 @@ class Program:
                                  **self._placement)
         return self._init
 
-    def state_shapes(self, seeds: Sequence[int], hparams: Any) -> Any:
+    def state_shapes(self, seeds: Sequence[int], hparams: HParamsT) -> StateT:
         """The initial state's abstract shapes (with its shardings), computing nothing."""
         return jax.eval_shape(self._init_program(), self._keys(seeds, 0), self.place(hparams))
 
     def initial(self, seeds: Sequence[int],
-                hparams: Any) -> tuple[Any, dict[str, np.ndarray]]:
+                hparams: HParamsT) -> tuple[StateT, dict[str, np.ndarray]]:
         """The runs' initial state, and their metrics: NaN but the update-0 row, the initial
         evaluation."""
         state = self._init_program()(self._keys(seeds, 0), self.place(hparams))
@@ -113,14 +119,14 @@ class Program:
                 metrics[name][:, 0] = 0.0
         return state, metrics
 
-    def compile(self, seeds: Sequence[int], hparams: Any, periods: int) -> None:
+    def compile(self, seeds: Sequence[int], hparams: HParamsT, periods: int) -> None:
         """Compiles the programs of `periods`-period chunks ahead of time (running `initial`)."""
         chunk_compiling = self.start_chunk_compile(self.state_shapes(seeds, hparams), hparams,
                                                    periods)
         state, _ = self.initial(seeds, hparams)
         self.compile_chunk(state, hparams, periods, chunk_compiling)
 
-    def start_chunk_compile(self, shapes: Any, hparams: Any,
+    def start_chunk_compile(self, shapes: StateT, hparams: HParamsT,
                             periods: int) -> futures.Future | None:
         """The compilation of the `periods`-period chunk program for states of `shapes`,
         started in a thread of its own so that it runs beside `initial`'s (which compiles and
@@ -133,7 +139,7 @@ class Program:
             return None
         return in_background(self.compile_chunk, shapes, hparams, periods)
 
-    def compile_chunk(self, state: Any, hparams: Any, periods: int,
+    def compile_chunk(self, state: StateT, hparams: HParamsT, periods: int,
                       chunk_compiling: futures.Future | None = None) -> None:
         """Compiles the `periods`-period chunk program for states like `state` (arrays or their
         abstract shapes), once `chunk_compiling` is done: JAX's caches hold the program it
@@ -143,8 +149,8 @@ class Program:
         self._run.lower(state, self.place(hparams), periods).compile()
         self._compiled_chunks.add(periods)
 
-    def run_chunk(self, state: Any, placed_hparams: Any,
-                  periods: int) -> tuple[Any, dict[str, np.ndarray], list[np.ndarray]]:
+    def run_chunk(self, state: StateT, placed_hparams: HParamsT,
+                  periods: int) -> tuple[StateT, dict[str, np.ndarray], list[np.ndarray]]:
         """`periods` periods of every run from `state`, with `placed_hparams` (`place`d): the
         state, the per-update metrics `[R, periods x updates_per_period]` and each period's
         scores `[R]`, on the host."""

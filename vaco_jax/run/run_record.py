@@ -31,7 +31,8 @@ import jax
 import numpy as np
 import pandas as pd
 
-from vaco_jax.core.config import Config
+from vaco_jax.core.config import Config, HParamsBase
+from vaco_jax.core.trainer import RunState
 from vaco_jax.infra import io, manifest, run_folder
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.run.distributed import (from_process_0, host_copy, is_writer, several,
@@ -39,7 +40,7 @@ from vaco_jax.run.distributed import (from_process_0, host_copy, is_writer, seve
 from vaco_jax.infra.provenance import provenance
 from vaco_jax.infra.run_folder import latest_finite, warn
 from vaco_jax.run import compat
-from vaco_jax.testbeds import Testbed
+from vaco_jax.testbeds import AnyTestbed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,12 +58,12 @@ class Timing:
 class TrainingResult:
     config: Config
     seeds: list[int]
-    hparams: Any  # the testbed's hyper-parameters, leaves [R]
+    hparams: HParamsBase  # the testbed's hyper-parameters, leaves [R]
     metrics: dict[str, np.ndarray]  # [R, num_updates + 1]; row 0 is the initial evaluation
     diverged: np.ndarray  # [R] bool
     diverged_at: np.ndarray  # [R] int, -1 where the run stayed finite
     updates_done: int
-    state: Any = None  # the trainer's state, leaves [R, ...]
+    state: RunState | None = None  # the trainer's state, leaves [R, ...]
     timing: Timing | None = None  # set on the result `Driver.run` returns
 
     @property
@@ -90,10 +91,10 @@ class RunRecord:
     """Runs of one config on its testbed (`seeds[i]` with `hparams[i]`, leaves `[R]`), as their
     folder records them."""
 
-    testbed: Testbed
+    testbed: AnyTestbed
     config: Config
     seeds: list[int]
-    hparams: Any
+    hparams: HParamsBase
     # The identity a resumed run's folder recorded, which a record older than one of today's
     # config fields hashed without that field; None: the one `describe` hashes to.
     recorded_identity: str | None = None
@@ -139,7 +140,7 @@ class RunRecord:
             **self.describe(), "run_identity": self.identity, "run_options": run_options,
             "provenance": provenance()})
 
-    def result(self, metrics: dict[str, np.ndarray], state: Any,
+    def result(self, metrics: dict[str, np.ndarray], state: RunState,
                periods_done: int) -> TrainingResult:
         updates_done = periods_done * self.config.updates_per_period
         diverged, diverged_at = _divergence(metrics, updates_done)
@@ -173,8 +174,8 @@ class RunRecord:
         return (f"{done}; its results and its checkpoint at update "
                 f"{steps[0] * self.config.updates_per_period} are saved")
 
-    def restore(self, checkpoints: Checkpoints, state: Any, metrics: dict[str, np.ndarray]
-                ) -> tuple[int, Any, dict[str, np.ndarray]] | None:
+    def restore(self, checkpoints: Checkpoints, state: RunState, metrics: dict[str, np.ndarray]
+                ) -> tuple[int, RunState, dict[str, np.ndarray]] | None:
         """`(periods done, state, metrics)` of the newest readable checkpoint, the state as NumPy
         arrays shaped like `state` and the metrics cut back to it; None if there is none."""
         restored = _restore(checkpoints, {"state": state, "metrics": metrics})
@@ -187,7 +188,7 @@ class RunRecord:
             periods_done * self.config.updates_per_period)
 
 
-def savable(state: Any) -> Any:
+def savable(state: RunState) -> RunState:
     """The state as process 0 saves it: across processes gathered to it (every process takes
     part), else as it is (Orbax saves sharded arrays of one process itself)."""
     return jax.tree.map(host_copy, state) if several() else state

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import TypeVar
 
 import jax
 import numpy as np
@@ -32,18 +33,22 @@ from vaco_jax.infra.faults import fault_point
 from vaco_jax.infra.orbax_options import this_process_only
 from vaco_jax.infra.user_cache import user_cache_dir
 from vaco_jax.tokens import tasks
-from vaco_jax.tokens.model import ModelSpec, TokenPolicy
+from vaco_jax.tokens.model import ModelSpec, Params, TokenPolicy
 from vaco_jax.tokens.warm_start import SupervisedStart, WarmStart
 
 _log = logging.getLogger(__name__)
 
+TrainerT = TypeVar("TrainerT", bound=Trainer)
 
-def starting_trainer(trainer: Trainer) -> Trainer:
+
+def starting_trainer(trainer: TrainerT) -> TrainerT:
     """`trainer`, or where its `init` still needs a warm start (`pending_warm_start`), a
     trainer of its config given the warm start's parameters, resolved now."""
-    if trainer.pending_warm_start is None:
+    start = trainer.pending_warm_start
+    if start is None:
         return trainer
-    return type(trainer)(trainer.config, initial_params=resolve(trainer.pending_warm_start))
+    assert isinstance(start, SupervisedStart), "the token testbed's is the only warm start"
+    return type(trainer)(trainer.config, initial_params=resolve(start))
 
 
 def settings_hash(task: tasks.Task, spec: ModelSpec, settings: WarmStart) -> str:
@@ -58,7 +63,7 @@ def default_cache_dir() -> Path:
     return user_cache_dir("warm_start")
 
 
-def resolve(start: SupervisedStart):
+def resolve(start: SupervisedStart) -> Params:
     """The warm start's parameters: restored from its cache folder when trained before with the
     same settings, else trained now (and saved there, unless it has no cache folder)."""
     task, spec, settings = start.task, start.spec, start.settings
@@ -79,7 +84,7 @@ def resolve(start: SupervisedStart):
     return params
 
 
-def _save_atomically(folder: Path, params) -> None:
+def _save_atomically(folder: Path, params: Params) -> None:
     """Saves into a temporary folder beside `folder`, then renames it into place, so a reader
     never sees a half-written checkpoint (a concurrent writer of the same settings loses the
     rename harmlessly: both wrote the same parameters)."""
@@ -98,7 +103,7 @@ def _save_atomically(folder: Path, params) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _restore(folder: Path, like):
+def _restore(folder: Path, like: Params) -> Params:
     # Read as NumPy, then put on this process's default device, as the trained parameters are.
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), like)
     with ocp.StandardCheckpointer(multiprocessing_options=this_process_only()) as checkpointer:

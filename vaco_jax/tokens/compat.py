@@ -1,6 +1,16 @@
 """Token runs' records as earlier versions of vaco_jax wrote them, read as today's."""
 
+from __future__ import annotations
+
+from typing import Collection
+
 PRE_CALIBRATION_FIELDS = frozenset({"steps", "batch", "learning_rate", "corrupt_fraction",
                                     "seed"})
 """The warm-start fields every `config.json` held before `corruption` existed: a record of
 exactly these is that warm start, `warm_start.LEGACY`'s with those values."""
+
+
+def is_pre_calibration(fields: Collection[str]) -> bool:
+    """Whether a warm-start record of these fields was written before `corruption` existed, so
+    that it reads as `warm_start.LEGACY`'s settings, not over today's defaults."""
+    return set(fields) == PRE_CALIBRATION_FIELDS

@@ -13,6 +13,7 @@ teacher forcing under any one snapshot does not reproduce.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import chex
 import flax.linen as nn
@@ -21,6 +22,10 @@ import jax.numpy as jnp
 from flax import struct
 
 from vaco_jax.tokens.tasks import VOCAB_SIZE, pad_after_eos, response_mask
+
+
+Params = dict[str, Any]
+"""A policy's flax variables, `{"params": {...}}`: a nested tree of arrays."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +106,7 @@ class TokenPolicy:
         shape = (s.layers, batch, s.context, s.heads, s.width // s.heads)
         return jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
 
-    def init(self, key: jax.Array):
+    def init(self, key: jax.Array) -> Params:
         tokens = jnp.zeros((1, 1), jnp.int32)
         return self.module.init(key, tokens, jnp.zeros(1, jnp.int32), self.empty_cache(1))
 

@@ -17,7 +17,6 @@ buffer. A run whose update turns non-finite is frozen (`vaco_jax.core.divergence
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import chex
 import jax
@@ -29,12 +28,12 @@ from vaco_jax import losses
 from vaco_jax.core import phase
 from vaco_jax.core.divergence import freeze_if_diverged
 from vaco_jax.core.policy_buffer import PolicyBuffer, cond_in_every_run, init_buffer, push
-from vaco_jax.core.trainer import Trainer
+from vaco_jax.core.trainer import Metrics, Trainer
 from vaco_jax.tokens import tasks
 from vaco_jax.tokens.algorithms import ALGORITHMS, STABILISER_METRICS
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.evaluation import greedy_accuracy, held_out_set
-from vaco_jax.tokens.model import Samples, TokenPolicy, to_bfloat16
+from vaco_jax.tokens.model import Params, Samples, TokenPolicy, to_bfloat16
 from vaco_jax.tokens.surrogates import AdvantageInputs, TokenTerms
 from vaco_jax.tokens.vcpo import sequence_grad_sq_norms
 from vaco_jax.tokens.warm_start import SupervisedStart
@@ -64,15 +63,15 @@ def algorithm_mechanisms(algo: str) -> frozenset[str]:
 
 @struct.dataclass
 class TokenState:
-    params: Any
-    opt_state: Any
+    params: Params
+    opt_state: optax.OptState
     buffer: PolicyBuffer  # past parameters, leaves [K, ...]
     per_actor_lags: jax.Array  # [generators] int32, for the `per_actor` lag model
     key: jax.Array
     update: jax.Array  # int32, updates done
     diverged: jax.Array  # bool
     diverged_at: jax.Array  # int32, 1-based number of the first non-finite update, -1 if none
-    reference: Any = None  # the warm start's parameters, kept for algorithms that read them
+    reference: Params | None = None  # the warm start's parameters, kept for algorithms that read them
 
 
 @struct.dataclass
@@ -103,7 +102,7 @@ def _sequence_log_staleness(phase_log_prob, behaviour_log_prob, mask) -> jax.Arr
     return jnp.where(mask > 0, phase_log_prob - behaviour_log_prob, 0.0).sum(axis=-1)
 
 
-class TokenTrainer(Trainer):
+class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
     """The pieces of the program for one `TokenConfig` (validated before anything is traced).
 
     Its runs start from `initial_params`, the warm start's parameters, which the driver
@@ -114,8 +113,9 @@ class TokenTrainer(Trainer):
 
     score = "eval_accuracy"
     evaluation_draws = False  # greedy decoding of fixed prompts
+    pending_warm_start: SupervisedStart | None = None
 
-    def __init__(self, config: TokenConfig, initial_params=None):
+    def __init__(self, config: TokenConfig, initial_params: Params | None = None):
         validate(config)
         self.config = config
         self.algorithm = ALGORITHMS[config.algo]
@@ -311,7 +311,7 @@ class TokenTrainer(Trainer):
         return params, opt_state, {**jax.tree.map(jnp.nanmean, metrics),
                                    **phase.acted_shares(metrics)}
 
-    def update(self, state: TokenState, hp: TokenHParams) -> tuple[TokenState, dict]:
+    def update(self, state: TokenState, hp: TokenHParams) -> tuple[TokenState, Metrics]:
         """One generation and one optimisation phase; a non-finite result freezes the run."""
         key, generate_key, optimise_key = jax.random.split(state.key, 3)
         _, batch = self.collect(state, generate_key, hp)
@@ -335,10 +335,10 @@ class TokenTrainer(Trainer):
                                   metrics)
 
     # ------------------------------------------------------------------------ evaluation
-    def evaluated(self, state: TokenState) -> Any:
+    def evaluated(self, state: TokenState) -> Params:
         return state.params
 
-    def evaluate(self, policy: Any, key: jax.Array) -> jax.Array:
+    def evaluate(self, policy: Params, key: jax.Array) -> jax.Array:
         """Greedy accuracy of the learner's parameters on the fixed held-out prompts (`key`
         unused)."""
         del key
@@ -346,7 +346,7 @@ class TokenTrainer(Trainer):
                                self.config.response_length)
 
 
-def make_train(config: TokenConfig, initial_params):
+def make_train(config: TokenConfig, initial_params: Params):
     """`train(key, hparams) -> (state, metrics)` for `config` (validated now), starting from
     `initial_params`."""
     return TokenTrainer(config, initial_params).train

@@ -77,9 +77,9 @@ class WarmStart:
     def from_dict(cls, values: Mapping[str, Any]) -> WarmStart:
         """The settings a saved record or an experiment file's table describes. A record of
         exactly the fields every `config.json` held before `corruption` existed is that warm
-        start, `LEGACY`'s with those values (`compat.PRE_CALIBRATION_FIELDS`); any other table is
+        start, `LEGACY`'s with those values (`compat.is_pre_calibration`); any other table is
         read over the defaults."""
-        if set(values) == compat.PRE_CALIBRATION_FIELDS:
+        if compat.is_pre_calibration(values):
             return dataclasses.replace(LEGACY, **values)
         return cls(**values)
 
