@@ -1,0 +1,50 @@
+"""What a new user meets first: a bad flag or value is refused in one line that names it (exit
+status 2)."""
+
+import pytest
+
+from vaco_jax import cli
+
+
+def _refused(argv: list[str], capsys) -> str:
+    """The one line of stderr with which `vaco-jax ARGV` exits with status 2."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["train", "--lag", "nonsense"],
+     "vaco-jax train: error: argument --lag: must be MODEL:PARAM with MODEL one of fixed, "
+     "uniform, geometric, per_actor, bounded, in_flight, empirical (e.g. fixed:0, uniform:3, "
+     "geometric:0.5, bounded:4, empirical:0.5,0.3,0.2), got 'nonsense' "
+     "(see: vaco-jax train --help)"),
+    (["train", "--lag", "uniform:x"],
+     "vaco-jax train: error: argument --lag: PARAM must be a number (a comma-separated list of "
+     "probabilities for empirical), got 'x' (see: vaco-jax train --help)"),
+    (["tokens", "--hparam", "lag=1"],
+     "vaco-jax tokens: error: argument --hparam: cannot set lag: set it with --lag MODEL:PARAM "
+     "(e.g. --lag uniform:3) (see: vaco-jax tokens --help)"),
+    (["nosuch"], "vaco-jax: error: argument command: invalid choice: 'nosuch'"),
+])
+def test_a_bad_value_is_refused_in_one_line_naming_its_flag(capsys, argv, line):
+    assert _refused(argv, capsys).startswith(line)
+
+
+def test_an_unknown_hyper_parameter_is_refused_naming_the_known_ones(capsys):
+    line = _refused(["train", "--hparam", "nosuch=1"], capsys)
+    assert line.startswith("vaco-jax train: error: argument --hparam: must be NAME=VALUE with "
+                           "NAME one of ")
+    assert "tv_delta" in line and line.endswith("got 'nosuch=1' (see: vaco-jax train --help)")
+
+
+@pytest.mark.parametrize("command, given", [("train", []), ("tokens", []),
+                                            ("sweep", ["quick.toml"]), ("report", ["runs/x"]),
+                                            ("envs", [])])
+def test_an_unknown_flag_is_reported_against_its_command(capsys, command, given):
+    assert _refused([command, *given, "--nosuch"], capsys) == (
+        f"vaco-jax {command}: error: unrecognized arguments: --nosuch "
+        f"(see: vaco-jax {command} --help)")
