@@ -1,9 +1,12 @@
 """What a new user meets first: a bad flag or value is refused in one line that names it (exit
-status 2)."""
+status 2), and a task without its optional extra says how to install it."""
+
+import sys
 
 import pytest
 
 from vaco_jax import cli
+from vaco_jax.control.envs import playground_env
 
 
 def _refused(argv: list[str], capsys) -> str:
@@ -48,3 +51,17 @@ def test_an_unknown_flag_is_reported_against_its_command(capsys, command, given)
     assert _refused([command, *given, "--nosuch"], capsys) == (
         f"vaco-jax {command}: error: unrecognized arguments: --nosuch "
         f"(see: vaco-jax {command} --help)")
+
+
+def test_a_playground_task_without_the_extra_says_how_to_install_it(monkeypatch, tmp_path,
+                                                                     capsys):
+    monkeypatch.setitem(sys.modules, "mujoco_playground", None)  # as if not installed
+    playground_env._suite.cache_clear()  # a failed import is not cached: nothing to restore
+    out = tmp_path / "run"
+    assert cli.main(["train", "--env", "CartpoleBalance", "--no-progress",
+                     "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("vaco-jax train: error: env='CartpoleBalance': MuJoCo Playground "
+                            "tasks need the optional extra: pip install "
+                            "'vaco-jax[playground]'\n")
+    assert captured.out == "" and not out.exists()

@@ -87,7 +87,14 @@ class PlaygroundEnvironment(BraxStateAdapter):
         if name in UNSUPPORTED:
             raise ValueError(f"env={name!r} is not supported: {UNSUPPORTED[name]}")
         self.name = name
-        self._env = _suite().load(name)
+        try:
+            suite = _suite()
+        except ModuleNotFoundError as error:
+            if error.name != _PACKAGE:
+                raise
+            # Refused like any input this machine cannot serve: in one line, before any work.
+            raise ValueError(f"env={name!r}: {error}") from None
+        self._env = suite.load(name)
         # The engine's actions lie in [-1, 1]; MJX clamps controls to the actuators' ranges,
         # so the two must agree for an action to mean what the policy chose.
         ranges = self._env.mj_model.actuator_ctrlrange
