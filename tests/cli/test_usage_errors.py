@@ -1,5 +1,6 @@
 """What a new user meets first: a bad flag or value is refused in one line that names it (exit
-status 2), and a task without its optional extra says how to install it."""
+status 2), a task without its optional extra says how to install it, and `--help` lists the
+algorithms."""
 
 import sys
 
@@ -31,6 +32,8 @@ def _refused(argv: list[str], capsys) -> str:
     (["tokens", "--hparam", "lag=1"],
      "vaco-jax tokens: error: argument --hparam: cannot set lag: set it with --lag MODEL:PARAM "
      "(e.g. --lag uniform:3) (see: vaco-jax tokens --help)"),
+    (["train", "--algo", "nosuch"], "vaco-jax train: error: argument --algo: invalid choice: "
+                                    "'nosuch' (choose from 'ppo', 'ppo_recompute', "),
     (["nosuch"], "vaco-jax: error: argument command: invalid choice: 'nosuch'"),
 ])
 def test_a_bad_value_is_refused_in_one_line_naming_its_flag(capsys, argv, line):
@@ -65,3 +68,11 @@ def test_a_playground_task_without_the_extra_says_how_to_install_it(monkeypatch,
                             "tasks need the optional extra: pip install "
                             "'vaco-jax[playground]'\n")
     assert captured.out == "" and not out.exists()
+
+
+def test_train_help_lists_every_algorithm(capsys):
+    from vaco_jax.control.algorithms import ALGORITHMS
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    assert "--algo {" + ",".join(ALGORITHMS) + "}" in capsys.readouterr().out

@@ -6,7 +6,7 @@ import argparse
 
 from vaco_jax import testbeds
 from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
-from vaco_jax.control import envs
+from vaco_jax.control import algorithms, envs
 from vaco_jax.control.config import ControlConfig, ControlHParams
 
 OUT = "runs/train"
@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None,
                    help="physics backend (default: the task's first, as `vaco-jax envs` lists "
                         "them)")
-    p.add_argument("--algo", default=defaults.algo, help="algorithm from the registry")
+    p.add_argument("--algo", default=defaults.algo, choices=tuple(algorithms.ALGORITHMS),
+                   help="the algorithm (README.md: Algorithms)")
     p.add_argument("--lag", type=parse_lag, default="fixed:0", help=LAG_HELP)
     p.add_argument("--lag-warmup", default=defaults.lag_warmup,
                    help="lags beyond the versions pushed so far: clip (to the oldest version) or "

@@ -25,7 +25,9 @@ import numpy as np
 
 from vaco_jax.control.envs.brax_env import BraxStateAdapter
 
-EXTRA = "pip install 'vaco-jax[playground]'"
+EXTRA_NAME = "playground"
+"""The optional extra of vaco-jax that installs MuJoCo Playground."""
+EXTRA = f"pip install 'vaco-jax[{EXTRA_NAME}]'"
 EPISODE_LENGTH = 1000
 """Every registered task's default `episode_length` (control steps)."""
 PLAYGROUND_ACTION_SIZES = {
