@@ -1,13 +1,15 @@
 """What a new user meets first: a bad flag or value is refused in one line that names it (exit
-status 2), a task without its optional extra says how to install it, and `--help` lists the
-algorithms."""
+status 2), a task without its optional extra says how to install it, `--help` lists the
+algorithms, and a warm start's messages show under `--no-progress`."""
 
+import logging
 import sys
 
 import pytest
 
 from vaco_jax import cli
 from vaco_jax.control.envs import playground_env
+from vaco_jax.run import driver
 
 
 def _refused(argv: list[str], capsys) -> str:
@@ -76,3 +78,20 @@ def test_train_help_lists_every_algorithm(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     assert "--algo {" + ",".join(ALGORITHMS) + "}" in capsys.readouterr().out
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_warm_starts_messages_show_under_no_progress(monkeypatch, tmp_path, capsys):
+    """A cold warm start trains for minutes before the first chunk; its messages say so."""
+    def warm_start(*args, **kwargs):
+        logging.getLogger("vaco_jax.run.warm_start").info(
+            "warm start: training 2000 supervised steps on add ...")
+        raise _Stop
+
+    monkeypatch.setattr(driver, "Driver", warm_start)
+    with pytest.raises(_Stop):
+        cli.main(["tokens", "--no-progress", "--out", str(tmp_path / "run")])
+    assert capsys.readouterr().err == "warm start: training 2000 supervised steps on add ...\n"

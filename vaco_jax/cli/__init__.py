@@ -135,8 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.started, args.given = started, _given_flags(sys.argv[1:] if argv is None else argv)
-    # Commands without --no-progress (`report`, `envs`) show them.
-    console.show_progress_messages(not getattr(args, "no_progress", False))
+    # Shown under --no-progress too, which hides the bars and compiling: a warm start trains
+    # for minutes before the first chunk, and its messages tell that the command waits on it.
+    console.show_progress_messages(True)
     with signals.exit_on_signals(lambda signum: _stopped(args, signum)):
         try:
             code = _run(args)

@@ -118,7 +118,9 @@ def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
                         "--chunk-periods, --keep-checkpoints and --no-progress may be given "
                         "with it); a finished run's results are rewritten from its checkpoint "
                         "(default: a new run)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bar and compiling messages (a warm start's messages "
+                        "still show)")
     add_memory_budget(p)
     add_log(p, "seed", "OUT/tensorboard/seed=S")
     distributed.add_flags(p)

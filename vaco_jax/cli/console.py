@@ -1,7 +1,8 @@
 """What a training command says around its run, on stdout: the header before anything compiles
 (what runs, for how long, under which lag, where its results go), the summary after it (each
 seed's score beside its reference, how long training took) and what to do next. Progress (the
-bar, compiling, a warm start) goes to stderr and is hidden by `--no-progress`.
+bar, compiling, a warm start) goes to stderr; `--no-progress` hides the bar and compiling, never
+a warm start's messages, which tell what a long wait is.
 """
 
 from __future__ import annotations
@@ -133,8 +134,8 @@ _HANDLER = _ProgressHandler()
 
 
 def show_progress_messages(shown: bool) -> None:
-    """Shows vaco_jax's INFO messages on stderr (`shown`), or only its warnings: the CLI's
-    `--no-progress` hides them with the bars."""
+    """Shows vaco_jax's INFO messages on stderr (`shown`), or only its warnings (a process
+    other than 0 of a run over several, which leaves reporting to process 0)."""
     logger = logging.getLogger("vaco_jax")
     if _HANDLER not in logger.handlers:
         logger.addHandler(_HANDLER)
