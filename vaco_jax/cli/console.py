@@ -22,7 +22,7 @@ from vaco_jax.report.metrics import mechanism_name
 from vaco_jax.run.driver import Driver, TrainingResult
 
 NEXT = {"control": ("train", "experiments/quick.toml", "runs/quick",
-                    "PPO and VACO on inverted_pendulum, lag 0 and 4"),
+                    "ppo, ppo_recompute and vaco on inverted_pendulum, lag 0 and 4"),
         "tokens": ("tokens", "experiments/tokens_quick.toml", "runs/tokens_quick",
                    "GRPO on 2-digit addition, lag 0 and 3")}
 """Testbed -> (its command, its quick study's experiment file, folder and what it compares)."""
