@@ -71,8 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tv-delta-convention", default=defaults.tv_delta_convention,
                    help="VACO's filter: how tv_delta reads. budget (the authors' code): an L1 "
                         "budget, the filter acting once 0.5 mean |ratio - 1| > tv_delta / 2; tv: "
-                        "tv_delta is the TV threshold itself (results committed before "
-                        "2026-11-25)")
+                        "tv_delta is the TV threshold itself (the older committed results')")
     p.add_argument("--tv-estimator", default=defaults.tv_estimator,
                    help="VACO's filter: unweighted (the paper's 0.5 mean |ratio - 1|) or weighted "
                         "(importance-weighted, an estimate of the TV itself)")
