@@ -70,6 +70,8 @@ def test_the_summary_counts_per_seed_beside_the_reference_then_says_what_next(fi
     assert following[1] == f"  plot this run:    vaco-jax report {out}"
     assert f"--lag uniform:3 --out {out}-uniform3" in following[2]
     assert "vaco-jax sweep experiments/quick.toml --out runs/quick" in following[4]
+    # What the quick study runs, named as its experiment file names it.
+    assert "(ppo, ppo_recompute and vaco on inverted_pendulum, lag 0 and 4;" in following[5]
 
 
 def test_no_progress_leaves_stderr_silent_and_stdout_unchanged(tmp_path):
@@ -150,3 +152,16 @@ def test_the_reference_is_the_tasks_at_its_own_episode_length():
     assert testbeds.named(cartpole.testbed).reference(cartpole).score == 500.0
     assert testbeds.TOKENS.reference(TokenConfig()).score == 1.0
 
+
+
+def test_the_next_steps_name_every_algorithm_of_the_quick_study():
+    """What a first run's "next:" says the quick study compares is what its file runs."""
+    import tomllib
+
+    from vaco_jax.cli import console
+
+    root = Path(__file__).resolve().parents[2]
+    for _, path, _, compares in console.NEXT.values():
+        experiment = tomllib.loads((root / path).read_text())
+        named = compares.split(" on ")[0].replace(" and ", ", ").lower().split(", ")
+        assert named == experiment["algos"], path

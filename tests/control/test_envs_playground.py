@@ -76,7 +76,9 @@ def uncached_suite():
 
 def test_building_a_task_without_the_extra_names_it(monkeypatch, uncached_suite):
     monkeypatch.setitem(sys.modules, "mujoco_playground", None)  # as if not installed
-    with pytest.raises(ModuleNotFoundError, match=r"pip install 'vaco-jax\[playground\]'"):
+    with pytest.raises(ValueError, match=r"env='CartpoleBalance': MuJoCo Playground tasks "
+                                         r"need the optional extra: "
+                                         r"pip install 'vaco-jax\[playground\]'"):
         envs.make_env("CartpoleBalance")
 
 

@@ -151,11 +151,13 @@ def test_envs_command_lists_every_task(registry, capsys):
     assert cli.main(["envs"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:2] == ["task", "backends"]
-    rows = {line.split()[0]: line for line in lines[1:]}
+    rows = {line.split()[0]: line for line in lines[1:-1]}
     assert list(rows) == list(registry.names())
     assert re.fullmatch(r"CartPole-v1 +jax +discrete 2 +500 +500 maximum.*", rows["CartPole-v1"])
-    assert re.fullmatch(r"CartpoleBalance +mjx +continuous 1 +1000 +1000 maximum.*",
+    assert re.fullmatch(r"CartpoleBalance \[playground\] +mjx +continuous 1 +1000 +1000 maximum.*",
                         rows["CartpoleBalance"])
+    assert lines[-1] == ("tasks marked [playground] need the playground extra: "
+                         "pip install 'vaco-jax[playground]'")
     assert re.fullmatch(r"ant +mjx,generalized,positional,spring +continuous 8 +1000 +-",
                         rows["ant"])
     assert re.fullmatch(r"plugin_reach +jax,other +\? +33 +-", rows["plugin_reach"])

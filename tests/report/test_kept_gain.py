@@ -280,7 +280,32 @@ def test_the_heatmaps_title_lies_inside_the_figure_however_few_the_lags(report):
         canvas.draw()
         extent = figure._suptitle.get_window_extent(canvas.get_renderer())  # its Text's
         assert extent.x0 >= 0 and extent.x1 <= figure.bbox.x1
-    assert "grey: undefined or not run" in narrow.get_suptitle().replace("\n", " ")
+    assert "hatched grey: undefined or not run" in narrow.get_suptitle().replace("\n", " ")
+
+
+def test_cells_all_at_one_are_drawn_in_the_scale_not_in_the_undefined_grey():
+    """A panel of cells all at 1 (every method keeps its whole gain) is white, the colour bar's
+    1, never a grey that reads as the hatched grey of undefined cells."""
+    from matplotlib.colors import to_rgba
+
+    def record(task, variant, lag, point):
+        share = None if point is None else {"point": point, "low": point, "high": point}
+        return {"task": task, "variant": variant, "lag": lag, "kept": share, "auc_kept": share}
+
+    records = [record("flat", v, lag, 1.0) for v in ("ppo", "vaco") for lag in (0.0, 4.0)]
+    records += [record("spread", "ppo", 0.0, 1.0), record("spread", "ppo", 4.0, 0.5),
+                record("spread", "impala", 4.0, None)]
+    figure = figures_heatmap.figure_kept_gain({"tasks": records}, [0.0, 4.0])
+    flat, _, spread, _ = (ax for ax in panels(figure) if ax.get_title())
+    (image,) = flat.images
+    colours = image.to_rgba(image.get_array())
+    assert np.array_equal(colours, np.ones((2, 2, 4)))
+    assert not np.allclose(colours[0, 0], to_rgba(figures_heatmap.UNDEFINED_COLOUR))
+    # Undefined (impala at lag 4) and not run (impala at lag 0): transparent over the hatching.
+    (image,) = spread.images
+    assert image.to_rgba(image.get_array())[1, :, 3].tolist() == [0.0, 0.0]
+    assert spread.patch.get_hatch() == figures_heatmap.UNDEFINED_HATCH
+    assert spread.patch.get_facecolor() == to_rgba(figures_heatmap.UNDEFINED_COLOUR)
 
 
 def test_a_lag_model_run_only_above_lag_0_keeps_the_gain_of_the_fixed_lag_synchronous_runs(

@@ -292,13 +292,17 @@ def test_task_figure_has_a_score_and_an_auc_panel_per_task(report, figures):
 
 def test_line_figures_colour_algorithms_style_settings_on_evenly_spaced_lags(report, figures):
     """Variants of one algorithm share its colour and differ in line style; lag levels sit at
-    0, 1, ... without sideways shifts, labelled with their values."""
+    0, 1, ..., labelled with their values, each variant's points shifted a little aside so that
+    none hides another's of equal values."""
     for stem in ("fig_tasks", "fig_aggregates", "fig_auc"):
         ax = panels(figures[stem])[-1]  # a bottom panel: the others share its tick labels
         lines = {bars.get_label(): bars.lines[0] for bars in ax.containers}
         assert set(lines) == set(VARIANTS)
-        for line in lines.values():
-            assert list(line.get_xdata()) == [0, 1]
+        shifts = [line.get_xdata()[0] for line in lines.values()]
+        for line, shift in zip(lines.values(), shifts):
+            assert list(line.get_xdata()) == pytest.approx([shift, 1 + shift])
+        assert len(set(shifts)) == len(shifts)
+        assert max(np.abs(shifts)) <= report_figures.DODGE / 2 + 1e-12
         assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "4"]
         first, second = lines["vaco[tv_delta=0.1]"], lines["vaco[tv_delta=0.2]"]
         assert first.get_color() == second.get_color()
@@ -307,6 +311,20 @@ def test_line_figures_colour_algorithms_style_settings_on_evenly_spaced_lags(rep
         (legend,) = figures[stem].legends
         assert [t.get_text() for t in legend.get_texts()] == [
             "impala", "ppo", "vaco", "(default)", "tv_delta=0.1", "tv_delta=0.2"]
+
+
+def test_two_algorithms_of_equal_values_both_show_against_lag():
+    from vaco_jax.report.cells import AGGREGATES
+
+    summaries = [{"variant": variant, "lag": lag,
+                  **{key: {"point": 0.5, "low": 0.4, "high": 0.6} for key in AGGREGATES}}
+                 for variant in ("ppo", "ppo_recompute") for lag in (0.0, 4.0)]
+    styles = report_figures.variant_styles(["ppo", "ppo_recompute"])
+    figure = report_figures.figure_aggregates(summaries, styles, [0.0, 4.0])
+    for ax in panels(figure):
+        ppo, recompute = (bars.lines[0] for bars in ax.containers)
+        assert list(ppo.get_ydata()) == list(recompute.get_ydata())
+        assert np.all(np.abs(ppo.get_xdata() - recompute.get_xdata()) >= 0.1)
 
 
 def test_probability_of_improvement_figure_has_short_labels_and_rows_as_tall_as_their_bars(

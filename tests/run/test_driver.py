@@ -274,7 +274,8 @@ def test_cli_train_resume_and_refusal(tmp_path, capsys):
 def test_cli_rejects_a_malformed_lag(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--lag", "sometimes:3"])
-    assert "--lag must be MODEL:PARAM with MODEL one of fixed, uniform" in capsys.readouterr().err
+    assert "argument --lag: must be MODEL:PARAM with MODEL one of fixed, uniform" in (
+        capsys.readouterr().err)
 
 
 def test_checkpoints_round_trip_trees_with_zero_size_arrays(tmp_path):

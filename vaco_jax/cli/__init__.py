@@ -52,8 +52,16 @@ class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Refuses bad input in one line (argparse prints the whole usage first, which buries the
+    error), exit status 2; `--help` still shows the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vaco-jax", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="vaco-jax", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version",
                         version=f"vaco-jax {__version__} (jax {jax.__version__}, Python "
                                 f"{platform.python_version()})")
@@ -64,10 +72,13 @@ def _parser() -> argparse.ArgumentParser:
                                   formatter_class=_DefaultsHelpFormatter)
         module.add_arguments(p)
         common.add_run_arguments(p, out=module.OUT)
-        p.set_defaults(parser=p)  # its defaults tell which flags a resume would ignore
     sweep_cli.add_parsers(subparsers)
     envs_cli.add_parser(subparsers)
     leaderboard_cli.add_parser(subparsers)
+    # Each command's own parser refuses its unknown flags; a training command's defaults also
+    # tell which flags a resume would ignore.
+    for p in subparsers.choices.values():
+        p.set_defaults(parser=p)
     return parser
 
 
@@ -123,10 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs a command; its exit status: 0 done, 2 refused input, 1 another error (a full disk),
     128 + the signal's number when SIGINT (130) or SIGTERM (143) stopped it."""
     started = time.time()
-    args = _parser().parse_args(argv)
+    args, unknown = _parser().parse_known_args(argv)
+    if unknown:
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.started, args.given = started, _given_flags(sys.argv[1:] if argv is None else argv)
-    # Commands without --no-progress (`report`, `envs`) show them.
-    console.show_progress_messages(not getattr(args, "no_progress", False))
+    # Shown under --no-progress too, which hides the bars and compiling: a warm start trains
+    # for minutes before the first chunk, and its messages tell that the command waits on it.
+    console.show_progress_messages(True)
     with signals.exit_on_signals(lambda signum: _stopped(args, signum)):
         try:
             code = _run(args)

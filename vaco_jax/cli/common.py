@@ -33,13 +33,13 @@ def parse_lag(text: str) -> tuple[LagModel, float]:
     model, sep, param = text.partition(":")
     if not sep or model not in LAG_MODELS:
         raise argparse.ArgumentTypeError(
-            f"--lag must be MODEL:PARAM with MODEL one of {', '.join(LAG_MODELS)} (e.g. fixed:0, "
+            f"must be MODEL:PARAM with MODEL one of {', '.join(LAG_MODELS)} (e.g. fixed:0, "
             f"uniform:3, geometric:0.5, bounded:4, empirical:0.5,0.3,0.2), got {text!r}")
     try:
         return LAG_MODELS[model].from_parameter(param)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--lag parameter must be a number (a comma-separated list of probabilities for "
+            f"PARAM must be a number (a comma-separated list of probabilities for "
             f"empirical), got {param!r}") from None
 
 
@@ -59,14 +59,14 @@ def hparam_type(hparams: type) -> Any:
         name, sep, value = text.partition("=")
         if name == "lag":
             raise argparse.ArgumentTypeError(
-                "--hparam cannot set lag: set it with --lag MODEL:PARAM (e.g. --lag uniform:3)")
+                "cannot set lag: set it with --lag MODEL:PARAM (e.g. --lag uniform:3)")
         if not sep or name not in names:
             raise argparse.ArgumentTypeError(
-                f"--hparam must be NAME=VALUE with NAME one of {', '.join(names)}, got {text!r}")
+                f"must be NAME=VALUE with NAME one of {', '.join(names)}, got {text!r}")
         try:
             return name, hparams.value_of(name, value)
         except ValueError as error:
-            raise argparse.ArgumentTypeError(f"--hparam: {error}") from None
+            raise argparse.ArgumentTypeError(str(error)) from None
     return parse
 
 
@@ -118,7 +118,9 @@ def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
                         "--chunk-periods, --keep-checkpoints and --no-progress may be given "
                         "with it); a finished run's results are rewritten from its checkpoint "
                         "(default: a new run)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bar and compiling messages (a warm start's messages "
+                        "still show)")
     add_memory_budget(p)
     add_log(p, "seed", "OUT/tensorboard/seed=S")
     distributed.add_flags(p)

@@ -1,7 +1,8 @@
 """What a training command says around its run, on stdout: the header before anything compiles
 (what runs, for how long, under which lag, where its results go), the summary after it (each
 seed's score beside its reference, how long training took) and what to do next. Progress (the
-bar, compiling, a warm start) goes to stderr and is hidden by `--no-progress`.
+bar, compiling, a warm start) goes to stderr; `--no-progress` hides the bar and compiling, never
+a warm start's messages, which tell what a long wait is.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from vaco_jax.report.metrics import MECHANISM_WORDS, mechanism_name
 from vaco_jax.run.driver import Driver, TrainingResult
 
 NEXT = {"control": ("train", "experiments/quick.toml", "runs/quick",
-                    "PPO and VACO on inverted_pendulum, lag 0 and 4"),
+                    "ppo, ppo_recompute and vaco on inverted_pendulum, lag 0 and 4"),
         "tokens": ("tokens", "experiments/tokens_quick.toml", "runs/tokens_quick",
                    "GRPO on 2-digit addition, lag 0 and 3")}
 """Testbed -> (its command, its quick study's experiment file, folder and what it compares)."""
@@ -132,8 +133,8 @@ _HANDLER = _ProgressHandler()
 
 
 def show_progress_messages(shown: bool) -> None:
-    """Shows vaco_jax's INFO messages on stderr (`shown`), or only its warnings: the CLI's
-    `--no-progress` hides them with the bars."""
+    """Shows vaco_jax's INFO messages on stderr (`shown`), or only its warnings (a process
+    other than 0 of a run over several, which leaves reporting to process 0)."""
     logger = logging.getLogger("vaco_jax")
     if _HANDLER not in logger.handlers:
         logger.addHandler(_HANDLER)

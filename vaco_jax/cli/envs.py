@@ -10,7 +10,8 @@ HEADER = ("task", "backends", "actions", "episode length", "reference score")
 def add_parser(subparsers) -> None:
     subparsers.add_parser(
         "envs", help="list the registered control tasks: backends, actions, episode length "
-                     "(the default of --episode-length) and reference score")
+                     "(the default of --episode-length), reference score and the optional "
+                     "extra a task needs")
 
 
 def _actions(spec: envs.Task) -> str:
@@ -25,12 +26,14 @@ def _reference(spec: envs.Task) -> str:
 
 
 def _row(spec: envs.Task) -> tuple[str, ...]:
-    return (spec.name, ",".join(spec.backends), _actions(spec), str(spec.episode_length),
+    name = f"{spec.name} [{spec.extra}]" if spec.extra else spec.name
+    return (name, ",".join(spec.backends), _actions(spec), str(spec.episode_length),
             _reference(spec))
 
 
 def rows() -> list[tuple[str, ...]]:
-    """One row per registered task, in registration order, under `HEADER`."""
+    """One row per registered task, in registration order, under `HEADER`; a task that needs an
+    optional extra is marked with its name, e.g. `[playground]`."""
     return [_row(envs.task(name)) for name in envs.names()]
 
 
@@ -39,4 +42,8 @@ def run_envs(args) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(HEADER) - 1)]
     for row in table:
         print("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]]))
+    for extra in dict.fromkeys(envs.task(name).extra for name in envs.names()):
+        if extra:
+            print(f"tasks marked [{extra}] need the {extra} extra: "
+                  f"pip install 'vaco-jax[{extra}]'")
     return 0

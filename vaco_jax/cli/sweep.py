@@ -52,7 +52,8 @@ def add_parsers(subparsers) -> None:
                    help="most runs per compiled batch (rounded down to a multiple of the device "
                         "count); default: as many as fit the memory budget")
     add_memory_budget(p)
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bars (a warm start's messages still show)")
     add_log(p, "run", "OUT/tensorboard/RUN_ID")
     distributed.add_flags(p)
     r = subparsers.add_parser("report", help="rebuild a sweep's runs table and rewrite its report, "

@@ -46,7 +46,7 @@ def _flags() -> dict[str, Flag]:
                          choices=TV_SCOPES),
         "tv_delta_convention": Flag("how tv_delta reads: budget (the authors' code: an L1 "
                                     "budget, TV threshold tv_delta / 2) or tv (the threshold "
-                                    "itself, as in results committed before 2026-11-25)",
+                                    "itself, as in the older committed results)",
                                     choices=losses.TV_DELTA_CONVENTIONS),
         "layers": Flag("transformer layers"),
         "width": Flag("model width (a multiple of --heads)"),
@@ -95,7 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warm-start", default="calibrated", choices=tuple(PRESETS),
                    help="calibrated: trained to convergence, its held-out accuracy set by the "
                         "share of prompts whose demonstrations are mostly wrong; legacy: the "
-                        "warm start of results committed before 2026-11-25, stopped mid-climb "
+                        "warm start of the older committed results, stopped mid-climb "
                         "(its accuracy depends on the CPU); the flags below override its values")
     p.add_argument("--warm-start-steps", type=int, default=None,
                    help="supervised steps of the warm start (calibrated 2000, legacy 250) "

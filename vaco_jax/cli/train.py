@@ -7,7 +7,7 @@ import argparse
 from vaco_jax import testbeds
 from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
 from vaco_jax.cli.config_flags import Flag, add_config_flags, config_values
-from vaco_jax.control import envs
+from vaco_jax.control import algorithms, envs
 from vaco_jax.control.config import ControlConfig, ControlHParams
 
 OUT = "runs/train"
@@ -24,7 +24,7 @@ def _flags() -> dict[str, Flag]:
         "env": Flag(f"task name, one of: {', '.join(envs.names())}"),
         "backend": Flag("physics backend (default: the task's first, as `vaco-jax envs` lists "
                         "them)"),
-        "algo": Flag("algorithm from the registry"),
+        "algo": Flag("the algorithm (docs/algorithms.md)", choices=tuple(algorithms.ALGORITHMS)),
         "num_envs": Flag("parallel environments per run, each acting with its own stale policy"),
         "rollout_length": Flag("steps per environment per update"),
         "total_steps": Flag("environment steps per run"),
@@ -56,7 +56,7 @@ def _flags() -> dict[str, Flag]:
         "tv_delta_convention": Flag(
             "VACO's filter: how tv_delta reads. budget (the authors' code): an L1 budget, the "
             "filter acting once 0.5 mean |ratio - 1| > tv_delta / 2; tv: tv_delta is the TV "
-            "threshold itself (results committed before 2026-11-25)"),
+            "threshold itself (the older committed results')"),
         "tv_estimator": Flag("VACO's filter: unweighted (the paper's 0.5 mean |ratio - 1|) or "
                              "weighted (importance-weighted, an estimate of the TV itself)"),
         "filter_normalization": Flag("VACO's filtered mean divides by all samples (all) or the "

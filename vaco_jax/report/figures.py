@@ -5,7 +5,8 @@ stays registered once the report is written, or a ``Skipped`` saying why the run
 data for it. A variant keeps one ``LineStyle`` across every figure of a report: its algorithm's
 colour and its swept setting's line style and marker, so that twenty variants read as ten
 colours in two styles rather than twenty shades. Lag levels sit at evenly spaced positions
-labelled with their values: a linear lag axis crowds 0, 1 and 2 against 32.
+labelled with their values: a linear lag axis crowds 0, 1 and 2 against 32. Around each, the
+variants' points stand a little apart (`DODGE`), so that two variants of equal values both show.
 """
 
 from __future__ import annotations
@@ -177,6 +178,17 @@ def error_bars(intervals: Sequence[Mapping[str, float]]) -> tuple[np.ndarray, np
     return point, np.stack([point - low, high - point])
 
 
+DODGE = 0.24
+"""The width, in lag positions (1 apart), over which the variants' points at one lag level
+spread sideways: drawn at the same place, a variant's line and interval would hide another's of
+equal values (two algorithms that both fail at a lag)."""
+
+
+def dodge(count: int) -> np.ndarray:
+    """The sideways shifts of ``count`` variants' points, evenly spread and centred on 0."""
+    return np.linspace(-DODGE / 2, DODGE / 2, count) if count > 1 else np.zeros(count)
+
+
 def _lag_positions(lags: Sequence[float]) -> dict[float, int]:
     """Each lag level's x position: evenly spaced categories, in order."""
     return {lag: i for i, lag in enumerate(lags)}
@@ -197,14 +209,15 @@ def _plot_against_lag(
     styles: Mapping[str, LineStyle],
     lags: Sequence[float],
 ) -> None:
-    """One line per variant of ``summary[key]`` with its interval as error bars."""
+    """One line per variant of ``summary[key]`` with its interval as error bars, each variant
+    shifted sideways by its own ``dodge``, the same in every panel."""
     position = _lag_positions(lags)
-    for variant, style in styles.items():
+    for shift, (variant, style) in zip(dodge(len(styles)), styles.items()):
         rows = sorted((s for s in summaries if s["variant"] == variant), key=lambda s: s["lag"])
         if not rows:
             continue
         point, error = error_bars([s[key] for s in rows])
-        x = [position[s["lag"]] for s in rows]
+        x = [position[s["lag"]] + shift for s in rows]
         ax.errorbar(x, point, yerr=error, capsize=2, markersize=4, linewidth=1.2,
                     elinewidth=0.8, alpha=0.85, label=variant, **style.line())
     _lag_axis(ax, lags)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib import colormaps
-from matplotlib.colors import Colormap, Normalize
+from matplotlib.colors import Colormap, LinearSegmentedColormap, Normalize
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
@@ -27,11 +27,21 @@ COLOUR_RANGE = (0.0, 2.0)
 """Kept gain at either end of the colour map, centred on 1 (all of the synchronous gain kept):
 red lost gain, blue gained more than without lag; values beyond are clipped to the end colour."""
 UNDEFINED_COLOUR = "lightgrey"
+UNDEFINED_HATCH = "//"
+"""Undefined cells (no synchronous gain, or not run) are hatched grey: no colour of the scale,
+not even 1's white, reads as one of them."""
 
 
 def colour_map() -> Colormap:
-    """Red below 1 (gain lost), white at 1, blue above; beyond the range deeper shades."""
-    return colormaps["RdBu"].with_extremes(under="#4a0010", over="#001a4a")
+    """Red below 1 (gain lost), pure white at 1, blue above; beyond the range deeper shades.
+    RdBu's own centre is a light grey (#f7f7f7), which a panel of cells all at 1 shows as a grey
+    block, the colour of undefined cells; RdBu's eleven colours with a white centre are RdBu
+    otherwise."""
+    anchors = colormaps["RdBu"](np.linspace(0.0, 1.0, 11))
+    anchors[5] = (1.0, 1.0, 1.0, 1.0)
+    # An odd number of levels has one at the centre: 1 is white itself.
+    return LinearSegmentedColormap.from_list("kept_gain", anchors, N=255).with_extremes(
+        under="#4a0010", over="#001a4a")
 
 
 def row_order(records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -76,7 +86,9 @@ def panel(
         return np.nan if record is None or record[key] is None else record[key]["point"]
 
     values = np.array([[point(v, lag) for lag in lags] for v in order])
-    ax.set_facecolor(UNDEFINED_COLOUR)
+    ax.set_facecolor(UNDEFINED_COLOUR)  # shows through the undefined cells (NaN)
+    ax.patch.set_hatch(UNDEFINED_HATCH)
+    ax.patch.set_hatchcolor("grey")
     image = ax.imshow(values, cmap=colour_map(), norm=norm, aspect="auto")
     for i, variant in enumerate(order):
         for j, lag in enumerate(lags):
@@ -119,7 +131,7 @@ def figure_kept_gain(kept_gain: Mapping[str, Any], lags: Sequence[float]) -> Fig
     sentences = (f"Share of the synchronous gain kept, IQM over runs [{CONFIDENCE:.0%} CI]: "
                  "(score - initial) / synchronous (score - initial)",
                  "AUC: the mean score over training; rows by mean kept final score over lags > 0, "
-                 "best first; grey: undefined or not run")
+                 "best first; hatched grey: undefined or not run")
     # About 8.5 characters of the title's font to an inch: each sentence wrapped to the width.
     width = int(8.5 * figure.get_figwidth())
     figure.suptitle("\n".join(line for sentence in sentences

@@ -16,8 +16,8 @@ from typing import Callable
 from vaco_jax.control.envs.base import Environment, EnvState
 from vaco_jax.control.envs.brax_env import BRAX_ACTION_SIZES, BRAX_BACKENDS, BraxEnvironment
 from vaco_jax.control.envs.gymnax_env import GYMNAX_TASKS, GymnaxEnvironment
-from vaco_jax.control.envs.playground_env import (EPISODE_LENGTH, PLAYGROUND_ACTION_SIZES,
-                                                  PlaygroundEnvironment)
+from vaco_jax.control.envs.playground_env import (EPISODE_LENGTH, EXTRA_NAME,
+                                                  PLAYGROUND_ACTION_SIZES, PlaygroundEnvironment)
 from vaco_jax.control.envs.toy import ToyReach, ToyReachDiscrete
 from vaco_jax.infra.entry_points import call_entry_points
 
@@ -40,6 +40,8 @@ class Task:
     # What the adapter will report, for listings that do not build it (None: not given).
     discrete: bool | None = None
     action_size: int | None = None
+    # The optional extra of vaco-jax that installs its library ("" for none), for listings.
+    extra: str = ""
 
 
 _TASKS: dict[str, Task] = {}
@@ -48,7 +50,7 @@ _TASKS: dict[str, Task] = {}
 def register(name: str, factory: Callable[[str], Environment], *,
              backends: tuple[str, ...] = ("jax",), episode_length: int = 1000,
              reference_score: float | None = None, reference: str = "",
-             discrete: bool | None = None, action_size: int | None = None,
+             discrete: bool | None = None, action_size: int | None = None, extra: str = "",
              replace: bool = False) -> Task:
     """Registers task `name`; `replace=True` overrides an existing registration."""
     if not isinstance(name, str) or not name:
@@ -65,7 +67,7 @@ def register(name: str, factory: Callable[[str], Environment], *,
         raise ValueError(f"register: action_size must be a positive integer or None, "
                          f"got {action_size!r}")
     task = Task(name, factory, tuple(backends), episode_length, reference_score, reference,
-                discrete, action_size)
+                discrete, action_size, extra)
     _TASKS[name] = task
     return task
 
@@ -123,7 +125,7 @@ for _name, _gymnax in GYMNAX_TASKS.items():
              action_size=_gymnax.action_size, **_reference(_name))
 for _name, _size in PLAYGROUND_ACTION_SIZES.items():
     register(_name, lambda backend, _name=_name: PlaygroundEnvironment(_name), backends=("mjx",),
-             episode_length=EPISODE_LENGTH, discrete=False, action_size=_size,
+             episode_length=EPISODE_LENGTH, discrete=False, action_size=_size, extra=EXTRA_NAME,
              **_reference(_name))
 register("toy_reach", lambda backend: ToyReach(), discrete=False, action_size=1,
          reference_score=1000.0, reference="maximum (reward at most 1 per step)")

@@ -25,7 +25,9 @@ import numpy as np
 
 from vaco_jax.control.envs.brax_env import BraxStateAdapter
 
-EXTRA = "pip install 'vaco-jax[playground]'"
+EXTRA_NAME = "playground"
+"""The optional extra of vaco-jax that installs MuJoCo Playground."""
+EXTRA = f"pip install 'vaco-jax[{EXTRA_NAME}]'"
 EPISODE_LENGTH = 1000
 """Every registered task's default `episode_length` (control steps)."""
 PLAYGROUND_ACTION_SIZES = {
@@ -87,7 +89,14 @@ class PlaygroundEnvironment(BraxStateAdapter):
         if name in UNSUPPORTED:
             raise ValueError(f"env={name!r} is not supported: {UNSUPPORTED[name]}")
         self.name = name
-        self._env = _suite().load(name)
+        try:
+            suite = _suite()
+        except ModuleNotFoundError as error:
+            if error.name != _PACKAGE:
+                raise
+            # Refused like any input this machine cannot serve: in one line, before any work.
+            raise ValueError(f"env={name!r}: {error}") from None
+        self._env = suite.load(name)
         # The engine's actions lie in [-1, 1]; MJX clamps controls to the actuators' ranges,
         # so the two must agree for an action to mean what the policy chose.
         ranges = self._env.mj_model.actuator_ctrlrange
