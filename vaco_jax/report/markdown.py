@@ -259,6 +259,7 @@ MECHANISM_WORDS = {
     "is_masked": "mask",
     "stale_dropped": "freshness bound",
     "filter": "TV filter",
+    "skipped_step": "skip of a step that kept no sample",
 }
 """Each stabiliser of ``metrics.MECHANISMS`` in the report's words."""
 

@@ -24,6 +24,7 @@ FRACTION_METRICS = {
     "is_truncated_fraction": "Truncated fraction",
     "is_masked_fraction": "Masked fraction",
     "stale_dropped_fraction": "Stale-dropped fraction",
+    "skipped_step_fraction": "Skipped-step fraction",
 }
 """Shares of samples a stabiliser filters, clips, truncates, masks or drops, plotted if present."""
 OFF_POLICY_METRICS = {
