@@ -77,3 +77,27 @@ def test_vaco_says_how_many_samples_its_filter_kept():
                                                 HP)
     assert float(metrics[phase.KEPT]) == 1
     assert phase.KEPT not in ALGORITHMS["ppo"].policy_loss(terms, HP)[1]
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_phase_whose_every_sample_vacos_filter_drops_leaves_parameters_and_optimiser_state(jit):
+    trainer = ControlTrainer(TOY.replace(algo="vaco", lag_model=Fixed(), tv_reference="behaviour"))
+    hp = ControlHParams.create(lag=1.0, tv_delta=0.0, learning_rate=3e-3)
+    state = trainer.init(jax.random.PRNGKey(0), hp)
+    state, _ = jax.jit(trainer.update)(state, hp)  # Adam now carries momentum
+    _, data = trainer.collect(state, jax.random.PRNGKey(1), hp)
+    batch = trainer.phase_batch(state, data, hp)
+    # Every ratio to beta above 1 and every advantage positive: each step would raise TV.
+    dropped = batch.replace(behaviour_log_prob=batch.phase_log_prob - 1.0,
+                            advantages=jnp.ones_like(batch.advantages))
+    optimise = jax.jit(trainer._optimise) if jit else trainer._optimise
+    params, opt_state, metrics = optimise(state, dropped, jax.random.PRNGKey(2), hp)
+    jax.tree.map(np.testing.assert_array_equal, params, state.params)
+    jax.tree.map(np.testing.assert_array_equal, opt_state, state.opt_state)
+    assert float(metrics["skipped_step_fraction"]) == 1.0
+    assert float(metrics["skipped_step_acted"]) == 1.0
+    # The same phase with advantages that pull the ratios back steps.
+    pulled = dropped.replace(advantages=-dropped.advantages)
+    params, _, metrics = optimise(state, pulled, jax.random.PRNGKey(2), hp)
+    assert float(metrics["skipped_step_fraction"]) == 0.0
+    assert not all(jax.tree.leaves(jax.tree.map(np.array_equal, params, state.params)))
