@@ -192,7 +192,7 @@ def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo, env):
     state, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), hp)
     assert not bool(state.diverged)
     # A stabiliser's fraction and acted share are NaN throughout where the algorithm has none.
-    stabilisers = {*STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS)}
+    stabilisers = {*STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS), "ess_lr_scale"}
     for name in METRICS:
         values = np.asarray(metrics[name])
         if name in stabilisers:
@@ -207,6 +207,11 @@ def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo, env):
     if algo in ("ppo", "vaco_realign_only", "decoupled_ppo", "decoupled_ppo_ess",
                 "ppo_recompute"):
         assert np.asarray(metrics["clip_fraction"]).max() > 0
+    ess_scale = np.asarray(metrics["ess_lr_scale"])
+    if ALGORITHMS[algo].ess_scaling:
+        assert ((ess_scale > 0) & (ess_scale <= 1)).all()
+    else:
+        assert np.isnan(ess_scale).all()
     if algo == "ppo_kl":
         assert not np.allclose(metrics["kl_coef"], hp.kl_coef)  # adapted towards the target
 

@@ -58,7 +58,7 @@ METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "ve
            "tv_backward", "tv_backward_median", "tv_backward_p90", "tv_forward",
            "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl", "ess_ratio",
            *STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS), "policy_loss", "value_loss",
-           "entropy", "grad_norm", "kl_coef", "diverged")
+           "entropy", "grad_norm", "kl_coef", "ess_lr_scale", "diverged")
 
 
 @functools.cache
@@ -339,6 +339,8 @@ class ControlTrainer(Trainer):
             (_, metrics), grads = grad_fn(params, mb, state.obs_stats, state.kl_coef, tv, hp)
             extra = ({"ess": metrics["ess_ratio"], "ess_target": hp.ess_target}
                      if self.algorithm.ess_scaling else {})
+            # The ESS step factor where it scales the step, NaN elsewhere (as on tokens).
+            metrics["ess_lr_scale"] = losses.ess_step_scale(**extra) if extra else jnp.nan
             params, opt_state, _, metrics[phase.SKIPPED_STEP] = phase.optimiser_step(
                 tx, grads, opt_state, params, metrics.pop(phase.KEPT), **extra)
             metrics["grad_norm"] = optax.global_norm(grads)
