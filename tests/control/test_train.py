@@ -12,7 +12,8 @@ from vaco_jax.control.config import ControlHParams, validate
 from vaco_jax.control.networks import Policy
 from vaco_jax.core.lag_models import Bounded, Empirical, Fixed, InFlight, Uniform
 from vaco_jax.core.policy_buffer import push
-from vaco_jax.control.train import MECHANISMS, METRICS, PhaseBatch, ControlTrainer, make_train
+from vaco_jax.control.train import (METRICS, STEP_MECHANISMS, PhaseBatch, ControlTrainer,
+                                    make_train)
 from vaco_jax.core import phase
 
 
@@ -191,7 +192,7 @@ def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo, env):
     state, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), hp)
     assert not bool(state.diverged)
     # A stabiliser's fraction and acted share are NaN throughout where the algorithm has none.
-    stabilisers = {*MECHANISMS, *map(phase.acted_name, MECHANISMS)}
+    stabilisers = {*STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS), "ess_lr_scale"}
     for name in METRICS:
         values = np.asarray(metrics[name])
         if name in stabilisers:
@@ -199,13 +200,18 @@ def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo, env):
         elif name not in ("eval_return", "episode_return"):
             assert np.isfinite(values).all(), name
     filtered = np.asarray(metrics["filter_fraction"])
-    if algo in ("vaco", "vaco_filter_only"):
+    if algo in ("vaco", "vaco_filter_only", "vaco_filter_only_behaviour"):
         assert filtered.max() > 0
     else:
         assert np.isnan(filtered).all()
     if algo in ("ppo", "vaco_realign_only", "decoupled_ppo", "decoupled_ppo_ess",
                 "ppo_recompute"):
         assert np.asarray(metrics["clip_fraction"]).max() > 0
+    ess_scale = np.asarray(metrics["ess_lr_scale"])
+    if ALGORITHMS[algo].ess_scaling:
+        assert ((ess_scale > 0) & (ess_scale <= 1)).all()
+    else:
+        assert np.isnan(ess_scale).all()
     if algo == "ppo_kl":
         assert not np.allclose(metrics["kl_coef"], hp.kl_coef)  # adapted towards the target
 

@@ -10,7 +10,8 @@ from scipy import stats
 from engine_configs import TOY
 from vaco_jax.control.config import ControlConfig, ControlHParams, validate
 from vaco_jax.core.lag_models import (LAG_MODELS, LAG_WARMUPS, Bounded, Empirical, Fixed,
-                                      Geometric, InFlight, PerActor, Uniform, in_flight_lags, named)
+                                      Geometric, InFlight, PerActor, Uniform, in_flight_lags, named,
+                                      refuse_stale)
 from vaco_jax.core.policy_buffer import (PolicyBuffer, effective_lags, max_available_lag, push,
                                          redraw_unavailable_lags)
 from vaco_jax.control.train import ControlTrainer, make_train
@@ -412,3 +413,13 @@ def test_every_model_says_what_it_means():
     for model in MODELS:
         text = model.describe(LEVELS[model.name], CAPACITY)
         assert text.startswith(model.name) and "(" in text, text
+
+
+def test_refuse_stale_replaces_generations_older_than_the_bound_by_ones_at_the_bound():
+    # Three generations of 3 steps; the second starts 3 behind and catches up (in flight).
+    lags = jnp.asarray([[0, 0, 0], [3, 2, 0], [1, 1, 1]], jnp.int32)
+    kept, refused = refuse_stale(lags, jnp.asarray(1.5))  # admits lags up to 1
+    np.testing.assert_array_equal(kept, [[0, 0, 0], [1, 1, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(refused, [0.0, 1.0, 0.0])
+    _, refused = jax.jit(refuse_stale)(lags, jnp.asarray(3.0))
+    np.testing.assert_array_equal(refused, [0.0, 0.0, 0.0])

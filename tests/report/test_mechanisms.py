@@ -214,12 +214,18 @@ def test_absent_mechanisms_are_masked_per_algorithm_and_unknown_algorithms_kept(
 
 
 @pytest.mark.parametrize("testbed, expected", [
-    ("control", {"ppo": {"clip_fraction"}, "vaco": {"filter_fraction"}, "impala": set(),
+    ("control", {"ppo": {"clip_fraction"},
+                 "vaco": {"filter_fraction", "is_truncated_fraction", "skipped_step_fraction"},
+                 "vaco_filter_only": {"filter_fraction", "skipped_step_fraction"},
+                 "impala": {"is_truncated_fraction"},
                  "decoupled_ppo": {"clip_fraction", "is_truncated_fraction"}}),
     ("tokens", {"grpo": {"clip_fraction"}, "tis": {"is_truncated_fraction"},
                 "m2po": {"is_masked_fraction"}, "topr": set(),
+                "mis": {"is_masked_fraction", "skipped_step_fraction"},
                 "freshness": {"clip_fraction", "stale_dropped_fraction"},
-                "vaco": {"filter_fraction", "is_truncated_fraction"}}),
+                "freshness_mask": {"clip_fraction", "stale_dropped_fraction",
+                                   "skipped_step_fraction"},
+                "vaco": {"filter_fraction", "is_truncated_fraction", "skipped_step_fraction"}}),
 ])
 def test_each_testbed_reads_its_algorithms_stabilisers_from_their_losses(testbed, expected):
     from vaco_jax import testbeds

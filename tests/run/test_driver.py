@@ -230,7 +230,7 @@ def test_divergence_is_reported_and_other_runs_kept(tmp_path):
     (dict(backend="brax"), {}, "backend='brax' is not supported"),
     (dict(lag_model="poisson"), {}, "lag_model='poisson' is not supported; allowed values: fixed"),
     (dict(minibatches=3), {}, "must be divisible by minibatches=3"),
-    (dict(algo="impala", minibatches=3), {}, "num_envs=8 must be divisible by minibatches=3"),
+    (dict(algo="impala_multistep", minibatches=3), {}, "num_envs=8 must be divisible by minibatches=3"),
     (dict(num_envs=0), {}, "num_envs must be a positive integer"),
     (dict(actor_hidden=()), {}, "actor_hidden must be a non-empty tuple"),
     ({}, dict(lag=4.0), r"lag for lag_model='uniform' must be an integer in \[0, 3\]"),

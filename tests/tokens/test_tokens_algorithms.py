@@ -10,6 +10,7 @@ import pytest
 
 from vaco_jax import losses
 from vaco_jax import experiment as sweep
+from vaco_jax.core import phase
 from vaco_jax.core.policy_buffer import push
 from vaco_jax.tokens.algorithms import ALGORITHMS, STABILISER_METRICS
 from vaco_jax.tokens.surrogates import (AdvantageInputs, TokenTerms, group_centred,
@@ -140,17 +141,21 @@ def test_decoupled_ppo_clips_the_phase_ratio_and_weights_by_truncated_staleness(
     assert not np.allclose(grpo_grad, grad)
 
 
-def test_freshness_drops_sequences_older_than_alpha_versions():
+def test_freshness_mask_drops_sequences_older_than_alpha_versions():
     # Three sequences of 2 tokens; under in_flight the first token is the oldest.
     gap = [[0, 0], [2, 2], [3, 1]]
-    terms = _terms("freshness", jnp.zeros((3, 2)), jnp.zeros((3, 2)), advantages=(1.0, -1.0, 2.0),
-                   version_gap=gap)
-    loss, grad, metrics = _loss_and_grad("freshness", terms, freshness_alpha=1.0)
+    terms = _terms("freshness_mask", jnp.zeros((3, 2)), jnp.zeros((3, 2)),
+                   advantages=(1.0, -1.0, 2.0), version_gap=gap)
+    loss, grad, metrics = _loss_and_grad("freshness_mask", terms, freshness_alpha=1.0)
     assert loss == pytest.approx(-1.0)  # the mean of -A over the two fresh tokens
     np.testing.assert_allclose(grad, [[-0.5, -0.5], [0, 0], [0, 0]])
     assert metrics["stale_dropped_fraction"] == pytest.approx(4 / 6)
-    _, _, metrics = _loss_and_grad("freshness", terms, freshness_alpha=3.0)
+    assert metrics[phase.KEPT] == 2  # the optimiser steps
+    _, _, metrics = _loss_and_grad("freshness_mask", terms, freshness_alpha=3.0)
     assert metrics["stale_dropped_fraction"] == 0.0
+    _, grad, metrics = _loss_and_grad("freshness_mask", terms.replace(version_gap=terms.version_gap
+                                                                      + 2), freshness_alpha=1.0)
+    assert metrics[phase.KEPT] == 0 and not grad.any()  # nothing kept: no step
 
 
 def test_topr_keeps_positive_sequences_and_tapers_negative_ones_by_their_sequence_ratio():
@@ -219,6 +224,7 @@ def _first_step_gradient(algo, batch, params, **hparams):
 @pytest.mark.parametrize("algo,hparams", [
     ("tis", dict(is_cap=1.0)), ("tis", dict(is_cap=5.0)), ("mis", dict(mis_low=0.9)),
     ("decoupled_ppo", dict(is_cap=1.0)), ("freshness", dict(freshness_alpha=0.0)),
+    ("freshness_mask", dict(freshness_alpha=0.0)),
     ("m2po", {}), ("topr", {}), ("cispo", dict(cispo_eps_low=0.1, cispo_eps_high=0.1)),
     ("bapo", {}), ("grpo_tv_filter", dict(tv_delta=0.01))])
 def test_at_lag_zero_the_corrected_algorithms_step_as_grpo(fresh_batch, algo, hparams):
@@ -379,9 +385,9 @@ def test_every_algorithm_trains_without_nan_at_lag_zero_and_at_lag_three(lagged_
         batches = batches.replace(reference_log_prob=batches.phase_log_prob)
     optimise = jax.jit(jax.vmap(lambda state, batch, key: trainer.optimise(state, batch, key, HP)))
     own = _stabiliser_metrics(algo)
-    for phase in range(3):
+    for step in range(3):
         params, opt_state, metrics = optimise(states, batches, jax.random.split(
-            jax.random.PRNGKey(phase), 2))
+            jax.random.PRNGKey(step), 2))
         states = states.replace(params=params, opt_state=opt_state)
         assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params))
         for name in ("policy_loss", "grad_norm", "behaviour_kl", "tv_forward", "approx_kl"):
@@ -392,22 +398,71 @@ def test_every_algorithm_trains_without_nan_at_lag_zero_and_at_lag_three(lagged_
     assert float(metrics["grad_norm"][0]) > 0  # the fresh batch trains every algorithm
 
 
-@pytest.mark.slow
-def test_a_token_algorithm_runs_end_to_end_through_every_lag():
-    """The whole program for `freshness`, which reads each token's recorded version."""
-    trainer = TokenTrainer(TINY.replace(algo="freshness"), PARAMS)
+def _four_updates(algo):
+    """Four updates at lag 0 and at fixed lag 3 in one vmapped program."""
+    trainer = TokenTrainer(TINY.replace(algo=algo), PARAMS)
 
     def train(hp):
         state = trainer.init(jax.random.PRNGKey(0), hp)
         return jax.lax.scan(lambda s, _: trainer.update(s, hp), state, None, length=4)
 
     hp = TokenHParams.create(lag=[0.0, 3.0], learning_rate=[3e-3, 3e-3])
-    state, metrics = jax.jit(jax.vmap(train))(jax.tree.map(lambda x: jnp.broadcast_to(x, (2,)), hp))
+    return jax.jit(jax.vmap(train))(jax.tree.map(lambda x: jnp.broadcast_to(x, (2,)), hp))
+
+
+@pytest.mark.slow
+def test_a_token_algorithm_runs_end_to_end_through_every_lag():
+    """The whole program for `freshness_mask`, which reads each token's recorded version."""
+    state, metrics = _four_updates("freshness_mask")
     assert not np.asarray(state.diverged).any()
     np.testing.assert_array_equal(metrics["version_gap_max"], [[0, 0, 0, 0], [0, 1, 2, 3]])
-    # alpha = 1: at lag 3 the sequences two or three versions old are dropped.
+    # alpha = 1: at lag 3 the sequences two or three versions old are dropped: every one of
+    # them, so the optimiser takes no step in those updates.
     np.testing.assert_array_equal(metrics["stale_dropped_fraction"], [[0, 0, 0, 0], [0, 0, 1, 1]])
+    np.testing.assert_array_equal(metrics["skipped_step_fraction"], [[0, 0, 0, 0], [0, 0, 1, 1]])
+    np.testing.assert_array_equal(metrics["skipped_step_acted"], [[0, 0, 0, 0], [0, 0, 1, 1]])
     assert np.isfinite(metrics["policy_loss"]).all()
+
+
+@pytest.mark.slow
+def test_freshness_refuses_stale_generations_at_collection_and_refills_the_batch():
+    """ROLL Flash: at lag 3 with alpha 1 the generations two or three versions old are refused
+    and replaced by ones of the oldest admitted version, so no sample is older than alpha and
+    every update steps."""
+    state, metrics = _four_updates("freshness")
+    assert not np.asarray(state.diverged).any()
+    np.testing.assert_array_equal(metrics["version_gap_max"], [[0, 0, 0, 0], [0, 1, 1, 1]])
+    np.testing.assert_array_equal(metrics["stale_dropped_fraction"], [[0, 0, 0, 0], [0, 0, 1, 1]])
+    np.testing.assert_array_equal(metrics["stale_dropped_acted"], [[0, 0, 0, 0], [0, 0, 1, 1]])
+    assert np.isnan(metrics["skipped_step_fraction"]).all()  # its loss drops no sample
+    assert np.isfinite(metrics["policy_loss"]).all()
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_an_update_whose_every_sequence_is_masked_leaves_parameters_and_optimiser_state(jit):
+    trainer = TokenTrainer(TINY.replace(algo="freshness_mask"), PARAMS)
+    hp = TokenHParams.create(lag=2.0, learning_rate=3e-3)
+    state = trainer.init(jax.random.PRNGKey(0), hp)
+    # Two updates (gaps 0 and 1), so that the next batch is two versions old, beyond alpha = 1;
+    # and momentum in Adam, which a zero gradient would follow.
+    state, _ = jax.jit(lambda s: jax.lax.scan(lambda s, _: trainer.update(s, hp), s, None,
+                                              length=2))(state)
+    clip, (adam, *rest) = state.opt_state
+    adam = adam._replace(mu=jax.tree.map(lambda m: m + 1e-3, adam.mu),
+                         nu=jax.tree.map(lambda v: v + 1e-6, adam.nu))
+    state = state.replace(opt_state=(clip, (adam, *rest)))
+    _, batch = jax.jit(trainer.collect)(state, jax.random.PRNGKey(1), hp)
+    assert float(batch.version_gap.min()) == 2
+    optimise = jax.jit(trainer.optimise) if jit else trainer.optimise
+    params, opt_state, metrics = optimise(state, batch, jax.random.PRNGKey(2), hp)
+    jax.tree.map(np.testing.assert_array_equal, params, state.params)
+    jax.tree.map(np.testing.assert_array_equal, opt_state, state.opt_state)
+    assert float(metrics["skipped_step_fraction"]) == 1.0
+    # A batch of which some sequences are fresh enough steps.
+    mixed = batch.replace(version_gap=batch.version_gap.at[0].set(0.0))
+    params, opt_state, metrics = optimise(state, mixed, jax.random.PRNGKey(2), hp)
+    assert float(metrics["skipped_step_fraction"]) < 1.0
+    assert not all(jax.tree.leaves(jax.tree.map(np.array_equal, params, state.params)))
 
 
 # ---------------------------------------------------------------------------- validation

@@ -26,6 +26,7 @@ from flax import struct
 
 from vaco_jax import estimators, losses
 from vaco_jax.control.hparams import ControlHParams
+from vaco_jax.core import phase
 from vaco_jax.core.registry import AlgorithmRegistry
 
 
@@ -50,22 +51,6 @@ def _vtrace(t: ValueTerms, hp: ControlHParams) -> tuple[jax.Array, jax.Array]:
     return estimators.vtrace(t.reward, t.values, t.next_values, t.discounts, t.continuations,
                              t.log_rho, lambda_=hp.vtrace_lambda, rho_bar=hp.rho_bar,
                              c_bar=hp.c_bar, rho_bar_pg=hp.rho_bar_pg)
-
-
-@dataclasses.dataclass(frozen=True)
-class Advantages:
-    """An advantage estimator: `estimate(terms, hp) -> (advantages, value targets)`, taken once
-    at phase start with `pi_T` as the target policy, or, `per_minibatch`, again at every
-    minibatch from the current parameters."""
-
-    name: str
-    estimate: Callable[[ValueTerms, ControlHParams], tuple[jax.Array, jax.Array]]
-    per_minibatch: bool = False
-
-
-GAE = Advantages("gae", _gae)
-VTRACE_PHASE = Advantages("vtrace_phase", _vtrace)
-VTRACE_MINIBATCH = Advantages("vtrace_minibatch", _vtrace, per_minibatch=True)
 
 
 @struct.dataclass
@@ -101,10 +86,23 @@ class Algorithm:
     # step per phase the ratio is exactly 1 there, so such a mechanism can never act.
     tv_filter: bool = False
     phase_clip_only: bool = False
+    # One gradient step on the whole phase batch, whatever `epochs` and `minibatches` say
+    # (`ControlConfig.phase_shape`): IMPALA's learner, which never reuses a batch.
+    one_step_per_batch: bool = False
 
     @property
     def minibatch_over_envs(self) -> bool:
         return self.advantages.per_minibatch
+
+    def loss(self, t: PolicyTerms, hp: ControlHParams) -> tuple[jax.Array, dict]:
+        """The policy surrogate, with the share of samples whose V-trace ratio the advantage
+        estimator truncated (`is_truncated_fraction`) where it truncates one."""
+        value, metrics = self.policy_loss(t, hp)
+        if self.advantages.truncated_log_rho is None:
+            return value, metrics
+        truncated = losses.clamped_ratio(self.advantages.truncated_log_rho(t)) > hp.rho_bar
+        return value, {**metrics,
+                       "is_truncated_fraction": truncated.mean(dtype=jax.numpy.float32)}
 
     def inert_at_one_step(self, tv_reference: str) -> str | None:
         """Why its trust region could never act with one gradient step per phase, or None."""
@@ -130,6 +128,26 @@ def _phase_ratio(t: PolicyTerms):
 
 def _staleness(t: PolicyTerms):
     return t.phase_log_prob - t.behaviour_log_prob
+
+
+@dataclasses.dataclass(frozen=True)
+class Advantages:
+    """An advantage estimator: `estimate(terms, hp) -> (advantages, value targets)`, taken once
+    at phase start with `pi_T` as the target policy, or, `per_minibatch`, again at every
+    minibatch from the current parameters. `truncated_log_rho`, for V-trace, reads from a
+    surrogate's terms the log-ratio whose exp it truncates at `rho_bar`, so that the truncation
+    is reported as a mechanism (`Algorithm.loss`); None for GAE, which truncates nothing."""
+
+    name: str
+    estimate: Callable[[ValueTerms, ControlHParams], tuple[jax.Array, jax.Array]]
+    per_minibatch: bool = False
+    truncated_log_rho: Callable[[PolicyTerms], jax.Array] | None = None
+
+
+GAE = Advantages("gae", _gae)
+VTRACE_PHASE = Advantages("vtrace_phase", _vtrace, truncated_log_rho=_staleness)
+VTRACE_MINIBATCH = Advantages("vtrace_minibatch", _vtrace, per_minibatch=True,
+                              truncated_log_rho=_behaviour_ratio)
 
 
 def _ppo(t: PolicyTerms, hp: ControlHParams):
@@ -173,7 +191,7 @@ def _tv_filtered(surrogate_log_ratio: Callable[[PolicyTerms], jax.Array]) -> Pol
             value, metrics = losses.importance_sampled_loss(log_ratio, t.advantages, mask=keep)
         else:
             value, metrics = losses.importance_sampled_loss(log_ratio, t.advantages, weights=keep)
-        return value, {**metrics, **filter_metrics}
+        return value, {**metrics, **filter_metrics, phase.KEPT: keep.sum()}
     return loss
 
 
@@ -193,12 +211,19 @@ ALGORITHMS: AlgorithmRegistry[Algorithm] = AlgorithmRegistry("control", Algorith
     Algorithm("spo", GAE, _spo, description="Simple policy optimisation (quadratic ratio penalty)"),
     Algorithm("decoupled_ppo", GAE, _decoupled_ppo,
               description="Clip pi_theta/pi_T, weight by truncated staleness pi_T/beta (Hilton et al.)"),
-    Algorithm("impala", VTRACE_MINIBATCH, _impala,
-              description="IMPALA policy gradient, V-trace recomputed every minibatch"),
+    Algorithm("impala", VTRACE_MINIBATCH, _impala, one_step_per_batch=True,
+              description="IMPALA policy gradient, V-trace from the current parameters, one "
+                          "gradient step per batch"),
+    Algorithm("impala_multistep", VTRACE_MINIBATCH, _impala,
+              description="IMPALA's loss reused for epochs x minibatches steps, V-trace "
+                          "recomputed every minibatch (`impala` before the fidelity review)"),
     Algorithm("vaco", VTRACE_PHASE, _tv_filtered(_phase_ratio), tv_filter=True,
               description="VACO: V-trace realignment once per phase + TV filtering of gradients"),
-    Algorithm("vaco_filter_only", GAE, _tv_filtered(_behaviour_ratio), tv_filter=True,
-              description="VACO ablation: TV filter on GAE advantages, no realignment"),
+    Algorithm("vaco_filter_only", GAE, _tv_filtered(_phase_ratio), tv_filter=True,
+              description="VACO ablation: vaco with GAE advantages instead of the realignment"),
+    Algorithm("vaco_filter_only_behaviour", GAE, _tv_filtered(_behaviour_ratio), tv_filter=True,
+              description="VACO ablation (`vaco_filter_only` before the fidelity review): GAE "
+                          "advantages and -r A on the behaviour ratio, two changes from vaco"),
     Algorithm("vaco_realign_only", VTRACE_PHASE, _phase_ppo, phase_clip_only=True,
               description="VACO ablation: PPO-clip on realigned advantages, no filter"),
     # Not VCPO: VCPO targets an ESS ratio of 1 with clipping effectively off; this keeps

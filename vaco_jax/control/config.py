@@ -101,6 +101,14 @@ class ControlConfig(Config):
         return self.num_envs * self.rollout_length
 
     @property
+    def phase_shape(self) -> tuple[int, int]:
+        """`(epochs, minibatches)` as the run takes them: `(1, 1)` for an algorithm that takes
+        one step per batch (`Algorithm.one_step_per_batch`), whatever the fields say."""
+        if algorithms.ALGORITHMS[self.algo].one_step_per_batch:
+            return 1, 1
+        return self.epochs, self.minibatches
+
+    @property
     def updates_per_period(self) -> int:
         """Updates between two evaluations (never more than the whole run)."""
         return max(1, min(self.eval_every, self.total_steps // self.steps_per_update))
@@ -150,20 +158,21 @@ def _validate_config(config: ControlConfig) -> None:
         if not isinstance(sizes, tuple) or not sizes or any(
                 not isinstance(s, int) or s <= 0 for s in sizes):
             raise ValueError(f"{name} must be a non-empty tuple of positive integers, got {sizes!r}")
+    epochs, minibatches = config.phase_shape
     inert = (algorithms.ALGORITHMS[config.algo].inert_at_one_step(config.tv_reference)
-             if config.epochs * config.minibatches == 1 else None)
+             if epochs * minibatches == 1 else None)
     if inert:
-        raise ValueError(f"algo={config.algo!r} with epochs={config.epochs} and "
-                         f"minibatches={config.minibatches} is refused: {inert}")
+        raise ValueError(f"algo={config.algo!r} with epochs={epochs} and "
+                         f"minibatches={minibatches} is refused: {inert}")
     if algorithms.ALGORITHMS[config.algo].minibatch_over_envs:
-        if config.num_envs % config.minibatches:
+        if config.num_envs % minibatches:
             raise ValueError(
-                f"num_envs={config.num_envs} must be divisible by minibatches={config.minibatches} "
+                f"num_envs={config.num_envs} must be divisible by minibatches={minibatches} "
                 f"for algo={config.algo!r}, whose minibatches are whole environment trajectories")
-    elif config.steps_per_update % config.minibatches:
+    elif config.steps_per_update % minibatches:
         raise ValueError(
             f"num_envs * rollout_length = {config.steps_per_update} must be divisible by "
-            f"minibatches={config.minibatches}")
+            f"minibatches={minibatches}")
 
 
 def adapts_kl_coef(config: ControlConfig) -> bool:

@@ -49,13 +49,15 @@ from vaco_jax.control.rollout import Transitions, evaluate, rollout
 #   phase's steps, for `tv_backward` those of the whole phase batch.
 
 # The stabilisers control algorithms have (`phase.MECHANISM_FRACTIONS`), recorded for every
-# algorithm, NaN where it has none, with the share of each phase's steps at which they acted.
+# algorithm, NaN where it has none, with the share of each phase's steps at which they acted:
+# those of the losses, and the steps skipped for want of a kept sample.
 MECHANISMS = ("clip_fraction", "filter_fraction", "is_truncated_fraction")
+STEP_MECHANISMS = (*MECHANISMS, phase.SKIPPED_STEP)
 METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "version_gap_max",
            "tv_backward", "tv_backward_median", "tv_backward_p90", "tv_forward",
            "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl", "ess_ratio",
-           *MECHANISMS, *map(phase.acted_name, MECHANISMS), "policy_loss", "value_loss",
-           "entropy", "grad_norm", "kl_coef", "diverged")
+           *STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS), "policy_loss", "value_loss",
+           "entropy", "grad_norm", "kl_coef", "ess_lr_scale", "diverged")
 
 
 @functools.cache
@@ -63,7 +65,7 @@ def algorithm_mechanisms(algo: str) -> frozenset[str]:
     """The stabilisers (`phase.MECHANISM_FRACTIONS`) whose fractions `algo`'s loss records; its
     runs record the others as NaN (as 0 in runs tables written before they did). KeyError for
     an algorithm the registry does not have."""
-    loss = ALGORITHMS[algo].policy_loss
+    loss = ALGORITHMS[algo].loss
     samples = jax.ShapeDtypeStruct((2,), jnp.float32)
     terms = PolicyTerms(log_prob=samples, behaviour_log_prob=samples, phase_log_prob=samples,
                         advantages=samples, tv_log_rho=samples, tv=None,
@@ -141,7 +143,7 @@ class ControlTrainer(Trainer[ControlConfig, ControlHParams, ControlState, Policy
         if self.config.learning_rate_schedule == "constant":
             return hp.learning_rate
         cfg = self.config
-        steps_per_update = cfg.epochs * cfg.minibatches
+        steps_per_update = cfg.phase_shape[0] * cfg.phase_shape[1]
         # Adam counts minibatch steps; the rate falls once per update, as PureJaxRL's does.
         return lambda count: hp.learning_rate * (
             1.0 - (count // steps_per_update) / cfg.num_updates)
@@ -275,7 +277,7 @@ class ControlTrainer(Trainer[ControlConfig, ControlHParams, ControlState, Policy
                             tv=self._filter_tv(log_prob, mb) if tv is None else tv,
                             kl_coef=kl_coef, filter_normalization=self.config.filter_normalization,
                             tv_delta_convention=self.config.tv_delta_convention)
-        policy_loss, policy_metrics = self.algorithm.policy_loss(terms, hp)
+        policy_loss, policy_metrics = self.algorithm.loss(terms, hp)
         # value_clip_eps = 0 switches clipping off: an infinite range leaves the values unclipped.
         clip_eps = jnp.where(hp.value_clip_eps > 0, hp.value_clip_eps, jnp.inf)
         value_loss, _ = losses.value_loss(values, targets, old_values=mb.values, clip_eps=clip_eps)
@@ -292,6 +294,7 @@ class ControlTrainer(Trainer[ControlConfig, ControlHParams, ControlState, Policy
             # NaN where the algorithm has no such mechanism (`phase.MECHANISM_FRACTIONS`).
             **{name: policy_metrics.get(name, jnp.full((), jnp.nan))
                for name in MECHANISMS},
+            phase.KEPT: policy_metrics.get(phase.KEPT),
             "tv_forward": losses.weighted_tv_estimate(phase_ratio, staleness),
             "tv_forward_median": forward_median,
             "tv_forward_p90": forward_p90,
@@ -304,7 +307,7 @@ class ControlTrainer(Trainer[ControlConfig, ControlHParams, ControlState, Policy
     def _minibatches(self, batch: PhaseBatch, key: jax.Array) -> PhaseBatch:
         """Shuffles the phase batch into `[M, ...]` minibatches."""
         cfg = self.config
-        m = cfg.minibatches
+        m = cfg.phase_shape[1]
         if self.algorithm.minibatch_over_envs:
             order = jax.random.permutation(key, cfg.num_envs)
 
@@ -335,13 +338,17 @@ class ControlTrainer(Trainer[ControlConfig, ControlHParams, ControlState, Policy
             (_, metrics), grads = grad_fn(params, mb, state.obs_stats, state.kl_coef, tv, hp)
             extra = ({"ess": metrics["ess_ratio"], "ess_target": hp.ess_target}
                      if self.algorithm.ess_scaling else {})
-            updates, opt_state = tx.update(grads, opt_state, params, **extra)
+            # The ESS step factor where it scales the step, NaN elsewhere (as on tokens).
+            metrics["ess_lr_scale"] = losses.ess_step_scale(**extra) if extra else jnp.nan
+            params, opt_state, _, metrics[phase.SKIPPED_STEP] = phase.optimiser_step(
+                tx, grads, opt_state, params, metrics.pop(phase.KEPT), **extra)
             metrics["grad_norm"] = optax.global_norm(grads)
-            return (optax.apply_updates(params, updates), opt_state), metrics
+            return (params, opt_state), metrics
 
         (params, opt_state), metrics = phase.scan_epochs(
             minibatch_step, (state.params, state.opt_state),
-            lambda epoch_key: self._minibatches(batch, epoch_key), key, self.config.epochs)
+            lambda epoch_key: self._minibatches(batch, epoch_key), key,
+            self.config.phase_shape[0])
         return params, opt_state, {**jax.tree.map(jnp.mean, metrics),
                                    **phase.acted_shares(metrics)}
 

@@ -27,8 +27,9 @@ class Config:
 
     Besides its fields, a testbed's config provides `algo`, `lag_model` (a
     `vaco_jax.core.lag_models.LagModel`), `lag_warmup`, `buffer_capacity`, `epochs`,
-    `minibatches`, `num_updates`, `num_periods` (evaluations), `updates_per_period` and
-    `steps_per_update` (its unit of training progress). Its record keeps the lag model as its
+    `minibatches`, `phase_shape` (the epochs and minibatches its algorithm takes), `num_updates`,
+    `num_periods` (evaluations), `updates_per_period` and `steps_per_update` (its unit of
+    training progress). Its record keeps the lag model as its
     name, `lag_model`, and its histogram, `lag_probabilities` (`LagModel.record`).
     """
 
@@ -38,6 +39,11 @@ class Config:
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def phase_shape(self) -> tuple[int, int]:
+        """`(epochs, minibatches)` of each optimisation phase as the run takes them."""
+        return self.epochs, self.minibatches  # type: ignore[attr-defined]
 
     def to_dict(self) -> dict[str, Any]:
         values: dict[str, Any] = {}

@@ -318,6 +318,20 @@ def in_flight_lags(start_lags: jax.Array, length: int) -> jax.Array:
     return jnp.maximum(start_lags[None, :] - caught_up, 0).astype(jnp.int32)
 
 
+def refuse_stale(lags: jax.Array, max_lag: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """ROLL Flash's freshness bound, applied where a batch is collected: a generation whose
+    oldest step is more than `max_lag` versions behind (`lags` `[generations, steps]`, a
+    float `max_lag` admitting `floor(max_lag)`) is refused, and another takes its place.
+
+    ROLL's `get_batch` fills a batch from the oldest admitted version first, so the refill is
+    a generation of that version: lags capped at `floor(max_lag)`. Returns the lags of the
+    collected batch and, per generation, 1.0 where it replaced a refused one.
+    """
+    bound = jnp.floor(max_lag).astype(lags.dtype)
+    refused = lags.max(axis=-1) > bound
+    return jnp.minimum(lags, bound), refused.astype(jnp.float32)
+
+
 @dataclasses.dataclass(frozen=True)
 class InFlight(Uniform):
     """Weights change during the rollout: an environment starts a lag uniform over `{0..lag}`

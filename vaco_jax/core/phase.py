@@ -1,6 +1,7 @@
 """The optimisation phase both testbeds share: `epochs` passes over the phase batch, each a
-fresh shuffle into minibatches, with one step per minibatch; every loop is a `lax.scan`. And
-whether a stabiliser acted in it: the share of the phase's steps at which it touched a sample."""
+fresh shuffle into minibatches, with one step per minibatch; every loop is a `lax.scan`. The
+optimiser step itself, skipped where the surrogate kept no sample. And whether a stabiliser
+acted in it: the share of the phase's steps at which it touched a sample."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+import optax
 
-# Per-step shares of samples a stabiliser clipped, truncated, masked, dropped or filtered: the
-# metrics whose steps `acted_shares` counts. NaN where an algorithm has no such mechanism.
+# Per-step shares of samples a stabiliser clipped, truncated, masked, dropped or filtered, and
+# whether the step was skipped for want of a kept sample (`optimiser_step`): the metrics whose
+# steps `acted_shares` counts. NaN where an algorithm has no such mechanism.
+SKIPPED_STEP = "skipped_step_fraction"
 MECHANISM_FRACTIONS = ("clip_fraction", "is_truncated_fraction", "is_masked_fraction",
-                       "stale_dropped_fraction", "filter_fraction")
+                       "stale_dropped_fraction", "filter_fraction", SKIPPED_STEP)
+# The loss metric by which a surrogate that can drop samples says how many it kept in a step.
+KEPT = "kept_samples"
 
 
 def acted_name(fraction: str) -> str:
@@ -43,7 +49,36 @@ def recorded_mechanisms(policy_loss: Callable[[Any], tuple[Any, Mapping[str, Any
     stabilisers an algorithm has, read from its own loss traced on the shapes `terms` gives
     (`jax.ShapeDtypeStruct` leaves: nothing computed, no device used)."""
     _, metrics = jax.eval_shape(policy_loss, terms)
-    return frozenset(MECHANISM_FRACTIONS).intersection(metrics)
+    recorded = frozenset(MECHANISM_FRACTIONS).intersection(metrics)
+    return recorded | {SKIPPED_STEP} if KEPT in metrics else recorded
+
+
+def optimiser_step(tx: optax.GradientTransformationExtraArgs, grads: Any, opt_state: Any,
+                   params: Any, kept: jax.Array | None,
+                   **extra: Any) -> tuple[Any, Any, Any, jax.Array]:
+    """One step of `tx`, or none where the surrogate kept no sample (`kept == 0`, its `KEPT`
+    metric; None for a surrogate that never drops one).
+
+    A surrogate that drops every sample has a zero policy gradient, yet Adam would still move the
+    parameters by its momentum and advance its moments and count: a step no sample asked for.
+    Such a step leaves parameters and optimiser state bit for bit as they were, the whole step
+    (for control, the critic's too: one Adam state serves both networks).
+
+    Returns `(params, opt_state, updates, skipped)`: `updates` as `tx` computed them, `skipped`
+    the step's `SKIPPED_STEP` (1.0 skipped, 0.0 taken, NaN where `kept` is None).
+    """
+    updates, new_opt_state = tx.update(grads, opt_state, params, **extra)
+    new_params = optax.apply_updates(params, updates)
+    if kept is None:
+        return new_params, new_opt_state, updates, jnp.full((), jnp.nan)
+    empty = jnp.asarray(kept) == 0
+
+    def unless_empty(new, old):
+        return jnp.where(empty, old, new)
+
+    return (jax.tree.map(unless_empty, new_params, params),
+            jax.tree.map(unless_empty, new_opt_state, opt_state), updates,
+            empty.astype(jnp.float32))
 
 
 def acted_shares(step_metrics: Mapping[str, jax.Array]) -> dict[str, jax.Array]:

@@ -33,12 +33,13 @@ def _coordinates(experiment: Experiment, group: Group, batch: Batch,
     """One row per real run of the batch (`run` = its index in the batch's driver)."""
     cfg = group.config
     task = experiment.testbed.task(cfg)
+    epochs, minibatches = cfg.phase_shape
     rows = []
     for index, run_index in enumerate(batch.runs):
         run = group.runs[run_index]
         rows.append({"run": index, "task": task, "algo": cfg.algo,
-                     "lag_model": cfg.lag_model.name, "lag": run.lag, "epochs": cfg.epochs,
-                     "minibatches": cfg.minibatches, "seed": run.seed, "run_id": run.run_id,
+                     "lag_model": cfg.lag_model.name, "lag": run.lag, "epochs": epochs,
+                     "minibatches": minibatches, "seed": run.seed, "run_id": run.run_id,
                      **{f"{report.HP_PREFIX}{n}": run.hparams.get(n, np.nan)
                         for n in experiment.swept_hparams},
                      **_tuned_value(experiment, run),

@@ -24,6 +24,7 @@ FRACTION_METRICS = {
     "is_truncated_fraction": "Truncated fraction",
     "is_masked_fraction": "Masked fraction",
     "stale_dropped_fraction": "Stale-dropped fraction",
+    "skipped_step_fraction": "Skipped-step fraction",
 }
 """Shares of samples a stabiliser filters, clips, truncates, masks or drops, plotted if present."""
 OFF_POLICY_METRICS = {
@@ -66,6 +67,7 @@ MECHANISM_WORDS = {
     "is_masked": "mask",
     "stale_dropped": "freshness bound",
     "filter": "TV filter",
+    "skipped_step": "skip of a step that kept no sample",
 }
 """Each stabiliser of ``MECHANISMS`` in the report's words."""
 

@@ -265,6 +265,7 @@ class Stabilisers:
     is_masked: StabiliserShare | None = absent_when_none()
     stale_dropped: StabiliserShare | None = absent_when_none()
     filter: StabiliserShare | None = absent_when_none()
+    skipped_step: StabiliserShare | None = absent_when_none()
 
     def present(self) -> dict[str, StabiliserShare]:
         """The stabilisers the variant has, by their ``metrics.MECHANISMS`` name."""

@@ -38,7 +38,9 @@ STABILISER_METRICS = (
     "is_weight_mean",  # mean importance weight applied (truncated, masked or tapered)
     "is_truncated_fraction",  # valid tokens (sequences for vcpo) whose weight hits its cap
     "is_masked_fraction",  # valid tokens a mask drops (mis, m2po, dppo_*)
-    "stale_dropped_fraction",  # valid tokens of sequences older than `freshness_alpha` versions
+    # valid tokens of sequences older than `freshness_alpha` versions (freshness_mask), or the
+    # generations refused at collection as that stale (freshness)
+    "stale_dropped_fraction",
     "filter_fraction",  # valid tokens VACO's (TVPO's) TV filter drops
     "bapo_ratio_low",  # the ratio bounds BAPO chose
     "bapo_ratio_high",
@@ -60,6 +62,9 @@ class TokenAlgorithm:
     # step per version that ratio is exactly 1, so the configuration is refused.
     trust_region_ratio: bool = False
     needs_reference: bool = False  # reads the reference policy's log-probs (the warm start)
+    # Generations more than `freshness_alpha` versions old are refused at collection and
+    # replaced (`lag_models.refuse_stale`), ROLL Flash's freshness bound.
+    refuses_stale: bool = False
 
 
 def _vcpo_entry(name: str, advantages: AdvantageFn, ess_scaling: bool,
@@ -111,10 +116,19 @@ ALGORITHMS: AlgorithmRegistry[TokenAlgorithm] = AlgorithmRegistry("tokens", Toke
                     "staleness min(pi_T/beta, is_cap)",
         source="Hilton et al. 2022; Fu et al. 2025 (AReaL)"),
     TokenAlgorithm(
-        "freshness", group_relative, surrogates.freshness, hparams=("clip_eps", "freshness_alpha"),
-        description="GRPO on the sequences at most `freshness_alpha` versions old (a sequence "
-                    "is as old as its oldest token)",
+        "freshness", group_relative, surrogates.grpo, hparams=("clip_eps", "freshness_alpha"),
+        refuses_stale=True,
+        description="GRPO on a batch collected at most `freshness_alpha` versions stale: an "
+                    "older generation is refused and replaced by one of the oldest admitted "
+                    "version",
         source="Lu et al. 2025 (ROLL Flash)"),
+    TokenAlgorithm(
+        "freshness_mask", group_relative, surrogates.freshness_mask,
+        hparams=("clip_eps", "freshness_alpha"),
+        description="(`freshness` before the fidelity review) GRPO with the sequences more than "
+                    "`freshness_alpha` versions old masked in the loss, no refill (a sequence is "
+                    "as old as its oldest token)",
+        source="Lu et al. 2025 (ROLL Flash), masking variant"),
     TokenAlgorithm(
         "m2po", group_relative, surrogates.m2po, hparams=("m2po_tau",),
         description="unclipped -r A on the behaviour ratio, the tokens of largest (log r)^2 "

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from vaco_jax import estimators, losses
+from vaco_jax.core import phase
 
 
 @struct.dataclass
@@ -136,6 +137,11 @@ def _fraction(condition: jax.Array, t: TokenTerms) -> jax.Array:
     return losses.aggregate(condition.astype(jnp.float32), t.mask)
 
 
+def _kept(keep: jax.Array, t: TokenTerms) -> jax.Array:
+    """The valid tokens a mask `keep` leaves in the surrogate (`phase.KEPT`)."""
+    return jnp.sum((keep > 0) & (t.mask > 0))
+
+
 def _ppo_clip(t: TokenTerms, hp, clip_eps=None, *, mask=None, weights=None):
     """PPO-clip on the behaviour ratio, the group-relative surrogate GRPO and its kin share."""
     return losses.ppo_clip_loss(
@@ -173,7 +179,7 @@ def mis(t: TokenTerms, hp):
     weights = losses.clamped_ratio(log_w) * keep
     return _policy_gradient(t, weights), {
         "is_weight_mean": losses.aggregate(weights, t.mask),
-        "is_masked_fraction": _fraction(keep == 0, t)}
+        "is_masked_fraction": _fraction(keep == 0, t), phase.KEPT: _kept(keep, t)}
 
 
 def decoupled_ppo(t: TokenTerms, hp):
@@ -186,13 +192,14 @@ def decoupled_ppo(t: TokenTerms, hp):
                       losses.clamped_ratio(t.log_staleness) > hp.is_cap, t)}
 
 
-def freshness(t: TokenTerms, hp):
+def freshness_mask(t: TokenTerms, hp):
     # A sequence is as old as its oldest token (under `in_flight` later tokens are fresher).
     sequence_gap = jnp.where(t.mask > 0, t.version_gap, 0.0).max(axis=-1, keepdims=True)
     fresh = losses.freshness_mask(sequence_gap, hp.freshness_alpha) * t.mask
     loss, metrics = _ppo_clip(t, hp, mask=fresh)
     return loss, {"clip_fraction": metrics["clip_fraction"],
-                  "stale_dropped_fraction": _fraction(fresh == 0, t)}
+                  "stale_dropped_fraction": _fraction(fresh == 0, t),
+                  phase.KEPT: _kept(fresh, t)}
 
 
 def m2po(t: TokenTerms, hp):
@@ -244,7 +251,7 @@ def grpo_tv_filter(t: TokenTerms, hp):
     # Dropped tokens stay in the mean's count (the engine's `filter_normalization="all"`).
     loss, metrics = _ppo_clip(t, hp, weights=keep)
     return loss, {"clip_fraction": metrics["clip_fraction"],
-                  "filter_fraction": filtered["filter_fraction"]}
+                  "filter_fraction": filtered["filter_fraction"], phase.KEPT: _kept(keep, t)}
 
 
 def _truncated_is_policy_gradient(t: TokenTerms, hp, keep: jax.Array):
@@ -255,7 +262,8 @@ def _truncated_is_policy_gradient(t: TokenTerms, hp, keep: jax.Array):
     return _policy_gradient(t, weights), {
         "is_weight_mean": losses.aggregate(weights, t.mask),
         "is_truncated_fraction": _fraction((losses.clamped_ratio(log_r) > hp.trust_is_cap)
-                                           & (keep > 0), t)}
+                                           & (keep > 0), t),
+        phase.KEPT: _kept(keep, t)}
 
 
 def tvpo(t: TokenTerms, hp):

@@ -27,6 +27,7 @@ from flax import struct
 from vaco_jax import losses
 from vaco_jax.core import phase
 from vaco_jax.core.divergence import freeze_if_diverged
+from vaco_jax.core.lag_models import refuse_stale
 from vaco_jax.core.policy_buffer import PolicyBuffer, cond_in_every_run, init_buffer, push
 from vaco_jax.core.trainer import Metrics, Trainer
 from vaco_jax.tokens import tasks
@@ -42,7 +43,7 @@ METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "versio
            "version_gap_max", "tv_backward", "tv_forward", "ess_ratio", "grad_norm",
            "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss", "diverged",
            # the ESS learning-rate factor sqrt(min(1, ess / ess_target)), NaN without ESS scaling
-           "ess_lr_scale") + STABILISER_METRICS + tuple(
+           "ess_lr_scale", phase.SKIPPED_STEP) + STABILISER_METRICS + tuple(
                phase.acted_name(m) for m in phase.MECHANISM_FRACTIONS)
 
 
@@ -51,14 +52,20 @@ def algorithm_mechanisms(algo: str) -> frozenset[str]:
     """The stabilisers (`phase.MECHANISM_FRACTIONS`) whose fractions `algo`'s loss records; its
     runs record the others as NaN (as 0 in runs tables written before they did). KeyError for
     an algorithm the registry does not have."""
-    loss = ALGORITHMS[algo].policy_loss
+    algorithm = ALGORITHMS[algo]
+    loss = algorithm.policy_loss
     tokens = jax.ShapeDtypeStruct((2, 3), jnp.float32)
     sequences = jax.ShapeDtypeStruct((2,), jnp.float32)
     terms = TokenTerms(log_prob=tokens, behaviour_log_prob=tokens, phase_log_prob=tokens,
                        advantages=sequences, mask=tokens, version_gap=tokens,
                        group=jax.ShapeDtypeStruct((2,), jnp.int32), reward=sequences,
                        reference_log_prob=tokens)
-    return phase.recorded_mechanisms(lambda t: loss(t, TokenHParams()), terms)
+    recorded = phase.recorded_mechanisms(lambda t: loss(t, TokenHParams()), terms)
+    return recorded | {STALE_REFUSED} if algorithm.refuses_stale else recorded
+
+
+# The metric in which an algorithm that refuses stale generations at collection reports them.
+STALE_REFUSED = "stale_dropped_fraction"
 
 
 @struct.dataclass
@@ -90,6 +97,7 @@ class Batch:
     version_gap: jax.Array  # [N, L] float, versions between the phase's learner and each token
     group: jax.Array  # [N] int32, the prompt each sequence answers
     reference_log_prob: jax.Array | None  # under the reference policy, for algorithms that read it
+    refused: jax.Array  # [N] 1.0 where the sequence replaced a generation refused as stale
 
 
 def _kl(log_ratio: jax.Array, mask: jax.Array) -> jax.Array:
@@ -159,15 +167,18 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
         prompts, answers = tasks.sample(self.task, prompt_key, cfg.prompts)
         prompt = jnp.repeat(prompts, cfg.group_size, axis=0)
         answer = jnp.repeat(answers, cfg.group_size, axis=0)
-        versions = self.behaviour_versions(state, lag_key, hp)
+        versions, refused = self.behaviour_versions(state, lag_key, hp)
         samples = self._sample(state.buffer, versions, prompt, sample_key, hp)
         per_generator = cfg.batch_size // cfg.generators
-        return state, self._batch(state, hp, prompt, answer, samples,
-                                  jnp.repeat(versions, per_generator, axis=0))
+        batch = self._batch(state, hp, prompt, answer, samples,
+                            jnp.repeat(versions, per_generator, axis=0))
+        return state, batch.replace(refused=jnp.repeat(refused, per_generator))
 
     def behaviour_versions(self, state: TokenState, key: jax.Array,
-                           hp: TokenHParams) -> jax.Array:
-        """Each generator's behaviour version for each response token, `[generators, L]`.
+                           hp: TokenHParams) -> tuple[jax.Array, jax.Array]:
+        """Each generator's behaviour version for each response token, `[generators, L]`, and
+        `[generators]` 1.0 where its generation replaced one refused as stale (only for an
+        algorithm that `refuses_stale`).
 
         Constant along a sequence, except under `in_flight`: a generator starts its drawn lag
         behind and catches up with the learner while it decodes (`in_flight_lags`).
@@ -179,7 +190,10 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
             token_lags = lags.T
         else:
             token_lags = jnp.broadcast_to(lags[:, None], (cfg.generators, cfg.response_length))
-        return state.buffer.latest_version - token_lags
+        refused = jnp.zeros(cfg.generators, jnp.float32)
+        if self.algorithm.refuses_stale:
+            token_lags, refused = refuse_stale(token_lags, hp.freshness_alpha)
+        return state.buffer.latest_version - token_lags, refused
 
     def _sample(self, buffer: PolicyBuffer, versions: jax.Array, prompt: jax.Array,
                 key: jax.Array, hp: TokenHParams) -> Samples:
@@ -247,7 +261,7 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
                      behaviour_version=versions,
                      version_gap=(state.buffer.latest_version - versions).astype(jnp.float32),
                      group=jnp.repeat(jnp.arange(cfg.prompts, dtype=jnp.int32), cfg.group_size),
-                     reference_log_prob=reference_log_prob)
+                     reference_log_prob=reference_log_prob, refused=jnp.zeros_like(reward))
 
     # ------------------------------------------------------------------------ optimisation
     def terms(self, params, mb: Batch, hp: TokenHParams) -> TokenTerms:
@@ -271,6 +285,7 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
         phase_ratio = jax.lax.stop_gradient(t.phase_log_ratio)
         metrics = {name: stabiliser.get(name, jnp.nan) for name in STABILISER_METRICS}
         return loss, {**jax.lax.stop_gradient(metrics), "policy_loss": loss,
+                      phase.KEPT: stabiliser.get(phase.KEPT),
                       "tv_forward": losses.tv_estimate(phase_ratio, mb.mask),
                       "approx_kl": _kl(phase_ratio, mb.mask),
                       "behaviour_kl": _kl(behaviour_ratio, mb.mask)}
@@ -295,7 +310,8 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
                 metrics["ess_lr_scale"] = losses.ess_step_scale(ess, hp.ess_target)
             else:
                 metrics["ess_lr_scale"] = jnp.nan
-            updates, opt_state = tx.update(grads, opt_state, params, **extra)
+            params, opt_state, updates, metrics[phase.SKIPPED_STEP] = phase.optimiser_step(
+                tx, grads, opt_state, params, metrics.pop(phase.KEPT), **extra)
             grad_norm = optax.global_norm(grads)
             metrics["grad_norm"] = grad_norm
             # The step length per unit of gradient (Adam's and clipping's combined scaling);
@@ -303,7 +319,7 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
             metrics["effective_learning_rate"] = jnp.where(
                 grad_norm > 0, optax.global_norm(updates) / jnp.maximum(grad_norm, 1e-30),
                 jnp.nan)
-            return (optax.apply_updates(params, updates), opt_state), metrics
+            return (params, opt_state), metrics
 
         (params, opt_state), metrics = phase.scan_epochs(
             minibatch_step, (state.params, state.opt_state),
@@ -316,6 +332,9 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
         key, generate_key, optimise_key = jax.random.split(state.key, 3)
         _, batch = self.collect(state, generate_key, hp)
         params, opt_state, metrics = self.optimise(state, batch, optimise_key, hp)
+        if self.algorithm.refuses_stale:  # refused before the phase: at all its steps or none
+            metrics[STALE_REFUSED] = batch.refused.mean()
+            metrics[phase.acted_name(STALE_REFUSED)] = batch.refused.max()
         new_state = state.replace(params=params, opt_state=opt_state,
                                   buffer=push(state.buffer, params), key=key,
                                   update=state.update + 1)
