@@ -158,6 +158,8 @@ def test_topr_keeps_positive_sequences_and_tapers_negative_ones_by_their_sequenc
     _, grad, metrics = _loss_and_grad("topr", _terms("topr", jnp.zeros((2, 2)), behaviour))
     np.testing.assert_allclose(grad, -np.asarray([[1.0, 1.0], [-0.3, -0.3]]) / 4, rtol=1e-5)
     assert metrics["is_weight_mean"] == pytest.approx(1.3 / 2, rel=1e-5)
+    # The taper acted on the negative sequence's two tokens, half of the valid ones.
+    assert metrics["is_tapered_fraction"] == pytest.approx(0.5)
 
 
 def test_grpo_tv_filter_filters_against_the_chosen_reference():

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 # Per-step shares of samples a stabiliser clipped, truncated, masked, dropped or filtered: the
 # metrics whose steps `acted_shares` counts. NaN where an algorithm has no such mechanism.
 MECHANISM_FRACTIONS = ("clip_fraction", "is_truncated_fraction", "is_masked_fraction",
-                       "stale_dropped_fraction", "filter_fraction")
+                       "is_tapered_fraction", "stale_dropped_fraction", "filter_fraction")
 
 
 def acted_name(fraction: str) -> str:

@@ -257,6 +257,7 @@ MECHANISM_WORDS = {
     "clip": "clip",
     "is_truncated": "importance-weight truncation",
     "is_masked": "mask",
+    "is_tapered": "TOPR's taper",
     "stale_dropped": "freshness bound",
     "filter": "TV filter",
 }

@@ -23,6 +23,7 @@ FRACTION_METRICS = {
     "clip_fraction": "Clip fraction",
     "is_truncated_fraction": "Truncated fraction",
     "is_masked_fraction": "Masked fraction",
+    "is_tapered_fraction": "Tapered fraction",
     "stale_dropped_fraction": "Stale-dropped fraction",
 }
 """Shares of samples a stabiliser filters, clips, truncates, masks or drops, plotted if present."""

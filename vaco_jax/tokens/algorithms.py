@@ -35,7 +35,8 @@ STABILISER_METRICS = (
     "clip_fraction",  # valid tokens (sequences for gspo) whose gradient a clip zeroes or bounds
     "is_weight_mean",  # mean importance weight applied (truncated, masked or tapered)
     "is_truncated_fraction",  # valid tokens (sequences for vcpo) whose weight hits its cap
-    "is_masked_fraction",  # valid tokens a mask drops (mis, m2po, dppo_*)
+    "is_masked_fraction",  # valid tokens a mask drops (mis, m2po_drop, dppo_*)
+    "is_tapered_fraction",  # valid tokens whose weight TOPR's taper sets below 1
     "stale_dropped_fraction",  # valid tokens of sequences older than `freshness_alpha` versions
     "filter_fraction",  # valid tokens VACO's (TVPO's) TV filter drops
     "bapo_ratio_low",  # the ratio bounds BAPO chose

@@ -208,7 +208,8 @@ def m2po(t: TokenTerms, hp):
 def topr(t: TokenTerms, hp):
     log_w = _importance_log_weights(t.replace(is_level="sequence"), t.behaviour_log_ratio)
     weights = losses.topr_weights(log_w, t.token_advantages)
-    return _policy_gradient(t, weights), {"is_weight_mean": losses.aggregate(weights, t.mask)}
+    return _policy_gradient(t, weights), {"is_weight_mean": losses.aggregate(weights, t.mask),
+                                          "is_tapered_fraction": _fraction(weights < 1, t)}
 
 
 def gspo(t: TokenTerms, hp):
