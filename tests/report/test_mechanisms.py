@@ -215,7 +215,8 @@ def test_absent_mechanisms_are_masked_per_algorithm_and_unknown_algorithms_kept(
     ("control", {"ppo": {"clip_fraction"}, "vaco": {"filter_fraction"}, "impala": set(),
                  "decoupled_ppo": {"clip_fraction", "is_truncated_fraction"}}),
     ("tokens", {"grpo": {"clip_fraction"}, "tis": {"is_truncated_fraction"},
-                "m2po": {"is_masked_fraction"}, "topr": {"is_tapered_fraction"},
+                "m2po": {"clip_fraction"}, "m2po_drop": {"is_masked_fraction"},
+                "gspo": {"clip_fraction", "is_truncated_fraction"}, "topr": {"is_tapered_fraction"},
                 "freshness": {"clip_fraction", "stale_dropped_fraction"},
                 "vaco": {"filter_fraction", "is_truncated_fraction"}}),
 ])

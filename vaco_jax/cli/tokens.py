@@ -10,9 +10,9 @@ import dataclasses
 from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
 from vaco_jax.core.lag_models import LAG_WARMUPS
 from vaco_jax import losses
-from vaco_jax.tokens.algorithms import IS_LEVELS, TV_REFERENCES, TV_SCOPES
-from vaco_jax.tokens.config import (ALGORITHMS, GROUP_UNITS, IN_FLIGHT_CACHES, TokenConfig,
-                                    TokenHParams)
+from vaco_jax.tokens.algorithms import IS_LEVELS, ROLLOUT_IS, TV_REFERENCES, TV_SCOPES
+from vaco_jax.tokens.config import (ALGORITHMS, GROUP_UNITS, IN_FLIGHT_CACHES, OPTIMIZERS,
+                                    TokenConfig, TokenHParams)
 from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.run.warm_start import default_cache_dir
 from vaco_jax.tokens.warm_start import PRESETS, WarmStart
@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the algorithm (README: token algorithms); thresholds via --hparam")
     p.add_argument("--is-level", default=d.is_level, choices=IS_LEVELS,
                    help="tis / mis: importance weights per token or per sequence")
+    p.add_argument("--rollout-is", default=d.rollout_is, choices=ROLLOUT_IS,
+                   help="gspo, cispo: verl's rollout correction, the staleness pi_T/beta per "
+                        "token or per sequence truncated at is_cap (none: verl's default)")
     p.add_argument("--tv-reference", default=d.tv_reference, choices=TV_REFERENCES,
                    help="vaco, grpo_tv_filter, dppo_*: the policy their trust region measures "
                         "the learner against, behaviour (beta, the authors' bypass mode) or "
@@ -55,6 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="policy versions kept for stale generators (K)")
     p.add_argument("--prompts", type=int, default=d.prompts, help="prompts per update (P)")
     p.add_argument("--group-size", type=int, default=d.group_size, help="samples per prompt (G)")
+    p.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS,
+                   help="adam, or adamw with decoupled weight decay (hparam weight_decay, 0.1; "
+                        "VCPO's scripts: adamw with --group-size 16)")
     p.add_argument("--epochs", type=int, default=d.epochs,
                    help="passes over each update's batch (forward lag, with --minibatches)")
     p.add_argument("--minibatches", type=int, default=d.minibatches,
@@ -100,10 +106,11 @@ def build(args) -> tuple[TokenConfig, TokenHParams]:
     lag_model, lag = args.lag
     config = TokenConfig(
         task=args.task, task_size=args.task_size, algo=args.algo, is_level=args.is_level,
+        rollout_is=args.rollout_is,
         tv_reference=args.tv_reference, tv_scope=args.tv_scope,
         tv_delta_convention=args.tv_delta_convention, layers=args.layers, width=args.width,
         heads=args.heads, context=args.context, prompts=args.prompts,
-        group_size=args.group_size, group_unit=args.group_unit, lag_model=lag_model,
+        group_size=args.group_size, optimizer=args.optimizer, group_unit=args.group_unit, lag_model=lag_model,
         lag_warmup=args.lag_warmup,
         buffer_capacity=args.buffer_capacity, epochs=args.epochs, minibatches=args.minibatches,
         bf16_behaviour=args.bf16_behaviour, in_flight_cache=args.in_flight_cache,
