@@ -54,12 +54,37 @@ def test_binary_tv_masks_probability_moves_past_the_budget_with_the_advantage(co
     np.testing.assert_array_equal(keep, [1.0, 1.0, 0.0, 1.0, 0.0])
 
 
-def test_binary_kl_by_hand():
+def test_binary_kl_by_hand(call):
     # KL(Bern(0.5) || Bern(0.7)) = 0.5 ln(0.5/0.7) + 0.5 ln(0.5/0.3).
     expected = 0.5 * np.log(0.5 / 0.7) + 0.5 * np.log(0.5 / 0.3)
-    assert float(losses.binary_kl(0.5, 0.7)) == pytest.approx(expected, rel=1e-6)
-    assert float(losses.binary_kl(0.3, 0.3)) == pytest.approx(0.0, abs=1e-7)
-    assert np.isfinite(float(losses.binary_kl(1.0, 0.0)))
+    assert float(call(losses.binary_kl, np.log(0.5), np.log(0.7))) == pytest.approx(expected,
+                                                                                   rel=1e-6)
+    assert float(call(losses.binary_kl, np.log(0.3), np.log(0.3))) == pytest.approx(0.0, abs=1e-7)
+    # p_old = 1 leaves the first term alone; p = 0 is an infinite KL, not NaN.
+    assert float(call(losses.binary_kl, 0.0, np.log(0.5))) == pytest.approx(np.log(2.0), rel=1e-6)
+    assert not np.isnan(float(call(losses.binary_kl, np.log(0.5), -np.inf)))
+
+
+def _binary_kl_float64(old_log_prob, log_prob):
+    p_old = np.exp(old_log_prob)
+    q_old, q = -np.expm1(old_log_prob), -np.expm1(log_prob)
+    return p_old * (old_log_prob - log_prob) + q_old * (np.log(q_old) - np.log(q))
+
+
+def test_binary_kl_is_accurate_in_float32_where_p_rounds_to_one(call):
+    # In float32 exp(-1e-8) is 1 and exp(-1e-7) is 1 - 1.19e-7: a KL computed from the rounded
+    # probabilities is off by a factor of several at the first and by 10% at the second.
+    old = np.log(np.asarray([0.9, 0.9, 0.5, 1 - 1e-4], np.float64))
+    new = np.asarray([-1e-8, -1e-7, -1e-6, -3e-5], np.float64)
+    expected = _binary_kl_float64(old, new)
+    got = call(losses.binary_kl, jnp.asarray(old, jnp.float32), jnp.asarray(new, jnp.float32))
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
+    # A log-prob of exactly 0 (1 - p lost before it arrived) reads 1 - p as float32's
+    # resolution below 1, 2**-24, rather than as an infinite or tiny-floored KL.
+    at_one = call(losses.binary_kl, jnp.float32(np.log(0.9)), jnp.float32(0.0))
+    assert float(at_one) == pytest.approx(float(_binary_kl_float64(np.log(0.9), -2.0**-24)),
+                                          rel=1e-4)
 
 
 @pytest.mark.parametrize("compile_", [False, True])

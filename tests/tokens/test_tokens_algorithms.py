@@ -163,6 +163,8 @@ def test_topr_keeps_positive_sequences_and_tapers_negative_ones_by_their_sequenc
     _, grad, metrics = _loss_and_grad("topr", _terms("topr", jnp.zeros((2, 2)), behaviour))
     np.testing.assert_allclose(grad, -np.asarray([[1.0, 1.0], [-0.3, -0.3]]) / 4, rtol=1e-5)
     assert metrics["is_weight_mean"] == pytest.approx(1.3 / 2, rel=1e-5)
+    # The taper acted on the negative sequence's two tokens, half of the valid ones.
+    assert metrics["is_tapered_fraction"] == pytest.approx(0.5)
 
 
 def test_grpo_tv_filter_filters_against_the_chosen_reference():
@@ -187,13 +189,14 @@ def test_grpo_tv_filter_filters_against_the_chosen_reference():
 
 
 def test_threshold_losses_read_their_hyper_parameters():
-    """m2po, gspo, cispo and bapo are the library's tested losses, fed the traced thresholds."""
+    """m2po_drop, gspo, cispo and bapo are the library's tested losses, fed the traced
+    thresholds."""
     log_ratio = jnp.asarray([[0.1, -0.3], [0.5, 0.0]])
     terms = _terms("gspo", log_ratio, advantages=(1.0, -1.0))
     loss, _, _ = _loss_and_grad("gspo", terms, gspo_clip_low=0.01, gspo_clip_high=0.02)
     expected, _ = losses.gspo_loss(log_ratio, jnp.asarray([1.0, -1.0]), (0.01, 0.02))
     assert loss == pytest.approx(float(expected))
-    _, _, metrics = _loss_and_grad("m2po", terms, m2po_tau=0.05)
+    _, _, metrics = _loss_and_grad("m2po_drop", terms, m2po_tau=0.05)
     assert metrics["is_masked_fraction"] == pytest.approx(0.25)  # dropping 0.25 leaves 0.1 / 3
     _, _, metrics = _loss_and_grad("cispo", terms, cispo_eps_low=0.3, cispo_eps_high=0.2)
     assert metrics["clip_fraction"] == pytest.approx(0.25)  # only exp(0.5) > 1.2
@@ -225,7 +228,8 @@ def _first_step_gradient(algo, batch, params, **hparams):
     ("tis", dict(is_cap=1.0)), ("tis", dict(is_cap=5.0)), ("mis", dict(mis_low=0.9)),
     ("decoupled_ppo", dict(is_cap=1.0)), ("freshness", dict(freshness_alpha=0.0)),
     ("freshness_mask", dict(freshness_alpha=0.0)),
-    ("m2po", {}), ("topr", {}), ("cispo", dict(cispo_eps_low=0.1, cispo_eps_high=0.1)),
+    ("m2po", {}), ("m2po_drop", {}), ("topr", {}), ("cispo_behaviour", {}),
+    ("cispo", dict(cispo_eps_low=0.1, cispo_eps_high=0.1)),
     ("bapo", {}), ("grpo_tv_filter", dict(tv_delta=0.01))])
 def test_at_lag_zero_the_corrected_algorithms_step_as_grpo(fresh_batch, algo, hparams):
     state, batch = fresh_batch
@@ -338,8 +342,8 @@ def lagged_batches(fresh_batch):
 
 def test_at_a_phase_first_step_tis_cispo_and_decoupled_ppo_take_one_gradient(lagged_batches):
     """On a phase's first step pi_theta = pi_T: decoupled PPO's ratio pi_theta/pi_T is 1, inside
-    its clip, so its weight min(pi_T/beta, 2) is TIS's min(pi_theta/beta, 2) and CISPO's weight
-    clipped to [0, 2]. With one gradient step per batch the three train alike on stale data."""
+    its clip, so its weight min(pi_T/beta, 2) is TIS's min(pi_theta/beta, 2) and the behaviour
+    CISPO's weight clipped to [0, 2]. With one gradient step per batch the three train alike on stale data."""
     states, batches = lagged_batches
     state, stale = jax.tree.map(lambda x: x[1], (states, batches))
     stale = stale.replace(advantages=jnp.linspace(-1.0, 1.0, TINY.batch_size))
@@ -347,7 +351,7 @@ def test_at_a_phase_first_step_tis_cispo_and_decoupled_ppo_take_one_gradient(lag
     assert float(weights.max()) > 3.0 and float(weights.min()) < 0.5
     expected = _first_step_gradient("tis", stale, state.params, is_cap=2.0)
     for algo, hparams in (("decoupled_ppo", dict(is_cap=2.0)),
-                          ("cispo", dict(cispo_eps_low=1.0, cispo_eps_high=1.0))):
+                          ("cispo_behaviour", dict(cispo_eps_low=1.0, cispo_eps_high=1.0))):
         got = _first_step_gradient(algo, stale, state.params, **hparams)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7),
                      got, expected)

@@ -11,8 +11,9 @@ from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
 from vaco_jax.cli.config_flags import Flag, add_config_flags, config_values
 from vaco_jax.core.lag_models import LAG_WARMUPS
 from vaco_jax import losses
-from vaco_jax.tokens.algorithms import ALGORITHMS, IS_LEVELS, TV_REFERENCES, TV_SCOPES
-from vaco_jax.tokens.config import (GROUP_UNITS, IN_FLIGHT_CACHES, TokenConfig,
+from vaco_jax.tokens.algorithms import (ALGORITHMS, IS_LEVELS, ROLLOUT_IS, TV_REFERENCES,
+                                        TV_SCOPES)
+from vaco_jax.tokens.config import (GROUP_UNITS, IN_FLIGHT_CACHES, OPTIMIZERS, TokenConfig,
                                     TokenHParams)
 from vaco_jax.tokens.tasks import TASKS
 from vaco_jax.run.warm_start import default_cache_dir
@@ -37,6 +38,9 @@ def _flags() -> dict[str, Flag]:
                      choices=tuple(ALGORITHMS)),
         "is_level": Flag("tis / mis: importance weights per token or per sequence",
                          choices=IS_LEVELS),
+        "rollout_is": Flag("gspo, cispo: verl's rollout correction, the staleness pi_T/beta per "
+                           "token or per sequence truncated at is_cap (none: verl's default)",
+                           choices=ROLLOUT_IS),
         "tv_reference": Flag("vaco, grpo_tv_filter, dppo_*: the policy their trust region measures "
                              "the learner against, behaviour (beta, the authors' bypass mode) or "
                              "phase (pi_T; refused with one gradient step per version, where it "
@@ -55,6 +59,8 @@ def _flags() -> dict[str, Flag]:
         "response_slack": Flag("tokens a response may run beyond the answer's length"),
         "prompts": Flag("prompts per update (P)"),
         "group_size": Flag("samples per prompt (G)"),
+        "optimizer": Flag("adam, or adamw with decoupled weight decay (hparam weight_decay, 0.1; "
+                          "VCPO's scripts: adamw with --group-size 16)", choices=OPTIMIZERS),
         "group_unit": Flag("who draws its own stale policy: a prompt's group or each sample",
                            choices=GROUP_UNITS),
         "scale_advantages_by_std": Flag("group-relative advantages divided by their group's "

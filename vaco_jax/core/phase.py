@@ -16,7 +16,8 @@ import optax
 # steps `acted_shares` counts. NaN where an algorithm has no such mechanism.
 SKIPPED_STEP = "skipped_step_fraction"
 MECHANISM_FRACTIONS = ("clip_fraction", "is_truncated_fraction", "is_masked_fraction",
-                       "stale_dropped_fraction", "filter_fraction", SKIPPED_STEP)
+                       "is_tapered_fraction", "stale_dropped_fraction", "filter_fraction",
+                       SKIPPED_STEP)
 # The loss metric by which a surrogate that can drop samples says how many it kept in a step.
 KEPT = "kept_samples"
 

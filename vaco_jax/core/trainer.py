@@ -119,10 +119,14 @@ class Trainer(abc.ABC, Generic[ConfigT, HParamsT, StateT, PolicyT]):
     def learning_rate(self, hp: HParamsT) -> optax.ScalarOrSchedule:
         return hp.learning_rate
 
+    def adam(self, hp: HParamsT) -> optax.GradientTransformation:
+        """The adaptive step the optimiser takes after clipping: Adam."""
+        return optax.adam(self.learning_rate(hp), eps=self.adam_eps)
+
     def optimizer(self, hp: HParamsT) -> optax.GradientTransformationExtraArgs:
-        """Clipping, Adam, and for ESS-scaling algorithms VCPO's step factor after Adam
+        """Clipping, Adam (`adam`), and for ESS-scaling algorithms VCPO's step factor after Adam
         (`losses.scale_by_ess`, fed `ess=` and `ess_target=` at each update)."""
-        transforms = [self.gradient_clip(hp), optax.adam(self.learning_rate(hp), eps=self.adam_eps)]
+        transforms = [self.gradient_clip(hp), self.adam(hp)]
         if self.algorithm.ess_scaling:
             transforms.append(losses.scale_by_ess())
         return optax.chain(*transforms)

@@ -147,6 +147,56 @@ def m2po_mask(
     return jax.lax.stop_gradient(keep.astype(log_w.dtype)), jax.lax.stop_gradient(metrics)
 
 
+def m2po_clip_bounds(
+    log_ratio: ArrayLike, advantages: ArrayLike, budget: ArrayLike = 0.04,
+    mask: ArrayLike | None = None
+) -> tuple[tuple[Array, Array], Metrics]:
+    """M2PO's clip bounds: PPO bounds `[exp(-tau), exp(tau)]` that cap the second moment of the
+    harmful tokens' log-ratios at `budget`.
+
+    A valid token is harmful when its step would move its ratio further from 1: `A > 0` and
+    `r > 1`, or `A < 0` and `r < 1`. While their mean `(log r)^2` is within `budget` (or none
+    is harmful) nothing is clipped (`tau` = `MAX_LOG_RATIO`). Otherwise, with their `v = (log
+    r)^2` sorted ascending, the capped mean `mean(min(v, v_k))` grows with `k`; `k*` is the first
+    breakpoint at which it reaches `budget` and `tau^2 = v_{k*-1}` (0 when `k* = 0`), the
+    breakpoint below, whose capped mean is within the budget. This is the breakpoint the
+    authors' solver returns rather than the exact root between the two. One sort and one
+    cumulative sum, no loops.
+
+    Returns:
+      `((low_eps, high_eps), metrics)`, `low_eps = 1 - exp(-tau)` and `high_eps = exp(tau) - 1`
+      as `ppo_clip_loss` takes them, stop-gradient; metrics `m2` (mean `(log r)^2` over the
+      harmful tokens), `m2_capped` (the same with `|log r|` capped at `tau`), `tau` and
+      `harmful_fraction` (harmful / valid).
+    """
+    valid, log_ratio, advantages = validate_and_mask(mask, log_ratio=log_ratio,
+                                                     advantages=advantages)
+    log_ratio = clamp_log_ratio(log_ratio)
+    harmful = valid & (((advantages > 0) & (log_ratio > 0)) | ((advantages < 0) & (log_ratio < 0)))
+    second = jnp.where(harmful, jnp.square(log_ratio), 0.0).ravel()
+    count = harmful.sum()
+    m2 = second.sum() / jnp.maximum(count, 1)
+    # Harmless tokens sort last, beyond every harmful one.
+    ordered = jnp.sort(jnp.where(harmful.ravel(), second, jnp.inf))
+    position = jnp.arange(ordered.size)
+    is_harmful = position < count
+    ordered = jnp.where(is_harmful, ordered, 0.0)
+    capped_sum = jnp.cumsum(ordered) + ordered * (count - position - 1)
+    reaches = (capped_sum >= budget * count) & is_harmful
+    first = jnp.argmax(reaches)
+    cap_sq = jnp.where(first > 0, ordered[jnp.maximum(first - 1, 0)], 0.0)
+    acts = m2 > budget
+    tau = jnp.where(acts, jnp.sqrt(cap_sq), MAX_LOG_RATIO)
+    metrics = {
+        "m2": m2,
+        "m2_capped": jnp.minimum(second, jnp.square(tau)).sum() / jnp.maximum(count, 1),
+        "tau": tau,
+        "harmful_fraction": count / jnp.maximum(valid.sum(), 1),
+    }
+    bounds = (-jnp.expm1(-tau), jnp.expm1(tau))
+    return jax.lax.stop_gradient(bounds), jax.lax.stop_gradient(metrics)
+
+
 def topr_weights(log_w: ArrayLike, advantages: ArrayLike) -> Array:
     """TOPR's taper: weight 1 where `advantages >= 0`, `clip(w, 0, 1)` elsewhere; stop-gradient."""
     _, log_w, advantages = validate_and_mask(None, log_w=log_w, advantages=advantages)

@@ -25,7 +25,6 @@ from vaco_jax.losses.aggregation import (
     ArrayLike,
     Metrics,
     aggregate,
-    valid_mask,
     validate_and_mask,
 )
 from vaco_jax.losses.filters import (
@@ -292,9 +291,11 @@ def cispo_loss(
     eps_high: ArrayLike,
     *,
     mask: ArrayLike | None = None,
+    weights: ArrayLike | None = None,
     aggregation: str = "token-mean",
 ) -> tuple[Array, Metrics]:
-    """CISPO (MiniMax-M1): `-sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log_prob`.
+    """CISPO (MiniMax-M1): `-sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log_prob`, times the
+    optional stop-gradient `weights` (verl's rollout-correction weights).
 
     Clipping the stop-gradient importance weight, rather than the objective, keeps every token's
     gradient (no token is dropped), only bounding its weight.
@@ -303,12 +304,12 @@ def cispo_loss(
       `(loss, metrics)`; metrics `clip_fraction` (valid elements whose weight is clipped),
       `approx_kl`, `ratio_mean`.
     """
-    valid, log_ratio, log_prob, advantages, _ = _prepare(
-        mask, None, advantages, log_ratio=log_ratio, log_prob=log_prob
+    valid, log_ratio, log_prob, advantages, weights = _prepare(
+        mask, weights, advantages, log_ratio=log_ratio, log_prob=log_prob
     )
     ratio, _, metrics = _ratio_terms(log_ratio, valid)
     weight = jax.lax.stop_gradient(jnp.clip(ratio, 1 - eps_low, 1 + eps_high))
-    loss = aggregate(-weight * advantages * log_prob, valid, aggregation)
+    loss = aggregate(-weight * weights * advantages * log_prob, valid, aggregation)
     clipped = (ratio < 1 - eps_low) | (ratio > 1 + eps_high)
     return loss, {**metrics, "clip_fraction": _fraction(clipped, valid)}
 
@@ -319,27 +320,46 @@ def gspo_loss(
     clip_eps: ClipEps,
     *,
     mask: ArrayLike | None = None,
+    weights: ArrayLike | None = None,
 ) -> tuple[Array, Metrics]:
     """GSPO (Zheng et al. 2025): PPO-clip on the length-normalised sequence ratio.
 
     `s_i = exp(mean_t log r_it)` over the valid tokens of sequence `i`
-    (`gspo_sequence_log_ratio`); the loss is `-min(s A, clip(s) A)` averaged over the sequences
-    with at least one valid token. Token gradients flow through the mean:
-    `d s_i / d log r_it = s_i / |y_i|`.
+    (`gspo_sequence_log_ratio`). In the GSPO-token form verl runs, each token carries the value
+    `s_i` with its gradient through its own log-prob, `sg(s_i) r_it / sg(r_it)`; the per-token
+    loss `-min(s A, clip(s) A)` times `weights` is aggregated seq-mean-token-mean. Without
+    weights this is the sequence-level loss averaged over the sequences with a valid token, and
+    its token gradients are those of the mean: `d s_i / d log r_it = s_i / |y_i|`.
 
     Args:
       log_ratio: token log-ratios `[..., L]`.
       advantages: one advantage per sequence, shape `log_ratio.shape[:-1]`.
       clip_eps: `eps` or `(low_eps, high_eps)` (GSPO's are of order 3e-4 / 4e-4).
       mask: optional token validity mask `[..., L]`.
+      weights: optional stop-gradient token weights `[..., L]` (verl's rollout-correction
+        weights multiply the per-token loss so).
 
     Returns:
       `(loss, metrics)`: `ppo_clip_loss`'s metrics at sequence level (`clip_fraction` is the
       fraction of clipped sequences).
     """
-    sequence_log_ratio = gspo_sequence_log_ratio(log_ratio, mask)
-    has_tokens = valid_mask(mask, jnp.shape(log_ratio)).any(axis=-1)
-    return ppo_clip_loss(sequence_log_ratio, advantages, clip_eps, mask=has_tokens)
+    valid, log_ratio = validate_and_mask(mask, log_ratio=log_ratio)
+    sequence_shape = jnp.shape(log_ratio)[:-1]
+    chex.assert_shape(
+        advantages,
+        sequence_shape,
+        custom_message=f"`advantages` must have one entry per sequence, shape {sequence_shape}",
+    )
+    sequence_log_ratio = gspo_sequence_log_ratio(log_ratio, valid)
+    has_tokens = valid.any(axis=-1)
+    token_log_ratio = (jax.lax.stop_gradient(sequence_log_ratio)[..., None] + log_ratio
+                       - jax.lax.stop_gradient(log_ratio))
+    token_advantages = jnp.broadcast_to(jnp.expand_dims(advantages, -1), valid.shape)
+    loss, _ = ppo_clip_loss(token_log_ratio, token_advantages, clip_eps, mask=valid,
+                            weights=weights, aggregation="seq-mean-token-mean")
+    # The metrics count sequences, the unit GSPO clips.
+    _, metrics = ppo_clip_loss(sequence_log_ratio, advantages, clip_eps, mask=has_tokens)
+    return loss, jax.lax.stop_gradient(metrics)
 
 
 def vcpo_loss(

@@ -100,13 +100,30 @@ def dppo_binary_tv_mask(log_prob: ArrayLike, old_log_prob: ArrayLike, advantages
     return _masked(valid, outside)
 
 
-def binary_kl(p_old: ArrayLike, p: ArrayLike) -> Array:
-    """`KL(Bernoulli(p_old) || Bernoulli(p))`, finite for probabilities in `[0, 1]`."""
-    tiny = jnp.finfo(jnp.float32).tiny
-    p_old, p = jnp.asarray(p_old), jnp.asarray(p)
-    q_old, q = 1.0 - p_old, 1.0 - p
-    return (p_old * (jnp.log(jnp.maximum(p_old, tiny)) - jnp.log(jnp.maximum(p, tiny)))
-            + q_old * (jnp.log(jnp.maximum(q_old, tiny)) - jnp.log(jnp.maximum(q, tiny))))
+def _log_one_minus_exp(log_p: Array) -> Array:
+    """`log(1 - p)` from `log p`, accurate where `p` is within float rounding of 1. A log-prob
+    of exactly 0 (`1 - p` lost to rounding before it reached us) is read as `1 - p` = the
+    dtype's resolution below 1 (`epsneg`, 6e-8 in float32), not as an infinite KL."""
+    one_minus_p = -jnp.expm1(log_p)
+    resolution = jnp.finfo(log_p.dtype).epsneg
+    return jnp.log(jnp.where(one_minus_p > 0, one_minus_p, resolution))
+
+
+def binary_kl(old_log_prob: ArrayLike, log_prob: ArrayLike) -> Array:
+    """`KL(Bernoulli(p_old) || Bernoulli(p))` from the two log-probabilities.
+
+    Computed in log space so that it stays accurate for `p` near 1, where `1 - p` is lost once
+    `p` itself is rounded (float32 rounds `p = 1 - 1e-8` to 1): `log(1 - p)` comes from
+    `expm1(log p)`, and the `1 - p_old` term is 0 where `p_old = 1`. Log-probs above 0 are
+    read as 0.
+    """
+    old_log_prob = jnp.minimum(jnp.asarray(old_log_prob, jnp.result_type(float)), 0.0)
+    log_prob = jnp.minimum(jnp.asarray(log_prob, old_log_prob.dtype), 0.0)
+    q_old = -jnp.expm1(old_log_prob)
+    stay = jnp.exp(old_log_prob) * (old_log_prob - log_prob)
+    leave = jnp.where(q_old > 0, q_old * (_log_one_minus_exp(old_log_prob)
+                                          - _log_one_minus_exp(log_prob)), 0.0)
+    return stay + leave
 
 
 def dppo_binary_kl_mask(log_prob: ArrayLike, old_log_prob: ArrayLike, advantages: ArrayLike,
@@ -118,7 +135,8 @@ def dppo_binary_kl_mask(log_prob: ArrayLike, old_log_prob: ArrayLike, advantages
     Returns:
       `(keep, metrics)` as `dppo_binary_tv_mask`.
     """
-    valid, p, p_old, advantages = _probability_moves(log_prob, old_log_prob, advantages, mask)
-    with_advantage = jnp.where(advantages > 0, p > p_old, p < p_old)
-    return _masked(valid, with_advantage & (binary_kl(p_old, p) > delta))
+    valid, log_prob, old_log_prob, advantages = validate_and_mask(
+        mask, log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages)
+    with_advantage = jnp.where(advantages > 0, log_prob > old_log_prob, log_prob < old_log_prob)
+    return _masked(valid, with_advantage & (binary_kl(old_log_prob, log_prob) > delta))
 

@@ -23,6 +23,7 @@ FRACTION_METRICS = {
     "clip_fraction": "Clip fraction",
     "is_truncated_fraction": "Truncated fraction",
     "is_masked_fraction": "Masked fraction",
+    "is_tapered_fraction": "Tapered fraction",
     "stale_dropped_fraction": "Stale-dropped fraction",
     "skipped_step_fraction": "Skipped-step fraction",
 }
@@ -65,6 +66,7 @@ MECHANISM_WORDS = {
     "clip": "clip",
     "is_truncated": "importance-weight truncation",
     "is_masked": "mask",
+    "is_tapered": "TOPR's taper",
     "stale_dropped": "freshness bound",
     "filter": "TV filter",
     "skipped_step": "skip of a step that kept no sample",

@@ -263,6 +263,7 @@ class Stabilisers:
     clip: StabiliserShare | None = absent_when_none()
     is_truncated: StabiliserShare | None = absent_when_none()
     is_masked: StabiliserShare | None = absent_when_none()
+    is_tapered: StabiliserShare | None = absent_when_none()
     stale_dropped: StabiliserShare | None = absent_when_none()
     filter: StabiliserShare | None = absent_when_none()
     skipped_step: StabiliserShare | None = absent_when_none()

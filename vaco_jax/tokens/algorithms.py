@@ -21,6 +21,9 @@ the ratios named there.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Callable
+
+import jax
 
 from vaco_jax.core.registry import AlgorithmRegistry
 from vaco_jax.tokens import surrogates
@@ -28,6 +31,7 @@ from vaco_jax.tokens.surrogates import (AdvantageFn, PolicyLoss, group_centred, 
                                         leave_one_out, off_policy_optimal)
 
 IS_LEVELS = ("token", "sequence")
+ROLLOUT_IS = ("none",) + IS_LEVELS
 TV_REFERENCES = ("behaviour", "phase")
 TV_SCOPES = ("prompt", "batch")
 
@@ -37,7 +41,8 @@ STABILISER_METRICS = (
     "clip_fraction",  # valid tokens (sequences for gspo) whose gradient a clip zeroes or bounds
     "is_weight_mean",  # mean importance weight applied (truncated, masked or tapered)
     "is_truncated_fraction",  # valid tokens (sequences for vcpo) whose weight hits its cap
-    "is_masked_fraction",  # valid tokens a mask drops (mis, m2po, dppo_*)
+    "is_masked_fraction",  # valid tokens a mask drops (mis, m2po_drop, dppo_*)
+    "is_tapered_fraction",  # valid tokens whose weight TOPR's taper sets below 1
     # valid tokens of sequences older than `freshness_alpha` versions (freshness_mask), or the
     # generations refused at collection as that stale (freshness)
     "stale_dropped_fraction",
@@ -65,6 +70,11 @@ class TokenAlgorithm:
     # Generations more than `freshness_alpha` versions old are refused at collection and
     # replaced (`lag_models.refuse_stale`), ROLL Flash's freshness bound.
     refuses_stale: bool = False
+    # Takes its ratio to pi_T and may weight its loss by verl's rollout correction, the
+    # truncated staleness pi_T / beta (`TokenConfig.rollout_is`).
+    rollout_correction: bool = False
+    # `(hparams, updates done) -> hparams` for this phase: hyper-parameters on a schedule.
+    hparam_schedule: Callable[[Any, jax.Array], Any] | None = None
 
 
 def _vcpo_entry(name: str, advantages: AdvantageFn, ess_scaling: bool,
@@ -131,8 +141,15 @@ ALGORITHMS: AlgorithmRegistry[TokenAlgorithm] = AlgorithmRegistry("tokens", Toke
         source="Lu et al. 2025 (ROLL Flash), masking variant"),
     TokenAlgorithm(
         "m2po", group_relative, surrogates.m2po, hparams=("m2po_tau",),
-        description="unclipped -r A on the behaviour ratio, the tokens of largest (log r)^2 "
-                    "masked until their second moment is below `m2po_tau`",
+        description="PPO-clip on the behaviour ratio with bounds [exp(-tau), exp(tau)], tau "
+                    "capping the second moment of the harmful tokens' log-ratios (A > 0 and "
+                    "r > 1, or A < 0 and r < 1) at `m2po_tau`, as the authors' code does",
+        source="Zheng et al. 2025 (M2PO)"),
+    TokenAlgorithm(
+        "m2po_drop", group_relative, surrogates.m2po_drop, hparams=("m2po_tau",),
+        description="the `m2po` before 2026-11-28 (the paper's prose): unclipped -r A on the "
+                    "behaviour ratio, the tokens of largest (log r)^2 masked until their second "
+                    "moment is below `m2po_tau`",
         source="Zheng et al. 2025 (M2PO)"),
     TokenAlgorithm(
         "topr", group_relative, surrogates.topr, hparams=(),
@@ -140,13 +157,31 @@ ALGORITHMS: AlgorithmRegistry[TokenAlgorithm] = AlgorithmRegistry("tokens", Toke
                     "[0, 1] for A < 0",
         source="Le Roux et al. 2025 (TOPR)"),
     TokenAlgorithm(
-        "gspo", group_relative, surrogates.gspo, hparams=("gspo_clip_low", "gspo_clip_high"),
-        description="PPO-clip on the length-normalised sequence behaviour ratio",
+        "gspo", group_relative, surrogates.gspo(surrogates.phase_ratio),
+        hparams=("gspo_clip_low", "gspo_clip_high", "is_cap"), rollout_correction=True,
+        description="PPO-clip on the length-normalised sequence phase ratio pi_theta/pi_T "
+                    "(verl's recomputed old policy), optionally weighted by the truncated "
+                    "staleness (`rollout_is`, cap `is_cap`)",
         source="Zheng et al. 2025 (GSPO)"),
     TokenAlgorithm(
-        "cispo", group_relative, surrogates.cispo, hparams=("cispo_eps_low", "cispo_eps_high"),
-        description="policy gradient weighted by the stop-gradient behaviour ratio clipped to "
-                    "[1 - cispo_eps_low, 1 + cispo_eps_high]: no token loses its gradient",
+        "gspo_behaviour", group_relative, surrogates.gspo(surrogates.behaviour_ratio),
+        hparams=("gspo_clip_low", "gspo_clip_high"),
+        description="the `gspo` before 2026-11-28: PPO-clip on the length-normalised sequence "
+                    "behaviour ratio pi_theta/beta",
+        source="Zheng et al. 2025 (GSPO)"),
+    TokenAlgorithm(
+        "cispo", group_relative, surrogates.cispo(surrogates.phase_ratio),
+        hparams=("cispo_eps_low", "cispo_eps_high", "is_cap"), rollout_correction=True,
+        description="policy gradient weighted by the stop-gradient phase ratio pi_theta/pi_T "
+                    "clipped to [1 - cispo_eps_low, 1 + cispo_eps_high], optionally times the "
+                    "truncated staleness (`rollout_is`, cap `is_cap`)",
+        source="MiniMax 2025 (MiniMax-M1, CISPO)"),
+    TokenAlgorithm(
+        "cispo_behaviour", group_relative, surrogates.cispo(surrogates.behaviour_ratio),
+        hparams=("cispo_eps_low", "cispo_eps_high"),
+        description="the `cispo` before 2026-11-28: policy gradient weighted by the "
+                    "stop-gradient behaviour ratio clipped to [1 - cispo_eps_low, "
+                    "1 + cispo_eps_high]",
         source="MiniMax 2025 (MiniMax-M1, CISPO)"),
     TokenAlgorithm(
         "bapo", group_relative, surrogates.bapo,
@@ -186,9 +221,13 @@ ALGORITHMS: AlgorithmRegistry[TokenAlgorithm] = AlgorithmRegistry("tokens", Toke
                     "its probability exceeds dppo_kl_delta in its advantage's direction",
         source="Qi et al. 2026 (Rethinking the Trust Region in LLM RL, DPPO)"),
     TokenAlgorithm(
-        "tba", group_centred, surrogates.tba, hparams=("tba_beta",), needs_reference=True,
-        description="trajectory balance to the warm start tilted by exp(R / tba_beta), log Z "
-                    "per prompt by VarGrad; off-policy by construction, no importance weight",
+        "tba", group_centred, surrogates.tba,
+        hparams=("tba_beta", "tba_beta_final", "tba_beta_decay_updates"), needs_reference=True,
+        hparam_schedule=surrogates.tba_beta_schedule,
+        description="trajectory balance to the warm start tilted by exp(R / beta), log Z per "
+                    "prompt by VarGrad, beta decayed linearly from tba_beta to tba_beta_final "
+                    "over tba_beta_decay_updates updates; off-policy by construction, no "
+                    "importance weight",
         source="Bartoldson et al. 2025 (Trajectory Balance with Asynchrony, TBA)"),
     _vcpo_entry("vcpo", off_policy_optimal, True,
                 "advantages with the off-policy optimal baseline, every step scaled by "

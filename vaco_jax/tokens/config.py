@@ -12,7 +12,7 @@ from vaco_jax.core.config import (Config, HParamsBase, check_choice, check_lag_s
                                    check_positive_int, once_per_config)
 from vaco_jax import losses
 from vaco_jax.losses import AGGREGATIONS
-from vaco_jax.core.lag_models import Fixed, LagModel
+from vaco_jax.core.lag_models import Empirical, Fixed, LagModel
 from vaco_jax.tokens import algorithms
 from vaco_jax.tokens.model import ModelSpec
 from vaco_jax.tokens.tasks import TASKS, Task, make_task
@@ -20,6 +20,7 @@ from vaco_jax.tokens.warm_start import WarmStart
 
 GROUP_UNITS = ("prompt", "sample")
 IN_FLIGHT_CACHES = ("per_snapshot", "shared")
+OPTIMIZERS = ("adam", "adamw")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,10 @@ class TokenConfig(Config):
     algo: str = "grpo"  # one of `vaco_jax.tokens.algorithms.ALGORITHMS`
     # `tis` and `mis`: one importance weight per token, or each sequence's product of ratios.
     is_level: str = "token"
+    # `gspo`, `cispo` (ratio to pi_T): verl's rollout correction, the staleness pi_T / beta per
+    # token or per sequence truncated at `is_cap`, multiplying the per-token loss; `none` is
+    # verl's default (`rollout_is: null`).
+    rollout_is: str = "none"
     # The policy the trust regions of `vaco`, `grpo_tv_filter` and `dppo_*` measure the learner
     # against: `behaviour` (beta, TVPO's and DPPO's bypass mode, as in the authors' research
     # scripts; the ratio that varies at one gradient step per version) or `phase` (pi_T, the
@@ -69,6 +74,9 @@ class TokenConfig(Config):
     buffer_capacity: int = 4
     epochs: int = 1
     minibatches: int = 1
+    # `adam` (every committed result) or `adamw`, Adam with decoupled `weight_decay` as VCPO's
+    # scripts run it (with `group_size=16`).
+    optimizer: str = "adam"
     aggregation: str = "token-mean"
     bf16_behaviour: bool = False
     # `in_flight` decoding, when a generator's version changes mid-response: `per_snapshot`
@@ -129,15 +137,18 @@ class TokenHParams(HParamsBase):
     named_values = {"tv_delta": losses.TV_BUDGETS}
 
     learning_rate: Any = 3e-4  # 1e-3 is unstable on `add` from the warm start
+    weight_decay: Any = 0.1  # `optimizer="adamw"` only: decoupled weight decay (VCPO's 0.1)
     lag: Any = 0.0
     clip_eps: Any = 0.2
     temperature: Any = 1.0
     max_grad_norm: Any = 1.0
     # The stabilisers' thresholds (`vaco_jax.tokens.algorithms` says which algorithm reads which).
-    is_cap: Any = 2.0  # tis / decoupled_ppo: the truncation cap; mis: the upper bound
+    # tis / decoupled_ppo / gspo and cispo's `rollout_is`: the truncation cap (verl's
+    # `rollout_is_threshold` 2.0); mis: the upper bound
+    is_cap: Any = 2.0
     mis_low: Any = 0.0  # mis: the lower bound of the kept ratios
     freshness_alpha: Any = 1.0  # freshness: the oldest version gap kept
-    m2po_tau: Any = 0.04  # m2po: the second-moment bound
+    m2po_tau: Any = 0.04  # m2po, m2po_drop: the second-moment budget
     gspo_clip_low: Any = 3e-4  # gspo: the sequence ratio's clip range
     gspo_clip_high: Any = 4e-4
     cispo_eps_low: Any = 1.0  # cispo: the weight's clip range [1 - low, 1 + high]
@@ -156,15 +167,32 @@ class TokenHParams(HParamsBase):
     dppo_delta_low: Any = 0.15  # dppo_binary_tv: how far p may fall (A <= 0) ...
     dppo_delta_high: Any = 0.15  # ... or rise (A > 0) past its old value
     dppo_kl_delta: Any = 0.05  # dppo_binary_kl: the bound of KL(Bernoulli(p_old) || Bernoulli(p))
-    # tba: the KL coefficient beta of trajectory balance, rewards divided by it (TBA's GSM8K
-    # launch script starts at 0.014; its linear decay is not reproduced).
+    # tba: the KL coefficient beta of trajectory balance, rewards divided by it, decayed linearly
+    # from tba_beta to tba_beta_final over tba_beta_decay_updates updates (TBA's GSM8K launch
+    # script: 0.014 to 0.004 over 500); tba_beta_final = tba_beta holds it constant, as every
+    # result committed before 2026-11-28 did.
     tba_beta: Any = 0.014
+    tba_beta_final: Any = 0.004
+    tba_beta_decay_updates: Any = 500.0
     # vcpo*: the cap `C` of the sequence importance weight. Not `is_cap`: VCPO's sequence weight
     # is a product over tokens and its paper caps it at 8, while `is_cap` bounds the token weights
     # of tis / mis / decoupled_ppo at 2; one field would give one of them a wrong default.
     vcpo_is_cap: Any = 8.0
     # vcpo, vcpo_ess_only: the ESS ratio below which the step shrinks (VCPO's `ess_0` = 1).
     ess_target: Any = 1.0
+
+
+def tba_replay_lag(buffer_capacity: int, on_policy_prob: float = 0.95) -> Empirical:
+    """TBA's replay mix as a lag model: each generator (a prompt group under the default
+    `group_unit`) draws the newest policy with `on_policy_prob` (TBA's GSM8K value) and one of
+    the `buffer_capacity - 1` older ones uniformly otherwise, as TBA draws a group from the
+    latest sync or uniformly from its buffer. The testbed samples such groups afresh from the
+    older policy rather than replaying stored ones."""
+    if buffer_capacity < 2 or not 0.0 <= on_policy_prob <= 1.0:
+        raise ValueError(f"tba_replay_lag needs buffer_capacity >= 2 and on_policy_prob in "
+                         f"[0, 1], got {buffer_capacity} and {on_policy_prob}")
+    older = (1.0 - on_policy_prob) / (buffer_capacity - 1)
+    return Empirical((on_policy_prob,) + (older,) * (buffer_capacity - 1))
 
 
 def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
@@ -179,9 +207,11 @@ def _validate_config(config: TokenConfig) -> None:
     check_choice("task", config.task, TASKS)
     check_choice("group_unit", config.group_unit, GROUP_UNITS)
     check_choice("in_flight_cache", config.in_flight_cache, IN_FLIGHT_CACHES)
+    check_choice("optimizer", config.optimizer, OPTIMIZERS)
     check_choice("aggregation", config.aggregation, AGGREGATIONS)
     check_choice("algo", config.algo, tuple(algorithms.ALGORITHMS))
     check_choice("is_level", config.is_level, algorithms.IS_LEVELS)
+    check_choice("rollout_is", config.rollout_is, algorithms.ROLLOUT_IS)
     check_choice("tv_reference", config.tv_reference, algorithms.TV_REFERENCES)
     check_choice("tv_scope", config.tv_scope, algorithms.TV_SCOPES)
     check_choice("tv_delta_convention", config.tv_delta_convention,
@@ -213,6 +243,10 @@ def _validate_config(config: TokenConfig) -> None:
             f"pi_theta/pi_T, which is exactly 1 at a phase's only gradient step, so it can "
             f"never act; set tv_reference='behaviour' (it then measures pi_theta/beta) or take "
             f"more than one step per version (epochs or minibatches > 1)")
+    if config.rollout_is != "none" and not algorithm.rollout_correction:
+        with_it = ", ".join(a.name for a in algorithms.ALGORITHMS.values() if a.rollout_correction)
+        raise ValueError(f"rollout_is={config.rollout_is!r} is refused for algo={config.algo!r}, "
+                         f"which has no rollout correction; allowed for: {with_it}")
     if config.batch_size % config.minibatches:
         raise ValueError(f"minibatches={config.minibatches} must divide prompts x group_size "
                          f"= {config.batch_size}")
@@ -224,6 +258,7 @@ def _validate_config(config: TokenConfig) -> None:
 # Allowed ranges of the traced hyper-parameters: (low, high, low included, high included).
 HPARAM_RANGES = {
     "learning_rate": (0.0, np.inf, False, False),
+    "weight_decay": (0.0, np.inf, True, False),
     "clip_eps": (0.0, np.inf, False, False),
     "temperature": (0.0, np.inf, False, False),
     "max_grad_norm": (0.0, np.inf, False, False),
@@ -246,6 +281,8 @@ HPARAM_RANGES = {
     "dppo_delta_high": (0.0, 1.0, True, True),
     "dppo_kl_delta": (0.0, np.inf, True, False),
     "tba_beta": (0.0, np.inf, False, False),
+    "tba_beta_final": (0.0, np.inf, False, False),
+    "tba_beta_decay_updates": (0.0, np.inf, False, False),
     "vcpo_is_cap": (1.0, np.inf, True, False),
     "ess_target": (0.0, 1.0, False, True),
 }

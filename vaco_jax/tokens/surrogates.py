@@ -49,6 +49,7 @@ class TokenTerms:
     num_groups: int = struct.field(pytree_node=False, default=1)
     aggregation: str = struct.field(pytree_node=False, default="token-mean")
     is_level: str = struct.field(pytree_node=False, default="token")
+    rollout_is: str = struct.field(pytree_node=False, default="none")
     tv_reference: str = struct.field(pytree_node=False, default="behaviour")
     tv_scope: str = struct.field(pytree_node=False, default="prompt")
     tv_delta_convention: str = struct.field(pytree_node=False, default="budget")
@@ -203,6 +204,16 @@ def freshness_mask(t: TokenTerms, hp):
 
 
 def m2po(t: TokenTerms, hp):
+    """M2PO as its authors' code runs it: PPO-clip on the behaviour ratio with bounds that cap
+    the harmful tokens' second moment at `m2po_tau` (`losses.m2po_clip_bounds`), solved per
+    minibatch."""
+    bounds, _ = losses.m2po_clip_bounds(jax.lax.stop_gradient(t.behaviour_log_ratio),
+                                        t.token_advantages, hp.m2po_tau, mask=t.mask)
+    loss, metrics = _ppo_clip(t, hp, bounds)
+    return loss, {"clip_fraction": metrics["clip_fraction"]}
+
+
+def m2po_drop(t: TokenTerms, hp):
     keep, m2 = losses.m2po_mask(jax.lax.stop_gradient(t.behaviour_log_ratio), hp.m2po_tau,
                                 mask=t.mask)
     # Dropped tokens keep their place in the mean: masking removes their gradient only.
@@ -215,20 +226,52 @@ def m2po(t: TokenTerms, hp):
 def topr(t: TokenTerms, hp):
     log_w = _importance_log_weights(t.replace(is_level="sequence"), t.behaviour_log_ratio)
     weights = losses.topr_weights(log_w, t.token_advantages)
-    return _policy_gradient(t, weights), {"is_weight_mean": losses.aggregate(weights, t.mask)}
+    return _policy_gradient(t, weights), {"is_weight_mean": losses.aggregate(weights, t.mask),
+                                          "is_tapered_fraction": _fraction(weights < 1, t)}
 
 
-def gspo(t: TokenTerms, hp):
-    loss, metrics = losses.gspo_loss(t.behaviour_log_ratio, t.advantages,
-                                     (hp.gspo_clip_low, hp.gspo_clip_high), mask=t.mask)
-    return loss, {"clip_fraction": metrics["clip_fraction"]}
+def phase_ratio(t: TokenTerms) -> jax.Array:
+    return t.phase_log_ratio
 
 
-def cispo(t: TokenTerms, hp):
-    loss, metrics = losses.cispo_loss(t.behaviour_log_ratio, t.log_prob, t.token_advantages,
-                                      hp.cispo_eps_low, hp.cispo_eps_high, mask=t.mask,
-                                      aggregation=t.aggregation)
-    return loss, {"clip_fraction": metrics["clip_fraction"]}
+def behaviour_ratio(t: TokenTerms) -> jax.Array:
+    return t.behaviour_log_ratio
+
+
+def _rollout_correction(t: TokenTerms, hp) -> tuple[jax.Array | None, dict]:
+    """verl's rollout correction in its decoupled mode: the staleness `pi_T / beta` per token or
+    per sequence (`rollout_is`), truncated at `is_cap`, multiplying the per-token loss; `None`
+    and no metrics when `rollout_is` is `none` (verl's default)."""
+    if t.rollout_is == "none":
+        return None, {}
+    log_w = _importance_log_weights(t.replace(is_level=t.rollout_is), t.log_staleness)
+    weights = losses.truncated_is_weights(log_w, hp.is_cap)
+    return weights, {"is_weight_mean": losses.aggregate(weights, t.mask),
+                     "is_truncated_fraction": _fraction(losses.clamped_ratio(log_w) > hp.is_cap,
+                                                        t)}
+
+
+def gspo(log_ratio: Callable[[TokenTerms], jax.Array]) -> PolicyLoss:
+    """GSPO on the token log-ratios `log_ratio(terms)`, weighted by the rollout correction."""
+    def loss(t: TokenTerms, hp):
+        weights, corrected = _rollout_correction(t, hp)
+        value, metrics = losses.gspo_loss(log_ratio(t), t.advantages,
+                                          (hp.gspo_clip_low, hp.gspo_clip_high), mask=t.mask,
+                                          weights=weights)
+        return value, {"clip_fraction": metrics["clip_fraction"], **corrected}
+    return loss
+
+
+def cispo(log_ratio: Callable[[TokenTerms], jax.Array]) -> PolicyLoss:
+    """CISPO's clipped weight on the token log-ratios `log_ratio(terms)`, times the rollout
+    correction."""
+    def loss(t: TokenTerms, hp):
+        weights, corrected = _rollout_correction(t, hp)
+        value, metrics = losses.cispo_loss(log_ratio(t), t.log_prob, t.token_advantages,
+                                           hp.cispo_eps_low, hp.cispo_eps_high, mask=t.mask,
+                                           weights=weights, aggregation=t.aggregation)
+        return value, {"clip_fraction": metrics["clip_fraction"], **corrected}
+    return loss
 
 
 def bapo(t: TokenTerms, hp):
@@ -297,6 +340,13 @@ def binary_tv_mask(t: TokenTerms, hp):
 def binary_kl_mask(t: TokenTerms, hp):
     return losses.dppo_binary_kl_mask(jax.lax.stop_gradient(t.log_prob), t.trust_log_prob,
                                       t.token_advantages, hp.dppo_kl_delta, t.mask)
+
+
+def tba_beta_schedule(hp, update: jax.Array):
+    """TBA's KL coefficient at `update` updates done: linear from `tba_beta` to
+    `tba_beta_final` over `tba_beta_decay_updates` updates, then constant."""
+    progress = jnp.clip(update / hp.tba_beta_decay_updates, 0.0, 1.0)
+    return hp.replace(tba_beta=hp.tba_beta + progress * (hp.tba_beta_final - hp.tba_beta))
 
 
 def tba(t: TokenTerms, hp):

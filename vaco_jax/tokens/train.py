@@ -51,7 +51,8 @@ METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "versio
 def algorithm_mechanisms(algo: str) -> frozenset[str]:
     """The stabilisers (`phase.MECHANISM_FRACTIONS`) whose fractions `algo`'s loss records; its
     runs record the others as NaN (as 0 in runs tables written before they did). KeyError for
-    an algorithm the registry does not have."""
+    an algorithm the registry does not have. An algorithm with a rollout correction is traced
+    with it on, so that its truncation counts among its stabilisers."""
     algorithm = ALGORITHMS[algo]
     loss = algorithm.policy_loss
     tokens = jax.ShapeDtypeStruct((2, 3), jnp.float32)
@@ -59,7 +60,8 @@ def algorithm_mechanisms(algo: str) -> frozenset[str]:
     terms = TokenTerms(log_prob=tokens, behaviour_log_prob=tokens, phase_log_prob=tokens,
                        advantages=sequences, mask=tokens, version_gap=tokens,
                        group=jax.ShapeDtypeStruct((2,), jnp.int32), reward=sequences,
-                       reference_log_prob=tokens)
+                       reference_log_prob=tokens,
+                       rollout_is="token" if algorithm.rollout_correction else "none")
     recorded = phase.recorded_mechanisms(lambda t: loss(t, TokenHParams()), terms)
     return recorded | {STALE_REFUSED} if algorithm.refuses_stale else recorded
 
@@ -264,6 +266,14 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
                      reference_log_prob=reference_log_prob, refused=jnp.zeros_like(reward))
 
     # ------------------------------------------------------------------------ optimisation
+    def adam(self, hp: TokenHParams) -> optax.GradientTransformation:
+        """Adam, or AdamW with decoupled `weight_decay` (VCPO's optimiser) under
+        `optimizer="adamw"`."""
+        if self.config.optimizer == "adamw":
+            return optax.adamw(self.learning_rate(hp), eps=self.adam_eps,
+                               weight_decay=hp.weight_decay)
+        return super().adam(hp)
+
     def terms(self, params, mb: Batch, hp: TokenHParams) -> TokenTerms:
         """The surrogate's inputs for minibatch `mb` under `params`."""
         cfg = self.config
@@ -275,7 +285,8 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
                           reward=mb.reward, reference_log_prob=mb.reference_log_prob,
                           num_groups=cfg.prompts,
                           aggregation=self.algorithm.aggregation or cfg.aggregation,
-                          is_level=cfg.is_level, tv_reference=cfg.tv_reference,
+                          is_level=cfg.is_level, rollout_is=cfg.rollout_is,
+                          tv_reference=cfg.tv_reference,
                           tv_scope=cfg.tv_scope, tv_delta_convention=cfg.tv_delta_convention)
 
     def _loss(self, params, mb: Batch, hp: TokenHParams):
@@ -297,6 +308,9 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
 
     def optimise(self, state: TokenState, batch: Batch, key: jax.Array, hp: TokenHParams):
         tx = self.optimizer(hp)
+        if self.algorithm.hparam_schedule is not None:
+            # The optimiser's own hyper-parameters are read above, off any schedule.
+            hp = self.algorithm.hparam_schedule(hp, state.update)
         grad_fn = jax.value_and_grad(self._loss, has_aux=True)
 
         def minibatch_step(carry, mb):
