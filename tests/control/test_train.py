@@ -12,7 +12,8 @@ from vaco_jax.control.config import ControlHParams, validate
 from vaco_jax.control.networks import Policy
 from vaco_jax.core.lag_models import Bounded, Empirical, Fixed, InFlight, Uniform
 from vaco_jax.core.policy_buffer import push
-from vaco_jax.control.train import MECHANISMS, METRICS, PhaseBatch, ControlTrainer, make_train
+from vaco_jax.control.train import (MECHANISMS, METRICS, SOFT_STABILISERS, PhaseBatch,
+                                    ControlTrainer, make_train)
 from vaco_jax.core import phase
 
 
@@ -191,7 +192,7 @@ def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo, env):
     state, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), hp)
     assert not bool(state.diverged)
     # A stabiliser's fraction and acted share are NaN throughout where the algorithm has none.
-    stabilisers = {*MECHANISMS, *map(phase.acted_name, MECHANISMS)}
+    stabilisers = {*MECHANISMS, *map(phase.acted_name, MECHANISMS), *SOFT_STABILISERS}
     for name in METRICS:
         values = np.asarray(metrics[name])
         if name in stabilisers:
