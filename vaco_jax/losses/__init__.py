@@ -19,6 +19,7 @@ from vaco_jax.losses.filters import (
     gspo_sequence_log_ratio,
     m2po_mask,
     masked_is_mask,
+    masked_is_weights,
     topr_weights,
     truncated_is_weights,
     tv_estimate,
@@ -28,7 +29,6 @@ from vaco_jax.losses.lag_robust import (
     covariance_top_mask,
     gmpo_loss,
     kl_cov_loss,
-    masked_is_weights,
     off_policy_sequence_mask,
     sapo_loss,
 )

@@ -1,6 +1,6 @@
 """Surrogates and stabilisers of lag-robust policy-gradient methods of 2025-26: SAPO's soft gate,
-GMPO's geometric mean, IcePop's masked importance weight, DeepSeek-V3.2's off-policy sequence
-mask and KL-Cov's covariance-selected penalty.
+GMPO's geometric mean, DeepSeek-V3.2's off-policy sequence mask and KL-Cov's covariance-selected
+penalty (IcePop's masked importance weight is `filters.masked_is_weights`).
 
 The conventions are `vaco_jax.losses.surrogates`': log-space ratios clamped to `MAX_LOG_RATIO`,
 stop-gradient advantages, weights and masks, invalid elements out of the loss and its gradient,
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from vaco_jax.losses.aggregation import (Array, ArrayLike, Metrics, aggregate,
                                          validate_and_mask)
-from vaco_jax.losses.filters import clamp_log_ratio, clamped_ratio, masked_is_mask
+from vaco_jax.losses.filters import clamp_log_ratio
 from vaco_jax.losses.surrogates import (ClipEps, _clip_range, _fraction, _prepare,
                                         _ratio_terms)
 
@@ -100,12 +100,6 @@ def gmpo_loss(
     clipped = (((token_advantages > 0) & (log_ratio > high))
                | ((token_advantages < 0) & (log_ratio < -low)))
     return loss, {**metrics, "clip_fraction": _fraction(clipped, valid)}
-
-
-def masked_is_weights(log_w: ArrayLike, lower: ArrayLike, upper: ArrayLike) -> Array:
-    """IcePop's weight `sg(w 1[lower <= w <= upper])`, `w = exp(log_w)`: the importance weight
-    inside its band, 0 outside (masked importance sampling that keeps the weight)."""
-    return jax.lax.stop_gradient(clamped_ratio(log_w) * masked_is_mask(log_w, lower, upper))
 
 
 def off_policy_sequence_mask(
