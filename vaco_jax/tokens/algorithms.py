@@ -14,7 +14,8 @@ every optimiser step by `sqrt(min(1, ess / ess_target))` (`losses.scale_by_ess`)
 minibatch's ESS ratio of the sequence staleness weights `pi_T / beta`.
 
 The advantages and surrogates the entries compose live in `vaco_jax.tokens.surrogates`, with
-the ratios named there.
+the ratios named there; those of the lag-robust methods of 2025-26 (`sapo`, `gmpo`, `icepop`,
+`opsm`, `kl_cov`) in `vaco_jax.tokens.lag_robust`.
 """
 
 from __future__ import annotations
