@@ -12,8 +12,8 @@ from vaco_jax.control.config import ControlHParams, validate
 from vaco_jax.control.networks import Policy
 from vaco_jax.core.lag_models import Bounded, Empirical, Fixed, InFlight, Uniform
 from vaco_jax.core.policy_buffer import push
-from vaco_jax.control.train import (METRICS, STEP_MECHANISMS, PhaseBatch, ControlTrainer,
-                                    make_train)
+from vaco_jax.control.train import (METRICS, SOFT_STABILISERS, STEP_MECHANISMS, PhaseBatch,
+                                    ControlTrainer, make_train)
 from vaco_jax.core import phase
 
 
@@ -192,7 +192,8 @@ def test_every_algorithm_trains_finitely_and_reports_its_diagnostics(algo, env):
     state, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0), hp)
     assert not bool(state.diverged)
     # A stabiliser's fraction and acted share are NaN throughout where the algorithm has none.
-    stabilisers = {*STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS), "ess_lr_scale"}
+    stabilisers = {*STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS), *SOFT_STABILISERS,
+                   "ess_lr_scale"}
     for name in METRICS:
         values = np.asarray(metrics[name])
         if name in stabilisers:

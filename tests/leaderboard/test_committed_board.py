@@ -17,7 +17,7 @@ from site_checks import broken_links, check_board_numbers, run_table
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
-CLAIMS = ROOT / "experiments" / "claims.toml"
+CLAIMS = ROOT / "experiments" / "results" / "claims.toml"
 CHECKED_STUDIES = ("quick", "tokens_lag_scan")
 """Studies small enough to score again from their runs tables in a test."""
 

@@ -15,11 +15,14 @@ from vaco_jax.losses import (
     cispo_loss,
     decoupled_ppo_loss,
     entropy_loss,
+    gmpo_loss,
     gspo_loss,
     importance_sampled_loss,
+    kl_cov_loss,
     policy_gradient_loss,
     ppo_clip_loss,
     ppo_kl_loss,
+    sapo_loss,
     spo_loss,
     value_loss,
     vcpo_loss,
@@ -302,6 +305,10 @@ LOSSES = {
     "cispo": lambda x, m: cispo_loss(x["log_ratio"], x["log_prob"], x["adv"], 0.2, 0.3, mask=m),
     # One advantage per sequence: the first token's.
     "gspo": lambda x, m: gspo_loss(x["log_ratio"], x["adv"][..., 0], 0.2, mask=m),
+    "gmpo": lambda x, m: gmpo_loss(x["log_ratio"], x["adv"][..., 0], 0.4, mask=m),
+    "sapo": lambda x, m: sapo_loss(x["log_ratio"], x["adv"], 1.0, 1.05, mask=m,
+                                   weights=x["weights"]),
+    "kl_cov": lambda x, m: kl_cov_loss(x["log_ratio"], x["log_prob"], x["adv"], 1.0, 0.3, mask=m),
     "vcpo": lambda x, m: vcpo_loss(
         x["log_ratio"], x["log_prob"], x["adv"][..., 0], is_cap=2.0, mask=m
     ),

@@ -17,7 +17,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="folder of the site")
     p.add_argument("--results", default="experiments/results", metavar="DIR",
                    help="folder of the studies (each folder holding a summary.json)")
-    p.add_argument("--claims", default="experiments/claims.toml", metavar="FILE",
+    p.add_argument("--claims", default="experiments/results/claims.toml", metavar="FILE",
                    help="the claims list")
     p.add_argument("--card", default="docs/fidelity.md", metavar="FILE",
                    help="the fidelity card, one entry per method")

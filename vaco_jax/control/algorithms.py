@@ -199,6 +199,25 @@ def _phase_ppo(t: PolicyTerms, hp: ControlHParams):
     return losses.ppo_clip_loss(_phase_ratio(t), t.advantages, hp.clip_eps)
 
 
+def _sapo(t: PolicyTerms, hp: ControlHParams):
+    return losses.sapo_loss(_behaviour_ratio(t), t.advantages, hp.sapo_tau_pos, hp.sapo_tau_neg,
+                            aggregation="token-mean")
+
+
+def _icepop(t: PolicyTerms, hp: ControlHParams):
+    weights = losses.masked_is_weights(_staleness(t), hp.icepop_low, hp.icepop_high)
+    loss, metrics = losses.ppo_clip_loss(_phase_ratio(t), t.advantages, hp.clip_eps,
+                                         weights=weights)
+    # A weight inside the band is exp(log w) > 0, so a zero weight is exactly a masked sample.
+    return loss, {**metrics, "is_masked_fraction": jax.numpy.mean(weights == 0,
+                                                                  dtype=jax.numpy.float32)}
+
+
+def _kl_cov(t: PolicyTerms, hp: ControlHParams):
+    return losses.kl_cov_loss(_behaviour_ratio(t), t.log_prob, t.advantages, hp.kl_cov_coef,
+                              hp.kl_cov_fraction)
+
+
 ALGORITHMS: AlgorithmRegistry[Algorithm] = AlgorithmRegistry("control", Algorithm, (
     Algorithm("ppo", GAE, _ppo,
               description="PPO-clip on the behaviour ratio pi_theta/beta (naive asynchronous PPO)"),
@@ -231,4 +250,14 @@ ALGORITHMS: AlgorithmRegistry[Algorithm] = AlgorithmRegistry("control", Algorith
     Algorithm("decoupled_ppo_ess", GAE, _decoupled_ppo, ess_scaling=True,
               description="Decoupled PPO (clip, truncated IS) with an ESS-scaled learning rate "
                           "(sqrt(min(1, ess/ess_target)))"),
+    Algorithm("sapo", GAE, _sapo,
+              description="SAPO: -4/tau sigmoid(tau (r - 1)) A on the behaviour ratio, a soft gate "
+                          "in place of PPO's clip (Gao et al. 2025)"),
+    Algorithm("icepop", GAE, _icepop,
+              description="IcePop: PPO-clip on pi_theta/pi_T weighted by the staleness pi_T/beta "
+                          "inside [icepop_low, icepop_high], masked outside (Ling Team 2025)"),
+    Algorithm("kl_cov", GAE, _kl_cov,
+              description="KL-Cov: unclipped -r A on the behaviour ratio plus kl_cov_coef |log r| "
+                          "on the samples of largest covariance (A - mean A)(log pi - mean log pi) "
+                          "(Cui et al. 2025)"),
 ))

@@ -186,16 +186,23 @@ def validate_hparams(config: ControlConfig, hparams: ControlHParams) -> None:
         if not np.all(np.isfinite(array)):
             raise ValueError(f"hyper-parameter {name} must be finite, got {array.tolist()}")
     for name in ("learning_rate", "clip_eps", "rho_bar", "c_bar", "rho_bar_pg", "is_cap",
-                 "ess_target", "max_grad_norm", "kl_coef_min"):
+                 "ess_target", "max_grad_norm", "kl_coef_min", "sapo_tau_pos", "sapo_tau_neg",
+                 "kl_cov_fraction"):
         if np.any(values[name] <= 0):
             raise ValueError(f"hyper-parameter {name} must be > 0, got {values[name].tolist()}")
     for name in ("tv_delta", "kl_coef", "kl_target", "entropy_coef", "value_coef",
-                 "value_clip_eps"):
+                 "value_clip_eps", "kl_cov_coef"):
         if np.any(values[name] < 0):
             raise ValueError(f"hyper-parameter {name} must be >= 0, got {values[name].tolist()}")
-    for name in ("gamma", "gae_lambda", "vtrace_lambda"):
+    for name in ("gamma", "gae_lambda", "vtrace_lambda", "icepop_low"):
         if np.any((values[name] < 0) | (values[name] > 1)):
             raise ValueError(f"hyper-parameter {name} must lie in [0, 1], got {values[name].tolist()}")
+    if np.any(values["kl_cov_fraction"] > 1):
+        raise ValueError(f"hyper-parameter kl_cov_fraction must lie in (0, 1], got "
+                         f"{values['kl_cov_fraction'].tolist()}")
+    if np.any(values["icepop_high"] < 1):
+        raise ValueError(f"hyper-parameter icepop_high must be >= 1, got "
+                         f"{values['icepop_high'].tolist()}")
     low, high = values["kl_coef_min"], values["kl_coef_max"]
     if np.any(low > high):
         raise ValueError(f"hyper-parameter kl_coef_min must be <= kl_coef_max, got kl_coef_min="

@@ -51,3 +51,13 @@ class ControlHParams(HParamsBase):
     # The Gaussian policy's initial (state-independent) log standard deviation; a categorical
     # policy has none, so discrete tasks do not read it.
     init_log_std: Any = -0.5
+    # sapo: the gate's temperatures for A > 0 and A <= 0 (verl's SAPO defaults).
+    sapo_tau_pos: Any = 1.0
+    sapo_tau_neg: Any = 1.05
+    # icepop: the band of the staleness pi_T/beta kept (the Ring-1T paper's alpha and beta).
+    icepop_low: Any = 0.5
+    icepop_high: Any = 5.0
+    # kl_cov: the penalty's coefficient and the share of samples it selects (the authors' 7B
+    # script: 0.2 percent, ppo_kl_coef 1).
+    kl_cov_coef: Any = 1.0
+    kl_cov_fraction: Any = 0.002

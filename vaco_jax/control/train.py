@@ -51,13 +51,17 @@ from vaco_jax.control.rollout import Transitions, evaluate, rollout
 # The stabilisers control algorithms have (`phase.MECHANISM_FRACTIONS`), recorded for every
 # algorithm, NaN where it has none, with the share of each phase's steps at which they acted:
 # those of the losses, and the steps skipped for want of a kept sample.
-MECHANISMS = ("clip_fraction", "filter_fraction", "is_truncated_fraction")
+MECHANISMS = ("clip_fraction", "filter_fraction", "is_truncated_fraction", "is_masked_fraction")
 STEP_MECHANISMS = (*MECHANISMS, phase.SKIPPED_STEP)
+# Soft stabilisers weigh every sample rather than drop some: their per-step means, NaN where an
+# algorithm has none (SAPO's gate slope, 1 on-policy; KL-Cov's penalty).
+SOFT_STABILISERS = ("gate_weight_mean", "kl_penalty_mean")
 METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "version_gap_max",
            "tv_backward", "tv_backward_median", "tv_backward_p90", "tv_forward",
            "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl", "ess_ratio",
-           *STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS), "policy_loss", "value_loss",
-           "entropy", "grad_norm", "kl_coef", "ess_lr_scale", "diverged")
+           *STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS), *SOFT_STABILISERS,
+           "policy_loss", "value_loss", "entropy", "grad_norm", "kl_coef", "ess_lr_scale",
+           "diverged")
 
 
 @functools.cache
@@ -293,7 +297,7 @@ class ControlTrainer(Trainer[ControlConfig, ControlHParams, ControlState, Policy
             "entropy": -entropy_loss,
             # NaN where the algorithm has no such mechanism (`phase.MECHANISM_FRACTIONS`).
             **{name: policy_metrics.get(name, jnp.full((), jnp.nan))
-               for name in MECHANISMS},
+               for name in MECHANISMS + SOFT_STABILISERS},
             phase.KEPT: policy_metrics.get(phase.KEPT),
             "tv_forward": losses.weighted_tv_estimate(phase_ratio, staleness),
             "tv_forward_median": forward_median,

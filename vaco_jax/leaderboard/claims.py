@@ -1,5 +1,5 @@
-"""The claims list (``experiments/claims.toml``): each claim a lag benchmark must settle, where
-it is made, the studies that test it, and what they found."""
+"""The claims list (``experiments/results/claims.toml``): each claim a lag benchmark must
+settle, where it is made, the studies that test it, and what they found."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def read_claims(path: str | Path) -> list[Claim]:
         claims = sorted((_claim(entry) for entry in entries), key=lambda c: c.id)
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise ValueError(f"cannot read the claims {str(path)!r}: {error}; pass --claims "
-                         f"experiments/claims.toml") from None
+                         f"experiments/results/claims.toml") from None
     if len({c.id for c in claims}) != len(claims):
         raise ValueError(f"the claims {str(path)!r} repeat an id")
     return claims

@@ -168,7 +168,8 @@ def claims_page(claims: Sequence[Claim], studies: Mapping[str, Study], stamp: St
                      + (f"<br><em>Scale: {escape(claim.scale)}</em>" if claim.scale else ""),
                      figure])
     body = ("<p>The claims a lag benchmark must settle, from the founding papers and the "
-            "methods' own, and what the committed studies found (experiments/claims.toml). "
+            "methods' own, and what the committed studies found "
+            "(experiments/results/claims.toml). "
             "reproduced, refuted, mixed (depends on the cell) or untested (no study tests it). "
             "A claim is settled only at settings its authors would accept; the scale each "
             "study ran at is given with its numbers.</p>"

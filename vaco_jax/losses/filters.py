@@ -109,6 +109,12 @@ def masked_is_mask(log_w: ArrayLike, lower: ArrayLike, upper: ArrayLike) -> Arra
     return jax.lax.stop_gradient(keep.astype(w.dtype))
 
 
+def masked_is_weights(log_w: ArrayLike, lower: ArrayLike, upper: ArrayLike) -> Array:
+    """Masked importance weights `sg(w 1[lower <= w <= upper])`, `w = exp(log_w)`: the weight
+    inside its band, 0 outside (IcePop's `M`, and the weight of masked importance sampling)."""
+    return jax.lax.stop_gradient(clamped_ratio(log_w) * masked_is_mask(log_w, lower, upper))
+
+
 def m2po_mask(
     log_w: ArrayLike, tau: ArrayLike = 0.04, mask: ArrayLike | None = None
 ) -> tuple[Array, Metrics]:

@@ -15,7 +15,8 @@ every optimiser step by `sqrt(min(1, ess / ess_target))` (`losses.scale_by_ess`)
 minibatch's ESS ratio of the sequence staleness weights `pi_T / beta`.
 
 The advantages and surrogates the entries compose live in `vaco_jax.tokens.surrogates`, with
-the ratios named there.
+the ratios named there; those of the lag-robust methods of 2025-26 (`sapo`, `gmpo`, `icepop`,
+`opsm`, `kl_cov`) in `vaco_jax.tokens.lag_robust`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Callable
 import jax
 
 from vaco_jax.core.registry import AlgorithmRegistry
-from vaco_jax.tokens import surrogates
+from vaco_jax.tokens import lag_robust, surrogates
 from vaco_jax.tokens.surrogates import (AdvantageFn, PolicyLoss, group_centred, group_relative,
                                         leave_one_out, off_policy_optimal)
 
@@ -49,6 +50,8 @@ STABILISER_METRICS = (
     "filter_fraction",  # valid tokens VACO's (TVPO's) TV filter drops
     "bapo_ratio_low",  # the ratio bounds BAPO chose
     "bapo_ratio_high",
+    "gate_weight_mean",  # sapo: the mean slope of its soft gate, 1 on-policy
+    "kl_penalty_mean",  # kl_cov: the mean penalty on the tokens of largest covariance
 )
 
 
@@ -236,4 +239,34 @@ ALGORITHMS: AlgorithmRegistry[TokenAlgorithm] = AlgorithmRegistry("tokens", Toke
                 "VCPO without its baseline: group-relative advantages, ESS-scaled steps"),
     _vcpo_entry("vcpo_opob_only", off_policy_optimal, False,
                 "VCPO without its step scaling: advantages with the off-policy optimal baseline"),
+    TokenAlgorithm(
+        "sapo", group_relative, lag_robust.sapo, hparams=("sapo_tau_pos", "sapo_tau_neg"),
+        aggregation="seq-mean-token-mean",
+        description="-4/tau sigmoid(tau (r - 1)) A on the behaviour ratio: a soft gate in place "
+                    "of PPO's clip, tau = sapo_tau_pos for A > 0 and sapo_tau_neg otherwise; "
+                    "seq-mean-token-mean",
+        source="Gao et al. 2025 (Soft Adaptive Policy Optimization, SAPO)"),
+    TokenAlgorithm(
+        "gmpo", group_relative, lag_robust.gmpo, hparams=("gmpo_clip_low", "gmpo_clip_high"),
+        description="-A exp(mean_t clip(log r)) per sequence: the geometric mean of the "
+                    "behaviour ratios, each log-ratio clipped to [-gmpo_clip_low, "
+                    "gmpo_clip_high] in its advantage's direction",
+        source="Zhao et al. 2025 (Geometric-Mean Policy Optimization, GMPO)"),
+    TokenAlgorithm(
+        "icepop", group_relative, lag_robust.icepop,
+        hparams=("clip_eps", "icepop_low", "icepop_high"),
+        description="PPO-clip on the phase ratio pi_theta/pi_T weighted by the staleness "
+                    "pi_T/beta inside [icepop_low, icepop_high] and masked outside it",
+        source="Ling Team 2025 (Every Step Evolves: Ring-1T, IcePop)"),
+    TokenAlgorithm(
+        "opsm", group_relative, lag_robust.opsm, hparams=("clip_eps", "opsm_delta"),
+        description="GRPO with every negative-advantage sequence dropped whose mean token "
+                    "log(beta/pi_theta) exceeds opsm_delta",
+        source="DeepSeek-AI 2025 (DeepSeek-V3.2, off-policy sequence masking)"),
+    TokenAlgorithm(
+        "kl_cov", group_relative, lag_robust.kl_cov, hparams=("kl_cov_coef", "kl_cov_fraction"),
+        description="unclipped -r A on the behaviour ratio plus kl_cov_coef |log r| on the "
+                    "kl_cov_fraction of tokens (at least one) of largest covariance "
+                    "(A - mean A)(log pi - mean log pi)",
+        source="Cui et al. 2025 (The Entropy Mechanism of RL for Reasoning LMs, KL-Cov)"),
 ))

@@ -180,6 +180,22 @@ class TokenHParams(HParamsBase):
     vcpo_is_cap: Any = 8.0
     # vcpo, vcpo_ess_only: the ESS ratio below which the step shrinks (VCPO's `ess_0` = 1).
     ess_target: Any = 1.0
+    # sapo: the gate's temperatures for A > 0 and A <= 0 (verl's and the SAPO script's values).
+    sapo_tau_pos: Any = 1.0
+    sapo_tau_neg: Any = 1.05
+    # gmpo: the log-ratio's clip range [-low, high] (GMPO's README: 0.4 both, ratios e^+-0.4).
+    gmpo_clip_low: Any = 0.4
+    gmpo_clip_high: Any = 0.4
+    # icepop: the band of the staleness pi_T/beta kept (the Ring-1T paper's alpha and beta).
+    icepop_low: Any = 0.5
+    icepop_high: Any = 5.0
+    # opsm: the mean per-token log(beta/pi_theta), in nats, past which a negative sequence is
+    # dropped (DeepSeek-V3.2 gives no value; TRL's suggested start).
+    opsm_delta: Any = 0.5
+    # kl_cov: the penalty's coefficient and the share of tokens it selects (the authors' 7B
+    # script: k_percent 0.2, i.e. 0.002, and ppo_kl_coef 1).
+    kl_cov_coef: Any = 1.0
+    kl_cov_fraction: Any = 0.002
 
 
 def tba_replay_lag(buffer_capacity: int, on_policy_prob: float = 0.95) -> Empirical:
@@ -285,6 +301,15 @@ HPARAM_RANGES = {
     "tba_beta_decay_updates": (0.0, np.inf, False, False),
     "vcpo_is_cap": (1.0, np.inf, True, False),
     "ess_target": (0.0, 1.0, False, True),
+    "sapo_tau_pos": (0.0, np.inf, False, False),
+    "sapo_tau_neg": (0.0, np.inf, False, False),
+    "gmpo_clip_low": (0.0, np.inf, False, False),
+    "gmpo_clip_high": (0.0, np.inf, False, False),
+    "icepop_low": (0.0, 1.0, True, True),
+    "icepop_high": (1.0, np.inf, True, False),
+    "opsm_delta": (0.0, np.inf, True, False),
+    "kl_cov_coef": (0.0, np.inf, True, False),
+    "kl_cov_fraction": (0.0, 1.0, False, True),
 }
 # Pairs that must be ordered: (lower, upper).
 HPARAM_ORDER = (("bapo_low_start", "bapo_low_end"), ("bapo_high_start", "bapo_high_end"))

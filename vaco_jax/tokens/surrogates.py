@@ -176,11 +176,11 @@ def tis(t: TokenTerms, hp):
 
 def mis(t: TokenTerms, hp):
     log_w = _importance_log_weights(t, t.behaviour_log_ratio)
-    keep = losses.masked_is_mask(log_w, hp.mis_low, hp.is_cap)
-    weights = losses.clamped_ratio(log_w) * keep
+    weights = losses.masked_is_weights(log_w, hp.mis_low, hp.is_cap)
+    # A weight inside the bounds is exp(log w) > 0, so a zero weight is exactly a masked token.
     return _policy_gradient(t, weights), {
         "is_weight_mean": losses.aggregate(weights, t.mask),
-        "is_masked_fraction": _fraction(keep == 0, t), phase.KEPT: _kept(keep, t)}
+        "is_masked_fraction": _fraction(weights == 0, t), phase.KEPT: _kept(weights > 0, t)}
 
 
 def decoupled_ppo(t: TokenTerms, hp):

@@ -1,0 +1,114 @@
+"""The token registry's lag-robust methods of 2025-26 (`sapo`, `gmpo`, `icepop`, `opsm`,
+`kl_cov`): which ratio each reads, by hand; at lag 0 each steps as GRPO; on a stale batch each
+mechanism acts and on a fresh one none does; refused thresholds."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from test_tokens_algorithms import (PARAMS, TINY, _loss_and_grad, _terms,  # noqa: F401
+                                    fresh_batch, lagged_batches)
+from vaco_jax.tokens.config import TokenHParams, validate
+from vaco_jax.tokens.train import TokenTrainer
+
+NEW = ("sapo", "gmpo", "icepop", "opsm", "kl_cov")
+
+
+def test_icepop_clips_the_phase_ratio_and_masks_the_staleness_outside_its_band():
+    # Staleness pi_T / beta = 0.4, 2 | 1, 6 in the band [0.5, 5]: weights 0, 2 | 1, 0. The
+    # learner moved one token: phase ratio 1.5 with A > 0, clipped at 1.2.
+    staleness = jnp.asarray([[0.4, 2.0], [1.0, 6.0]])
+    log_prob = jnp.asarray([[0.0, np.log(1.5)], [0.0, 0.0]], jnp.float32)
+    terms = _terms("icepop", log_prob, behaviour=-jnp.log(staleness), phase=jnp.zeros((2, 2)))
+    loss, grad, metrics = _loss_and_grad("icepop", terms)
+    assert loss == pytest.approx(-(0.0 + 2 * 1.2 - 1.0 + 0.0) / 4, rel=1e-5)
+    np.testing.assert_allclose(grad, [[0, 0], [0.25, 0]], atol=1e-7)
+    assert metrics["is_masked_fraction"] == pytest.approx(0.5)
+    assert metrics["is_weight_mean"] == pytest.approx(0.75)
+    assert metrics["clip_fraction"] == pytest.approx(0.25)
+
+
+def test_opsm_reads_the_learners_distance_to_the_sampler():
+    # Both sequences sit 0.6 nats per token below beta: the negative one is dropped, its tokens
+    # staying in the mean's count; a threshold of 0.7 keeps both.
+    terms = _terms("opsm", jnp.full((2, 2), -1.6), behaviour=jnp.full((2, 2), -1.0))
+    loss, grad, metrics = _loss_and_grad("opsm", terms)
+    ratio = np.exp(-0.6)  # inside neither clip bound for A > 0: r A counts
+    assert loss == pytest.approx(-ratio / 2, rel=1e-5)
+    np.testing.assert_allclose(grad, [[-ratio / 4] * 2, [0, 0]], rtol=1e-5)
+    assert metrics["is_masked_fraction"] == pytest.approx(0.5)
+    _, _, metrics = _loss_and_grad("opsm", terms, opsm_delta=0.7)
+    assert metrics["is_masked_fraction"] == 0.0
+
+
+def test_sapo_gmpo_and_kl_cov_read_the_behaviour_ratio():
+    # pi_theta = pi_T, both a factor 2 (first token) above beta: the phase ratio is 1.
+    behaviour = jnp.asarray([[-np.log(2.0), 0.0]] * 2, jnp.float32)
+    kwargs = dict(log_prob=jnp.zeros((2, 2)), behaviour=behaviour, phase=jnp.zeros((2, 2)))
+    _, _, sapo = _loss_and_grad("sapo", _terms("sapo", **kwargs))
+    s = 1 / (1 + np.exp(-1.0))  # tau 1 (A > 0) and 1.05 (A < 0) at r = 2
+    s_neg = 1 / (1 + np.exp(-1.05))
+    assert sapo["gate_weight_mean"] == pytest.approx(
+        (4 * s * (1 - s) + 4 * s_neg * (1 - s_neg) + 2) / 4, rel=1e-5)
+    _, _, gmpo = _loss_and_grad("gmpo", _terms("gmpo", **kwargs))
+    assert gmpo["clip_fraction"] == pytest.approx(0.25)  # ln 2 > 0.4 where A > 0
+    _, _, kl_cov = _loss_and_grad("kl_cov", _terms("kl_cov", **kwargs), kl_cov_fraction=1.0)
+    assert kl_cov["kl_penalty_mean"] == pytest.approx(2 * np.log(2.0) / 4, rel=1e-5)
+
+
+def _first_step_gradient(batch, params, **changes):
+    trainer = TokenTrainer(TINY.replace(**changes), PARAMS)
+    return jax.jit(jax.grad(lambda p: trainer._loss(p, batch, TokenHParams())[0]))(params)
+
+
+# At lag 0 on a phase's first step every ratio is 1: SAPO's gate has GRPO's slope, GMPO's
+# geometric mean GRPO's per-token gradient over each sequence's length, nothing is masked and
+# KL-Cov's penalty has zero gradient. SAPO and GMPO average over sequences.
+@pytest.mark.parametrize("algo,aggregation", [
+    ("sapo", "seq-mean-token-mean"), ("gmpo", "seq-mean-token-mean"),
+    ("icepop", "token-mean"), ("opsm", "token-mean"), ("kl_cov", "token-mean")])
+def test_at_lag_zero_the_new_methods_step_as_grpo(fresh_batch, algo, aggregation):
+    state, batch = fresh_batch
+    if algo == "kl_cov":
+        # The sampler's log-probs differ from the learner's by rounding (~1e-7), and the
+        # gradient of KL-Cov's |log r| is +-kl_cov_coef however small log r is: exactly on
+        # policy it is 0.
+        batch = batch.replace(behaviour_log_prob=batch.phase_log_prob)
+    expected = _first_step_gradient(batch, state.params, algo="grpo", aggregation=aggregation)
+    got = _first_step_gradient(batch, state.params, algo=algo)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-6),
+                 got, expected)
+
+
+MECHANISM = {"sapo": "gate_weight_mean", "gmpo": "clip_fraction",
+             "icepop": "is_masked_fraction", "opsm": "is_masked_fraction",
+             "kl_cov": "kl_penalty_mean"}
+IDLE = {"sapo": 1.0, "gmpo": 0.0, "icepop": 0.0, "opsm": 0.0, "kl_cov": 0.0}
+
+
+@pytest.mark.parametrize("algo", NEW)
+def test_each_mechanism_acts_on_stale_data_and_not_on_fresh(lagged_batches, algo):
+    states, batches = lagged_batches
+    trainer = TokenTrainer(TINY.replace(algo=algo, minibatches=1), PARAMS)
+    values = []
+    for index in (0, 1):
+        state, batch = jax.tree.map(lambda x: x[index], (states, batches))
+        batch = batch.replace(advantages=jnp.linspace(-1.0, 1.0, TINY.batch_size))
+        values.append(float(trainer._loss(state.params, batch, TokenHParams())[1][MECHANISM[algo]]))
+    assert values[0] == pytest.approx(IDLE[algo], abs=1e-6)
+    assert abs(values[1] - IDLE[algo]) > 1e-3, values
+
+
+@pytest.mark.parametrize("hparams,message", [
+    ({"sapo_tau_neg": 0.0}, r"sapo_tau_neg must be finite and lie in \(0, inf\)"),
+    ({"gmpo_clip_high": -0.1}, r"gmpo_clip_high must be finite and lie in \(0, inf\)"),
+    ({"icepop_low": 1.5}, r"icepop_low must be finite and lie in \[0, 1\]"),
+    ({"icepop_high": 0.5}, r"icepop_high must be finite and lie in \[1, inf\)"),
+    ({"opsm_delta": -1.0}, r"opsm_delta must be finite and lie in \[0, inf\)"),
+    ({"kl_cov_coef": np.inf}, r"kl_cov_coef must be finite"),
+    ({"kl_cov_fraction": 0.0}, r"kl_cov_fraction must be finite and lie in \(0, 1\]"),
+])
+def test_bad_thresholds_fail_before_compilation(hparams, message):
+    with pytest.raises(ValueError, match=message):
+        validate(TINY, TokenHParams.create(**hparams))

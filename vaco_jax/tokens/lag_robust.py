@@ -1,0 +1,58 @@
+"""The token surrogates of the lag-robust methods of 2025-26 in the registry
+(`vaco_jax.tokens.algorithms`): `sapo`, `gmpo`, `icepop`, `opsm` and `kl_cov`, each the library's
+loss (`vaco_jax.losses.lag_robust`) on the ratios `TokenTerms` names.
+
+Where the authors' code takes its ratio to verl's recomputed `old_log_prob` and our token
+testbed's default of one gradient step per version would make that ratio exactly 1 (deviation
+T3 of the fidelity card), the surrogate reads the behaviour ratio `pi_theta / beta` as GRPO here
+does (verl's bypass mode). IcePop alone separates the two ratios, as its paper does: its clip
+reads the phase ratio `pi_theta / pi_T`, its mask the staleness `pi_T / beta`.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from vaco_jax import losses
+from vaco_jax.tokens.surrogates import TokenTerms, _fraction, _ppo_clip
+
+
+def sapo(t: TokenTerms, hp):
+    loss, metrics = losses.sapo_loss(t.behaviour_log_ratio, t.token_advantages,
+                                     hp.sapo_tau_pos, hp.sapo_tau_neg, mask=t.mask,
+                                     aggregation=t.aggregation)
+    return loss, {"gate_weight_mean": metrics["gate_weight_mean"]}
+
+
+def gmpo(t: TokenTerms, hp):
+    loss, metrics = losses.gmpo_loss(t.behaviour_log_ratio, t.advantages,
+                                     (hp.gmpo_clip_low, hp.gmpo_clip_high), mask=t.mask)
+    return loss, {"clip_fraction": metrics["clip_fraction"]}
+
+
+def icepop(t: TokenTerms, hp):
+    weights = losses.masked_is_weights(t.log_staleness, hp.icepop_low, hp.icepop_high)
+    loss, metrics = losses.ppo_clip_loss(t.phase_log_ratio, t.token_advantages, hp.clip_eps,
+                                         mask=t.mask, weights=weights,
+                                         aggregation=t.aggregation)
+    # A weight inside the band is exp(log w) > 0, so a zero weight is exactly a masked token.
+    return loss, {"clip_fraction": metrics["clip_fraction"],
+                  "is_weight_mean": losses.aggregate(weights, t.mask),
+                  "is_masked_fraction": _fraction(weights == 0, t)}
+
+
+def opsm(t: TokenTerms, hp):
+    keep, masked = losses.off_policy_sequence_mask(
+        jax.lax.stop_gradient(t.log_prob), t.behaviour_log_prob, t.advantages, hp.opsm_delta,
+        t.mask)
+    # Dropped sequences stay in the mean's count, as TRL's masked GRPO loss keeps them.
+    loss, metrics = _ppo_clip(t, hp, weights=keep)
+    return loss, {"clip_fraction": metrics["clip_fraction"],
+                  "is_masked_fraction": masked["mask_fraction"]}
+
+
+def kl_cov(t: TokenTerms, hp):
+    loss, metrics = losses.kl_cov_loss(t.behaviour_log_ratio, t.log_prob, t.token_advantages,
+                                       hp.kl_cov_coef, hp.kl_cov_fraction, mask=t.mask,
+                                       aggregation=t.aggregation)
+    return loss, {"kl_penalty_mean": metrics["kl_penalty_mean"]}
