@@ -67,7 +67,7 @@ def test_a_single_lag_table_keeps_the_names_and_ids_of_earlier_sweeps():
         assert group.config.lag_model == Fixed()
         assert [(r.run_id, r.lag, r.seed) for r in group.runs] == [
             (f"{name}-r{i}", lag, seed)
-            for i, (lag, seed) in enumerate((lag, seed) for lag in (0.0, 4.0) for seed in range(4))]
+            for i, (lag, seed) in enumerate((lag, seed) for lag in (0.0, 4.0) for seed in range(10))]
 
 
 @pytest.mark.parametrize("lag_tables, message", [

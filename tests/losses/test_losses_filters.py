@@ -9,6 +9,7 @@ import pytest
 from loss_helpers import f32
 from vaco_jax.losses import (
     bapo_clip_bounds,
+    exceeds_cap,
     freshness_mask,
     gspo_sequence_log_ratio,
     importance_sampled_loss,
@@ -22,6 +23,20 @@ from vaco_jax.losses import (
 )
 
 log = np.log
+
+
+# ---------------------------------------------------------------------------------------------
+# What a cap truncates.
+
+
+def test_a_cap_truncates_only_ratios_beyond_float_noise(call):
+    """At a cap of 1, ratios a few ulps above 1 (lag 0 recomputed in another program) are not
+    truncated; 1.001 and 2 are, and 0.5 is not. At a cap of 2, only the ratio beyond 2 is."""
+    log_ratio = f32(0.0, 3e-7, -3e-7, np.log(1.001), np.log(2.0), np.log(0.5), np.log(2.5))
+    np.testing.assert_array_equal(call(exceeds_cap, log_ratio, 1.0),
+                                  [False, False, False, True, True, False, True])
+    np.testing.assert_array_equal(call(exceeds_cap, log_ratio, 2.0),
+                                  [False, False, False, False, False, False, True])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -100,7 +100,7 @@ class Algorithm:
         value, metrics = self.policy_loss(t, hp)
         if self.advantages.truncated_log_rho is None:
             return value, metrics
-        truncated = losses.clamped_ratio(self.advantages.truncated_log_rho(t)) > hp.rho_bar
+        truncated = losses.exceeds_cap(self.advantages.truncated_log_rho(t), hp.rho_bar)
         return value, {**metrics,
                        "is_truncated_fraction": truncated.mean(dtype=jax.numpy.float32)}
 
@@ -165,7 +165,7 @@ def _spo(t: PolicyTerms, hp: ControlHParams):
 def _decoupled_ppo(t: PolicyTerms, hp: ControlHParams):
     loss, metrics = losses.decoupled_ppo_loss(_phase_ratio(t), _staleness(t), t.advantages,
                                               hp.clip_eps, staleness_cap=hp.is_cap)
-    truncated = losses.clamped_ratio(_staleness(t)) > hp.is_cap
+    truncated = losses.exceeds_cap(_staleness(t), hp.is_cap)
     return loss, {**metrics, "is_truncated_fraction": truncated.mean(dtype=jax.numpy.float32)}
 
 

@@ -35,6 +35,18 @@ def clamped_ratio(log_ratio: ArrayLike) -> Array:
     return jnp.exp(clamp_log_ratio(log_ratio))
 
 
+# A cap "truncates" a weight only when it moves it by more than float32 noise: at lag 0 a ratio
+# pi_T / beta is 1 in exact arithmetic, and recomputing the two log-probabilities in different
+# XLA programs (or device layouts) scatters it around 1, which a cap of 1 would otherwise count.
+CAP_LOG_TOLERANCE = 1e-5
+
+
+def exceeds_cap(log_ratio: ArrayLike, cap: ArrayLike) -> Array:
+    """Where `clamped_ratio(log_ratio)` exceeds `cap` by more than `CAP_LOG_TOLERANCE` in log
+    space: the elements a truncation at `cap` actually changes (the count a mechanism reports)."""
+    return clamp_log_ratio(log_ratio) > jnp.log(cap) + CAP_LOG_TOLERANCE
+
+
 def tv_estimate(log_rho: ArrayLike, mask: ArrayLike | None = None) -> Array:
     """Total-variation estimate `0.5 * mean |rho - 1|` over the valid elements.
 

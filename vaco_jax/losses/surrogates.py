@@ -29,6 +29,7 @@ from vaco_jax.losses.aggregation import (
 )
 from vaco_jax.losses.filters import (
     clamp_log_ratio,
+    exceeds_cap,
     gspo_sequence_log_ratio,
     truncated_is_weights,
 )
@@ -419,7 +420,7 @@ def vcpo_loss(
     )
     return loss, {
         **metrics,
-        "truncated_fraction": _fraction(clamp_log_ratio(sequence_log_w) > jnp.log(is_cap),
+        "truncated_fraction": _fraction(exceeds_cap(sequence_log_w, is_cap),
                                         has_tokens),
         "is_weight_mean": jax.lax.stop_gradient(aggregate(weights, has_tokens)),
         "ess_ratio": jax.lax.stop_gradient(ess_ratio(sequence_log_w, has_tokens)),

@@ -171,7 +171,7 @@ def tis(t: TokenTerms, hp):
     weights = losses.truncated_is_weights(log_w, hp.is_cap)
     return _policy_gradient(t, weights), {
         "is_weight_mean": losses.aggregate(weights, t.mask),
-        "is_truncated_fraction": _fraction(losses.clamped_ratio(log_w) > hp.is_cap, t)}
+        "is_truncated_fraction": _fraction(losses.exceeds_cap(log_w, hp.is_cap), t)}
 
 
 def mis(t: TokenTerms, hp):
@@ -190,7 +190,7 @@ def decoupled_ppo(t: TokenTerms, hp):
     return loss, {"clip_fraction": metrics["clip_fraction"],
                   "is_weight_mean": metrics["staleness_mean"],
                   "is_truncated_fraction": _fraction(
-                      losses.clamped_ratio(t.log_staleness) > hp.is_cap, t)}
+                      losses.exceeds_cap(t.log_staleness, hp.is_cap), t)}
 
 
 def freshness_mask(t: TokenTerms, hp):
@@ -247,7 +247,7 @@ def _rollout_correction(t: TokenTerms, hp) -> tuple[jax.Array | None, dict]:
     log_w = _importance_log_weights(t.replace(is_level=t.rollout_is), t.log_staleness)
     weights = losses.truncated_is_weights(log_w, hp.is_cap)
     return weights, {"is_weight_mean": losses.aggregate(weights, t.mask),
-                     "is_truncated_fraction": _fraction(losses.clamped_ratio(log_w) > hp.is_cap,
+                     "is_truncated_fraction": _fraction(losses.exceeds_cap(log_w, hp.is_cap),
                                                         t)}
 
 
@@ -304,7 +304,7 @@ def _truncated_is_policy_gradient(t: TokenTerms, hp, keep: jax.Array):
     weights = losses.truncated_is_weights(log_r, hp.trust_is_cap) * keep
     return _policy_gradient(t, weights), {
         "is_weight_mean": losses.aggregate(weights, t.mask),
-        "is_truncated_fraction": _fraction((losses.clamped_ratio(log_r) > hp.trust_is_cap)
+        "is_truncated_fraction": _fraction(losses.exceeds_cap(log_r, hp.trust_is_cap)
                                            & (keep > 0), t),
         phase.KEPT: _kept(keep, t)}
 
