@@ -377,6 +377,23 @@ def test_a_config_records_its_lag_model_by_name_as_it_always_has():
         ControlConfig.from_dict({"lag": 3})
 
 
+def test_new_runs_redraw_and_records_without_lag_warmup_read_as_the_clip_they_ran():
+    """`redraw` is the default of both testbeds' configs; a `config.json` written before it
+    was (no `lag_warmup`, or `clip` named) is the `clip` run it was, not today's default."""
+    from vaco_jax.run.compat import config_as_now, recorded_config
+    from vaco_jax.tokens.config import TokenConfig
+
+    for config_type in (ControlConfig, TokenConfig):
+        assert config_type().lag_warmup == "redraw"
+        record = config_type().to_dict()
+        assert recorded_config(config_type, record).lag_warmup == "redraw"
+        del record["lag_warmup"]
+        assert config_type.from_dict(record).lag_warmup == "redraw"  # a partial spec's default
+        assert recorded_config(config_type, record).lag_warmup == "clip"
+        assert config_as_now(config_type, record)["lag_warmup"] == "clip"
+        assert recorded_config(config_type, {**record, "lag_warmup": "clip"}).lag_warmup == "clip"
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda: named("poisson"), "lag_model='poisson' is not supported; allowed values: fixed, "
                                "uniform, geometric, per_actor, bounded, in_flight, empirical"),
