@@ -10,9 +10,10 @@ after it and comparing the two bit for bit:
 The runs go through the command line only, so the fingerprint does not depend on the package's
 module layout: every control algorithm and every token algorithm in a toy sweep, single
 `train` and `tokens` runs (several lag models, both warm-up rules: `clip` unless a run names
-`redraw`, so that fingerprints written before `redraw` became the default compare), and with `--quick` the quick
-study and the token quick study of `experiments/`. Every `.parquet` file written is compared
-with `check_exact`; columns renamed between versions are matched through `RENAMED`.
+`redraw`, so that fingerprints written before `redraw` became the default compare), and
+with `--quick` the quick study and the token quick study of `experiments/`. Every `.parquet`
+file written is compared with `check_exact`; columns renamed between versions are matched
+through `RENAMED`.
 """
 
 from __future__ import annotations
@@ -127,8 +128,9 @@ def write(out: Path, quick: bool) -> None:
     for name, args in TRAIN_RUNS.items():
         _cli("train", "--env", "toy_reach", "--lag-warmup", "clip", *args, "--seeds", "2",
              "--total-steps", "2048", "--num-envs", "8", "--rollout-length", "16",
-             "--buffer-capacity", "4", "--episode-length", "32", "--eval-every", "4", "--num-eval-envs", "4",
-             "--actor-hidden", "8", "--critic-hidden", "8", "--out", str(out / name))
+             "--buffer-capacity", "4", "--episode-length", "32", "--eval-every", "4",
+             "--num-eval-envs", "4", "--actor-hidden", "8", "--critic-hidden", "8",
+             "--out", str(out / name))
     for name, args in TOKEN_RUNS.items():
         _cli("tokens", "--task", "add", "--lag-warmup", "clip", *args, "--task-size", "1",
              "--prompts", "4", "--group-size", "4", "--buffer-capacity", "3", "--updates", "4",
