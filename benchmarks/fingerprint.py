@@ -29,6 +29,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 RENAMED = {"final_return": "final_score", "filled_return": "filled_score"}
 """Old column name -> new one, for tables written before a column was renamed."""
+ADDED = ("initial_policy_share",)
+"""Metrics added since: their columns are left out of a table when the other table lacks them,
+so that a fingerprint written before they existed still compares."""
 
 CONTROL_SWEEP = """
 name = "fingerprint_control"
@@ -148,6 +151,12 @@ def _tables(folder: Path) -> dict[str, Path]:
             if "warm_start" not in p.parts}
 
 
+def _without_added_columns(table: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
+    """`table` without the columns of `ADDED` metrics that `other` lacks."""
+    return table.drop(columns=[c for c in table.columns
+                               if c.startswith(ADDED) and c not in other.columns])
+
+
 def compare(before: Path, after: Path) -> int:
     old, new = _tables(before), _tables(after)
     problems = [f"only in {before}: {name}" for name in sorted(set(old) - set(new))]
@@ -155,6 +164,7 @@ def compare(before: Path, after: Path) -> int:
     for name in sorted(set(old) & set(new)):
         a = pd.read_parquet(old[name]).rename(columns=RENAMED)
         b = pd.read_parquet(new[name]).rename(columns=RENAMED)
+        a, b = _without_added_columns(a, b), _without_added_columns(b, a)
         try:
             pd.testing.assert_frame_equal(a, b, check_exact=True)
         except AssertionError as error:

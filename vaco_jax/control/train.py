@@ -33,8 +33,8 @@ from vaco_jax.control.envs import make_env
 from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.control.networks import (ActorCritic, Policy, RunningStats, init_stats,
                                        update_stats, with_log_std)
-from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, init_buffer,
-                                         make_behaviour, push)
+from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, from_initial_policy,
+                                         init_buffer, make_behaviour, push)
 from vaco_jax.control.reward_scaling import RewardScaling, init_reward_scaling, scale_rewards
 from vaco_jax.control.rollout import Transitions, evaluate, rollout
 
@@ -53,6 +53,7 @@ from vaco_jax.control.rollout import Transitions, evaluate, rollout
 # algorithm, NaN where it has none, with the share of each phase's steps at which they acted.
 MECHANISMS = ("clip_fraction", "filter_fraction", "is_truncated_fraction")
 METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "version_gap_max",
+           "initial_policy_share",
            "tv_backward", "tv_backward_median", "tv_backward_p90", "tv_forward",
            "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl", "ess_ratio",
            *MECHANISMS, *map(phase.acted_name, MECHANISMS), "policy_loss", "value_loss",
@@ -415,6 +416,7 @@ class ControlTrainer(Trainer):
                                      jnp.nan),
             version_gap_mean=version_gap.mean(),
             version_gap_max=version_gap.max(),
+            initial_policy_share=from_initial_policy(data.behaviour_version).mean(),
             tv_backward=losses.tv_estimate(staleness),
             tv_backward_median=backward_median,
             tv_backward_p90=backward_p90,
