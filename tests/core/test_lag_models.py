@@ -238,6 +238,20 @@ def test_lags_before_the_buffer_is_full_are_clipped_or_redrawn(lag_model, lag, p
         assert _p_value(drawn["redraw"], expected["clip"]) < 1e-6
 
 
+@pytest.mark.parametrize("lag_model,lag,probabilities", WARMUP_CASES)
+def test_no_draw_is_of_a_version_not_pushed_and_redraw_changes_only_clipped_lags(
+        lag_model, lag, probabilities):
+    """At every fill of the buffer, under both rules, no lag exceeds the newest version; where
+    `redraw` differs from `clip` (same key), `clip` put the lag on the oldest version, so the
+    lags of existing versions are the same draws."""
+    for versions in range(1, CAPACITY + 2):
+        newest = min(versions - 1, CAPACITY - 1)
+        clip, redraw = (np.asarray(_draw_lags(lag_model, lag, probabilities, _buffer(versions), w))
+                        for w in LAG_WARMUPS)
+        assert max(clip.max(), redraw.max()) <= newest and min(clip.min(), redraw.min()) >= 0
+        assert np.all(clip[clip != redraw] == newest), versions
+
+
 LAG_ZERO_CASES = [("uniform", 0, ()), ("in_flight", 0, ()), ("geometric", 1.0, ()),
                   ("bounded", 0, ()), ("empirical", 0, (1.0,)), ("fixed", 0, ()),
                   ("per_actor", 0, ())]
