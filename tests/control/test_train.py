@@ -44,6 +44,25 @@ def test_metrics_are_per_update_scalars(ppo_vmapped):
     assert np.asarray(metrics["version_gap_max"]).max() == 2  # lag 2 reached once pushed
 
 
+@pytest.mark.parametrize("lag_warmup,shares", [("clip", [1, 3 / 4, 2 / 4, 1 / 4]),
+                                                ("redraw", [1, 1 / 2, 1 / 3, 1 / 4])])
+def test_initial_policy_share_is_the_share_of_steps_acting_with_version_0(lag_warmup, shares):
+    """`uniform:3` on a buffer of 4: at update `u` versions `0..u` exist and the lag is uniform
+    over 0..3, so the initial policy acts for lags `u..3` under `clip`, `(4 - u)/4` of the
+    environments, and for lag `u` alone of `0..u` under `redraw`, `1/(u + 1)`; at update 3 the
+    buffer is full and both give 1/4. The fixed lag 2 acts with version 0 in updates 0, 1, 2."""
+    config = TOY.replace(lag_model=Uniform(), lag_warmup=lag_warmup, num_envs=1024,
+                         rollout_length=2, total_steps=4 * 1024 * 2)
+    _, metrics = jax.jit(make_train(config))(jax.random.PRNGKey(0),
+                                             ControlHParams.create(lag=3.0))
+    np.testing.assert_allclose(metrics["initial_policy_share"], shares, atol=0.06)
+    assert float(metrics["initial_policy_share"][0]) == 1.0
+    fixed = config.replace(lag_model=Fixed())
+    _, metrics = jax.jit(make_train(fixed))(jax.random.PRNGKey(0), ControlHParams.create(lag=2.0))
+    np.testing.assert_array_equal(metrics["initial_policy_share"], [1, 1, 1, 0])
+    np.testing.assert_array_equal(metrics["version_gap_mean"], [0, 1, 2, 2])
+
+
 def test_vmap_over_seeds_and_hparams_equals_single_runs(ppo_vmapped):
     train, keys, hparams, (batched_state, batched_metrics) = ppo_vmapped
     single = jax.jit(train)

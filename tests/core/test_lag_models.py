@@ -239,6 +239,20 @@ def test_lags_before_the_buffer_is_full_are_clipped_or_redrawn(lag_model, lag, p
         assert _p_value(drawn["redraw"], expected["clip"]) < 1e-6
 
 
+@pytest.mark.parametrize("lag_model,lag,probabilities", WARMUP_CASES)
+def test_no_draw_is_of_a_version_not_pushed_and_redraw_changes_only_clipped_lags(
+        lag_model, lag, probabilities):
+    """At every fill of the buffer, under both rules, no lag exceeds the newest version; where
+    `redraw` differs from `clip` (same key), `clip` put the lag on the oldest version, so the
+    lags of existing versions are the same draws."""
+    for versions in range(1, CAPACITY + 2):
+        newest = min(versions - 1, CAPACITY - 1)
+        clip, redraw = (np.asarray(_draw_lags(lag_model, lag, probabilities, _buffer(versions), w))
+                        for w in LAG_WARMUPS)
+        assert max(clip.max(), redraw.max()) <= newest and min(clip.min(), redraw.min()) >= 0
+        assert np.all(clip[clip != redraw] == newest), versions
+
+
 LAG_ZERO_CASES = [("uniform", 0, ()), ("in_flight", 0, ()), ("geometric", 1.0, ()),
                   ("bounded", 0, ()), ("empirical", 0, (1.0,)), ("fixed", 0, ()),
                   ("per_actor", 0, ())]
@@ -376,6 +390,23 @@ def test_a_config_records_its_lag_model_by_name_as_it_always_has():
     with pytest.raises(ValueError, match=r"unknown ControlConfig field\(s\) \['lag'\]; allowed: "
                                          r"\[.*'lag_model', 'lag_probabilities', 'lag_warmup'"):
         ControlConfig.from_dict({"lag": 3})
+
+
+def test_new_runs_redraw_and_records_without_lag_warmup_read_as_the_clip_they_ran():
+    """`redraw` is the default of both testbeds' configs; a `config.json` written before it
+    was (no `lag_warmup`, or `clip` named) is the `clip` run it was, not today's default."""
+    from vaco_jax.run.compat import config_as_now, recorded_config
+    from vaco_jax.tokens.config import TokenConfig
+
+    for config_type in (ControlConfig, TokenConfig):
+        assert config_type().lag_warmup == "redraw"
+        record = config_type().to_dict()
+        assert recorded_config(config_type, record).lag_warmup == "redraw"
+        del record["lag_warmup"]
+        assert config_type.from_dict(record).lag_warmup == "redraw"  # a partial spec's default
+        assert recorded_config(config_type, record).lag_warmup == "clip"
+        assert config_as_now(config_type, record)["lag_warmup"] == "clip"
+        assert recorded_config(config_type, {**record, "lag_warmup": "clip"}).lag_warmup == "clip"
 
 
 @pytest.mark.parametrize("build, message", [

@@ -619,6 +619,20 @@ def test_off_policy_summaries_match_hand_computation(report, runs):
         assert record[metric] == pytest.approx(expected)
 
 
+def test_the_initial_policy_share_is_summarised_per_run_as_an_off_policy_metric():
+    """Both trainers' `initial_policy_share` joins the off-policy table, after the mean version
+    gap, so the report states how much of each run's data the initial policy produced."""
+    from vaco_jax.report import metrics
+
+    table = pd.DataFrame({"run_id": ["a", "a", "b", "b"], "version_gap_mean": [0.0, 1.0, 0, 0],
+                          "initial_policy_share": [1.0, 0.5, 1.0, 0.0]})
+    assert metrics.off_policy_columns(table) == ["version_gap_mean", "initial_policy_share"]
+    assert metrics.OFF_POLICY_METRICS["initial_policy_share"] == "Initial-policy data share"
+    per_run = metrics.run_off_policy(table)
+    assert per_run.loc["a", "initial_policy_share[mean]"] == 0.75
+    assert per_run.loc["b", "initial_policy_share[mean]"] == 0.5
+
+
 def test_off_policy_table_in_report_md(report):
     out, summary = report
     text = (out / "report.md").read_text()

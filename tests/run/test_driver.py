@@ -203,6 +203,25 @@ def test_a_folder_saved_before_a_config_field_existed_resumes(straight, tmp_path
     assert json.loads((out / "status.json").read_text())["run_identity"] == old_identity
 
 
+def test_a_folder_saved_before_redraw_was_the_default_resumes_as_clip(tmp_path):
+    """A folder whose config.json has no `lag_warmup` ran under `clip`, the default then: it
+    resumes as `clip` (at lag 3 on a buffer of 4, `redraw` would draw other behaviour versions
+    in its first updates) to the same result as the `clip` run never interrupted."""
+    config, hparams = CONFIG.replace(lag_warmup="clip"), HPARAMS.replace(lag=jnp.float32(3.0))
+    uninterrupted = Driver(config, hparams, [0]).run(tmp_path / "straight", chunk_periods=1,
+                                                      progress=False)
+    out = tmp_path / "run"
+    Driver(config, hparams, [0]).run(out, chunk_periods=1, max_chunks=1, progress=False)
+    saved = json.loads((out / "config.json").read_text())
+    del saved["config"]["lag_warmup"]
+    (out / "config.json").write_text(json.dumps(saved))
+    resumed_driver = Driver.from_run_dir(out)
+    assert resumed_driver.config.lag_warmup == "clip"
+    resumed = resumed_driver.run(out, chunk_periods=1, resume=True, progress=False)
+    for name, values in uninterrupted.metrics.items():
+        np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
+
+
 def test_refuses_to_overwrite_unless_asked(straight):
     out, _ = straight
     with pytest.raises(FileExistsError, match="already exists"):

@@ -420,6 +420,8 @@ def test_a_token_algorithm_runs_end_to_end_through_every_lag():
     state, metrics = _four_updates("freshness_mask")
     assert not np.asarray(state.diverged).any()
     np.testing.assert_array_equal(metrics["version_gap_max"], [[0, 0, 0, 0], [0, 1, 2, 3]])
+    # Lag 3 acts with the initial policy, version 0, until version 3 is pushed: all 4 updates.
+    np.testing.assert_array_equal(metrics["initial_policy_share"], [[1, 0, 0, 0], [1, 1, 1, 1]])
     # alpha = 1: at lag 3 the sequences two or three versions old are dropped: every one of
     # them, so the optimiser takes no step in those updates.
     np.testing.assert_array_equal(metrics["stale_dropped_fraction"], [[0, 0, 0, 0], [0, 0, 1, 1]])

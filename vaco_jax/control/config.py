@@ -54,8 +54,9 @@ class ControlConfig(Config):
     lag_model: LagModel = Fixed()
     # Lags drawn beyond the versions pushed so far (the first `buffer_capacity - 1` updates):
     # `clip` acts with the oldest version, piling the excess probability there; `redraw` draws
-    # them again from the lag model restricted to the existing versions (`LagModel.draw`).
-    lag_warmup: str = "clip"
+    # them again from the lag model restricted to the existing versions (`LagModel.draw`), the
+    # default: `clip` acts with the initial policy more often than the lag model says.
+    lag_warmup: str = "redraw"
     episode_length: int = 1000
     actor_hidden: tuple[int, ...] = (64, 64)
     critic_hidden: tuple[int, ...] = (64, 64)

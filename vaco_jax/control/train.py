@@ -32,8 +32,8 @@ from vaco_jax.control.envs import make_env
 from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes
 from vaco_jax.control.networks import (ActorCritic, Policy, RunningStats, init_stats,
                                        update_stats, with_log_std)
-from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, init_buffer,
-                                         make_behaviour, push)
+from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, from_initial_policy,
+                                         init_buffer, make_behaviour, push)
 from vaco_jax.control.reward_scaling import RewardScaling, init_reward_scaling, scale_rewards
 from vaco_jax.control.rollout import Transitions, evaluate, rollout
 
@@ -57,6 +57,7 @@ STEP_MECHANISMS = (*MECHANISMS, phase.SKIPPED_STEP)
 # algorithm has none (SAPO's gate slope, 1 on-policy; KL-Cov's penalty).
 SOFT_STABILISERS = ("gate_weight_mean", "kl_penalty_mean")
 METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "version_gap_max",
+           "initial_policy_share",
            "tv_backward", "tv_backward_median", "tv_backward_p90", "tv_forward",
            "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl", "ess_ratio",
            *STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS), *SOFT_STABILISERS,
@@ -425,6 +426,7 @@ class ControlTrainer(Trainer[ControlConfig, ControlHParams, ControlState, Policy
                                      jnp.nan),
             version_gap_mean=version_gap.mean(),
             version_gap_max=version_gap.max(),
+            initial_policy_share=from_initial_policy(data.behaviour_version).mean(),
             tv_backward=losses.tv_estimate(staleness),
             tv_backward_median=backward_median,
             tv_backward_p90=backward_p90,

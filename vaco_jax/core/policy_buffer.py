@@ -55,6 +55,13 @@ def effective_lags(buffer: PolicyBuffer, lags: jax.Array) -> jax.Array:
     return jnp.minimum(lags, max_available_lag(buffer))
 
 
+def from_initial_policy(versions: jax.Array) -> jax.Array:
+    """1.0 where a step acted with version 0, the initial policy, else 0.0: averaged over an
+    update's steps, the share of its data the initial policy produced, which `clip` inflates
+    while the buffer fills (`LagModel.draw`)."""
+    return (versions == 0).astype(jnp.float32)
+
+
 def redraw_unavailable_lags(key: jax.Array, lags: jax.Array, log_probs: jax.Array,
                             max_lag: jax.Array) -> jax.Array:
     """Replaces every lag above `max_lag` by a draw from `log_probs` restricted to `0..max_lag`.

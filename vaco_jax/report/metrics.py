@@ -34,11 +34,14 @@ OFF_POLICY_METRICS = {
     "behaviour_kl": "Behaviour KL",
     "approx_kl": "Approx. KL",
     "version_gap_mean": "Mean version gap",
+    "initial_policy_share": "Initial-policy data share",
 }
 """Per-update measures of how far the behaviour policy lagged, summarised per run.
 ``version_gap_mean`` (versions between the learner and the behaviour policy, averaged over the
 update's samples: the mean staleness) compares runs of different lag models, whose lag levels
-mean different things, at equal measured staleness."""
+mean different things, at equal measured staleness; ``initial_policy_share`` (the share of
+the update's samples the initial policy, version 0, produced) shows how much of a run's data
+came from the initial policy, which lag warm-up `clip` inflates while the buffer fills."""
 ROBUST_SUFFIXES = ("_median", "_p90")
 """Per-update robust summaries of an off-policy metric, reported too when the table has them."""
 RUN_QUANTILES = {"median": 0.5, "p90": 0.9}

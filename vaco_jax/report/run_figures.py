@@ -26,6 +26,7 @@ from vaco_jax.report.figures import new_figure, shared_legend, variant_colours
 from vaco_jax.report.metrics import FRACTION_METRICS
 from vaco_jax.infra import io, run_folder
 from vaco_jax.infra.lock import folder_lock
+from vaco_jax.run import compat
 
 
 TRAINING_SCORES = {"reward_mean": ("Mean reward of each update's sampled responses", "reward")}
@@ -76,7 +77,7 @@ def read_run(folder: Path) -> RunData:
     saved = io.read_json(folder / run_folder.CONFIG_FILE, remedy)
     try:
         testbed = testbeds.named(saved["testbed"])
-        config = testbed.config.from_dict(saved["config"])
+        config = compat.recorded_config(testbed.config, saved["config"])
         hparams = {name: list(values) for name, values in saved["hparams"].items()}
         seeds = list(saved["seeds"])
     except (KeyError, TypeError, AttributeError, ValueError) as error:

@@ -52,6 +52,7 @@ from vaco_jax import testbeds
 from vaco_jax.core.config import Config, HParamsBase, check_seeds
 from vaco_jax.infra import io, run_folder
 from vaco_jax.infra.faults import fault_point
+from vaco_jax.run import compat
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.run.chunks import (ChunkCallback, ChunkObserver, DivergenceMessages, ProgressBar,
                                  Session, train_chunks)
@@ -116,7 +117,8 @@ class Driver:
             testbed = testbeds.named(saved["testbed"])
             hparams = testbed.hparams(**{k: jnp.asarray(v, jnp.float32)
                                          for k, v in saved["hparams"].items()})
-            return cls(testbed.config.from_dict(saved["config"]), hparams, saved["seeds"])
+            return cls(compat.recorded_config(testbed.config, saved["config"]), hparams,
+                       saved["seeds"])
         except (KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"cannot resume: {str(Path(out_dir) / run_folder.CONFIG_FILE)!r} does not "
                              f"describe a run ({type(error).__name__}: {error}); start the run "

@@ -69,8 +69,8 @@ class TokenConfig(Config):
     # A `vaco_jax.core.lag_models` object; `Empirical` holds P(lag = j) for j = 0..len-1,
     # e.g. a histogram measured on a cluster.
     lag_model: LagModel = Fixed()
-    # Lags beyond the versions pushed so far: `clip` or `redraw` (`LagModel.draw`).
-    lag_warmup: str = "clip"
+    # Lags beyond the versions pushed so far: `redraw` (the default) or `clip` (`LagModel.draw`).
+    lag_warmup: str = "redraw"
     buffer_capacity: int = 4
     epochs: int = 1
     minibatches: int = 1

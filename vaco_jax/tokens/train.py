@@ -28,7 +28,8 @@ from vaco_jax import losses
 from vaco_jax.core import phase
 from vaco_jax.core.divergence import freeze_if_diverged
 from vaco_jax.core.lag_models import refuse_stale
-from vaco_jax.core.policy_buffer import PolicyBuffer, cond_in_every_run, init_buffer, push
+from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, from_initial_policy,
+                                         init_buffer, push)
 from vaco_jax.core.trainer import Metrics, Trainer
 from vaco_jax.tokens import tasks
 from vaco_jax.tokens.algorithms import ALGORITHMS, STABILISER_METRICS
@@ -40,8 +41,9 @@ from vaco_jax.tokens.vcpo import sequence_grad_sq_norms
 from vaco_jax.tokens.warm_start import SupervisedStart
 
 METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "version_gap_mean",
-           "version_gap_max", "tv_backward", "tv_forward", "ess_ratio", "grad_norm",
-           "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss", "diverged",
+           "version_gap_max", "initial_policy_share", "tv_backward", "tv_forward", "ess_ratio",
+           "grad_norm", "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss",
+           "diverged",
            # the ESS learning-rate factor sqrt(min(1, ess / ess_target)), NaN without ESS scaling
            "ess_lr_scale", phase.SKIPPED_STEP) + STABILISER_METRICS + tuple(
                phase.acted_name(m) for m in phase.MECHANISM_FRACTIONS)
@@ -360,6 +362,8 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
             entropy=losses.aggregate(batch.entropy, batch.mask),
             version_gap_mean=losses.aggregate(gap, batch.mask),
             version_gap_max=jnp.where(batch.mask > 0, gap, 0.0).max(),
+            initial_policy_share=losses.aggregate(from_initial_policy(batch.behaviour_version),
+                                                  batch.mask),
             tv_backward=losses.tv_estimate(staleness, batch.mask),
             ess_ratio=losses.ess_ratio(_sequence_log_staleness(
                 batch.phase_log_prob, batch.behaviour_log_prob, batch.mask)),
