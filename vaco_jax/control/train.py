@@ -57,12 +57,11 @@ STEP_MECHANISMS = (*MECHANISMS, phase.SKIPPED_STEP)
 # algorithm has none (SAPO's gate slope, 1 on-policy; KL-Cov's penalty).
 SOFT_STABILISERS = ("gate_weight_mean", "kl_penalty_mean")
 METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "version_gap_max",
-           "initial_policy_share",
-           "tv_backward", "tv_backward_median", "tv_backward_p90", "tv_forward",
-           "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl", "ess_ratio",
-           *STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS), *SOFT_STABILISERS,
-           "policy_loss", "value_loss", "entropy", "grad_norm", "kl_coef", "ess_lr_scale",
-           "diverged")
+           "initial_policy_share", "tv_backward", "tv_backward_median", "tv_backward_p90",
+           "tv_forward", "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl",
+           "ess_ratio", *STEP_MECHANISMS, *map(phase.acted_name, STEP_MECHANISMS),
+           *SOFT_STABILISERS, "policy_loss", "value_loss", "entropy", "grad_norm", "kl_coef",
+           "ess_lr_scale", "diverged")
 
 
 @functools.cache
@@ -427,11 +426,8 @@ class ControlTrainer(Trainer[ControlConfig, ControlHParams, ControlState, Policy
             version_gap_mean=version_gap.mean(),
             version_gap_max=version_gap.max(),
             initial_policy_share=from_initial_policy(data.behaviour_version).mean(),
-            tv_backward=losses.tv_estimate(staleness),
-            tv_backward_median=backward_median,
-            tv_backward_p90=backward_p90,
-            kl_coef=kl_coef,
-        )
+            tv_backward=losses.tv_estimate(staleness), tv_backward_median=backward_median,
+            tv_backward_p90=backward_p90, kl_coef=kl_coef)
         # The normaliser statistics and the reward scale are read by the next update too.
         checked = (params, opt_state, obs_stats, reward_scaling, metrics["policy_loss"],
                    metrics["value_loss"])
