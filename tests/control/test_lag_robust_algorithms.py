@@ -70,7 +70,9 @@ def test_on_policy_the_new_methods_step_as_ppo(algo):
 
 def test_their_stabilisers_are_recorded_and_nan_elsewhere():
     assert {"gate_weight_mean", "kl_penalty_mean", "is_masked_fraction"} <= set(METRICS)
-    assert algorithm_mechanisms("icepop") == {"clip_fraction", "is_masked_fraction"}
+    # IcePop's mask can drop every sample: such a step is skipped, and counted.
+    assert algorithm_mechanisms("icepop") == {"clip_fraction", "is_masked_fraction",
+                                              "skipped_step_fraction"}
     assert algorithm_mechanisms("sapo") == algorithm_mechanisms("kl_cov") == frozenset()
 
 

@@ -158,6 +158,20 @@ def test_freshness_mask_drops_sequences_older_than_alpha_versions():
     assert metrics[phase.KEPT] == 0 and not grad.any()  # nothing kept: no step
 
 
+# The mechanisms that remove samples from a surrogate; one that does must say how many it kept,
+# so that a step that kept none leaves the optimiser as it was (`phase.optimiser_step`).
+DROPPING = ("is_masked_fraction", "stale_dropped_fraction", "filter_fraction")
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_every_surrogate_that_drops_samples_says_how_many_it_kept(algo):
+    terms = _terms(algo, jnp.zeros((2, 3)), behaviour=[[0.0, -2.0, 1.0], [0.5, 0.0, -0.5]])
+    _, _, metrics = _loss_and_grad(algo, terms)
+    if any(name in metrics for name in DROPPING):
+        assert phase.KEPT in metrics
+        assert 0 <= metrics[phase.KEPT] <= 6
+
+
 def test_topr_keeps_positive_sequences_and_tapers_negative_ones_by_their_sequence_ratio():
     behaviour = -jnp.log(jnp.asarray([[4.0, 0.1], [0.5, 0.6]]))  # sequence ratios 0.4 and 0.3
     _, grad, metrics = _loss_and_grad("topr", _terms("topr", jnp.zeros((2, 2)), behaviour))

@@ -210,7 +210,8 @@ def _icepop(t: PolicyTerms, hp: ControlHParams):
                                          weights=weights)
     # A weight inside the band is exp(log w) > 0, so a zero weight is exactly a masked sample.
     return loss, {**metrics, "is_masked_fraction": jax.numpy.mean(weights == 0,
-                                                                  dtype=jax.numpy.float32)}
+                                                                  dtype=jax.numpy.float32),
+                  phase.KEPT: (weights > 0).sum()}
 
 
 def _kl_cov(t: PolicyTerms, hp: ControlHParams):

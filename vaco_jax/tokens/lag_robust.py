@@ -14,7 +14,8 @@ from __future__ import annotations
 import jax
 
 from vaco_jax import losses
-from vaco_jax.tokens.surrogates import TokenTerms, _fraction, _ppo_clip
+from vaco_jax.core import phase
+from vaco_jax.tokens.surrogates import TokenTerms, _fraction, _kept, _ppo_clip
 
 
 def sapo(t: TokenTerms, hp):
@@ -38,7 +39,8 @@ def icepop(t: TokenTerms, hp):
     # A weight inside the band is exp(log w) > 0, so a zero weight is exactly a masked token.
     return loss, {"clip_fraction": metrics["clip_fraction"],
                   "is_weight_mean": losses.aggregate(weights, t.mask),
-                  "is_masked_fraction": _fraction(weights == 0, t)}
+                  "is_masked_fraction": _fraction(weights == 0, t),
+                  phase.KEPT: _kept(weights, t)}
 
 
 def opsm(t: TokenTerms, hp):
@@ -48,7 +50,7 @@ def opsm(t: TokenTerms, hp):
     # Dropped sequences stay in the mean's count, as TRL's masked GRPO loss keeps them.
     loss, metrics = _ppo_clip(t, hp, weights=keep)
     return loss, {"clip_fraction": metrics["clip_fraction"],
-                  "is_masked_fraction": masked["mask_fraction"]}
+                  "is_masked_fraction": masked["mask_fraction"], phase.KEPT: _kept(keep, t)}
 
 
 def kl_cov(t: TokenTerms, hp):

@@ -220,7 +220,7 @@ def m2po_drop(t: TokenTerms, hp):
     loss, _ = losses.importance_sampled_loss(t.behaviour_log_ratio, t.token_advantages,
                                              mask=t.mask, weights=keep,
                                              aggregation=t.aggregation)
-    return loss, {"is_masked_fraction": m2["mask_fraction"]}
+    return loss, {"is_masked_fraction": m2["mask_fraction"], phase.KEPT: _kept(keep, t)}
 
 
 def topr(t: TokenTerms, hp):
