@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from vaco_jax import testbeds
 from vaco_jax.core.config import Config, check_seeds
 from vaco_jax.core.lag_models import LAG_MODELS, LagModel
+from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
 from vaco_jax.experiment import compat
 from vaco_jax.experiment import tune as tuning
 from vaco_jax.testbeds import Testbed
@@ -31,11 +32,12 @@ from vaco_jax.testbeds import Testbed
 REFERENCE_KEY = "reference_scores"
 TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "focus_algo",
                   "lag", "forward", "config", "hparams", "overrides", "tune", REFERENCE_KEY)
-LAG_KEYS = ("model", "levels")
+LAG_KEYS = ("model", "preset", "levels")
 FORWARD_KEYS = ("epochs", "minibatches")
 OVERRIDE_KEYS = ("forward", "config", "hparams")
 SET_ELSEWHERE = {"testbed": "the top-level testbed key", "algo": "algos",
-                 "lag_model": "[lag] model", "epochs": "[forward] epochs",
+                 "lag_model": "[lag] model", "lag_preset": "[lag] preset",
+                 "epochs": "[forward] epochs",
                  "minibatches": "[forward] minibatches"}
 """Keys a `[config]` table may not set (nor the testbed's task field, which `tasks` sets), and
 where the experiment sets them."""
@@ -241,23 +243,50 @@ def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]
 
 @dataclasses.dataclass(frozen=True)
 class _LagSpec:
-    """One `[lag]` entry: a lag model and its levels (each level one lag value of the runs)."""
+    """One `[lag]` entry: a lag model and its levels (each level one lag value of the runs),
+    and the preset that named the model, if any."""
 
     model: type[LagModel]
     levels: tuple[float, ...]
+    preset: LagPreset | None = None
+
+    @property
+    def label(self) -> str:
+        """What names the entry's groups beside others: its preset, else its model."""
+        return self.preset.name if self.preset else self.model.name
 
 
 def _lag_spec(table: Any) -> _LagSpec:
+    """`model` and `levels`, or `preset` and optionally `levels` (default: the preset's)."""
     if not isinstance(table, dict):
-        raise ValueError(f"must be a table with keys {list(LAG_KEYS)}, got {table!r}")
+        raise ValueError(f"must be a table with keys model and levels, or preset (and "
+                         f"levels), got {table!r}")
     _check_keys(table, LAG_KEYS)
-    if set(table) != set(LAG_KEYS):
-        raise ValueError(f"needs both {list(LAG_KEYS)}")
+    if ("model" in table) == ("preset" in table):
+        raise ValueError("needs either model (with levels) or preset, not both")
+    if "preset" in table:
+        return _preset_spec(table)
+    if "levels" not in table:
+        raise ValueError("needs levels with model")
     model = table["model"]
     if not isinstance(model, str):
         raise ValueError(f"model must be one lag model name, got {model!r}")
+    if model in LAG_PRESETS:
+        raise ValueError(f"model: {model!r} is a lag preset; write preset = {model!r}")
     _check_names("model", [model], tuple(LAG_MODELS))
     return _LagSpec(model=LAG_MODELS[model], levels=_values("levels", table["levels"]))
+
+
+def _preset_spec(table: Mapping[str, Any]) -> _LagSpec:
+    """A preset's entry: its model, at the given levels or its own."""
+    name = table["preset"]
+    if not isinstance(name, str):
+        raise ValueError(f"preset must be one lag preset name, got {name!r}")
+    _check_names("preset", [name], tuple(LAG_PRESETS))
+    preset = LAG_PRESETS[name]
+    levels = (_values("levels", table["levels"]) if "levels" in table
+              else (preset.choice().level,))
+    return _LagSpec(model=type(preset.model), levels=levels, preset=preset)
 
 
 def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
@@ -272,13 +301,15 @@ def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
     for index, table in enumerate(value):
         with _context(f"[lag][{index}]"):
             specs.append(_lag_spec(table))
+    # One entry per model: each model's runs are one group, their levels vmapped runs, and
+    # the report tells its variants apart by model (two presets of one model are its levels).
     models = [s.model.name for s in specs]
     repeated = sorted({m for m in models if models.count(m) > 1})
     if repeated:
         where = "; ".join(f"{m!r} in entries {[i for i, n in enumerate(models) if n == m]}"
                           for m in repeated)
         raise ValueError(f"[lag]: each lag model may appear once (list all its levels in one "
-                         f"entry), got {where}")
+                         f"entry; a preset counts as its model), got {where}")
     return tuple(specs)
 
 
@@ -333,7 +364,7 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
 
     With several lag models (`lag_specs`) the group's name includes its model, and the shared
     `lag_probabilities` belong to the groups of the model that takes them only."""
-    model_part = f"-{lag.model.name}" if len(lag_specs) > 1 else ""
+    model_part = f"-{lag.label}" if len(lag_specs) > 1 else ""
     name = f"{task}-{algo}{model_part}-e{epochs}m{minibatches}"
     testbed = settings.testbed
     shared = dict(settings.config)
@@ -343,7 +374,9 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
     with _context(f"group {name}"):
         config = testbed.config.from_dict({**testbed.task_defaults(task), **shared,
                                            testbed.task_field: task, "algo": algo,
-                                           "lag_model": lag.model.name, "epochs": epochs,
+                                           "lag_model": lag.model.name,
+                                           "lag_preset": lag.preset.name if lag.preset else None,
+                                           "epochs": epochs,
                                            "minibatches": minibatches})
     swept = tuple(n for n, v in settings.hparams.items() if isinstance(v, tuple))
     fixed = {n: v for n, v in settings.hparams.items() if n not in swept}

@@ -128,7 +128,7 @@ def _tuning_name(group: spec.Group, testbed: Testbed) -> str:
 
 def _tuning_group(name: str, group: spec.Group, tune: Tune, testbed: Testbed) -> spec.Group:
     """Lag 0 under `fixed`: grid value x other grid point x tuning seed, seed fastest."""
-    config = group.config.replace(lag_model=Fixed())
+    config = group.config.replace(lag_model=Fixed(), lag_preset=None)
     points = itertools.product(tune.values, _grid_points(group), tune.seeds)
     runs = tuple(spec.RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=0.0,
                               hparams={tune.hparam: value, **dict(zip(group.swept, point))})

@@ -13,6 +13,7 @@ from vaco_jax.core.config import (Config, HParamsBase, check_choice, check_lag_s
 from vaco_jax import losses
 from vaco_jax.losses import AGGREGATIONS
 from vaco_jax.core.lag_models import Empirical, Fixed, LagModel
+from vaco_jax.core.lag_presets import LagPreset
 from vaco_jax.tokens import algorithms
 from vaco_jax.tokens.model import ModelSpec
 from vaco_jax.tokens.tasks import TASKS, Task, make_task
@@ -71,6 +72,8 @@ class TokenConfig(Config):
     lag_model: LagModel = Fixed()
     # Lags beyond the versions pushed so far: `redraw` (the default) or `clip` (`LagModel.draw`).
     lag_warmup: str = "redraw"
+    # The `vaco_jax.core.lag_presets` object that named `lag_model`, or None.
+    lag_preset: LagPreset | None = None
     buffer_capacity: int = 4
     epochs: int = 1
     minibatches: int = 1
