@@ -163,7 +163,7 @@ def test_a_tuning_group_runs_lag_0_under_fixed_without_the_preset():
     ('[lag]\nmodel = "bounded"\npreset = "areal"\nlevels = [4]\n',
      "[lag]: needs either model (with levels) or preset, not both"),
     ('[lag]\nlevels = [4]\n', "[lag]: needs either model (with levels) or preset, not both"),
-    ('[lag]\nmodel = "bounded"\n', "[lag]: needs levels with model"),
+    ('[lag]\nmodel = "bounded"\n', "[lag]: needs both ['model', 'levels']"),
     ('[lag]\npreset = "pipelinerl"\n', "[lag]: lag preset 'pipelinerl' has no default level"),
     ('[[lag]]\npreset = "areal"\n\n[[lag]]\npreset = "open_instruct"\n',
      "[lag]: each lag model may appear once (list all its levels in one entry; a preset "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from typing import Any, Callable, ClassVar, Iterable, Mapping, Self, Sequence
 
 import jax.numpy as jnp
@@ -21,6 +22,32 @@ from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
 
 MAX_SEED = 2**32 - 1
 """The largest seed: a PRNG key's seed is an unsigned 32-bit integer."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigAxis:
+    """A config field an experiment may sweep beside the lag: `[config] FIELD = [v, ...]` gives
+    each value groups of their own (a config field shapes the compiled program), named by the
+    value's label."""
+
+    field: str
+    labels: tuple[tuple[Any, str], ...]  # each value the field takes, and its groups' label
+
+    def check(self, value: Any) -> None:
+        """Refuses a value the axis does not take (`1` is not `true`)."""
+        if not any(type(value) is type(v) and value == v for v, _ in self.labels):
+            allowed = ", ".join(json.dumps(v) for v, _ in self.labels)
+            raise ValueError(f"{self.field} must be one of {allowed}, or a list of them (groups "
+                             f"of their own each), got {value!r}")
+
+    def label(self, value: Any) -> str:
+        return next(label for v, label in self.labels if type(value) is type(v) and value == v)
+
+
+def axis_labels(config_type: type[Config], values: Mapping[str, Any]) -> list[str]:
+    """The labels of a group's axis values (`values`: field -> value), in the config's order
+    of axes."""
+    return [axis.label(values[axis.field]) for axis in config_type.axes if axis.field in values]
 
 
 class Config:
@@ -40,6 +67,8 @@ class Config:
     # The testbed whose runs this config describes (`vaco_jax.testbeds.named`); a class
     # attribute, not a field, so that neither `config.json` nor an experiment file sets it.
     testbed: ClassVar[str]
+    # The fields an experiment may sweep as axes of groups (`ConfigAxis`).
+    axes: ClassVar[tuple[ConfigAxis, ...]] = ()
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)

@@ -2,9 +2,10 @@
 
 An experiment (see `experiments/README.md`) names a testbed, tasks, algorithms, lag models with
 their levels, forward-lag settings, hyper-parameter grids and seeds. It expands into *groups*,
-one per (task, algorithm, lag model, epochs, minibatches), each one compiled program, and each
-combination of lag level x grid point x seed is one *run* of a group. Everything is validated
-here, before anything compiles, and an error names the offending key and its allowed values.
+one per (task, algorithm, lag model, config axis value, epochs, minibatches), each one compiled
+program, and each combination of lag level x grid point x seed is one *run* of a group.
+Everything is validated here, before anything compiles, and an error names the offending key
+and its allowed values.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from vaco_jax import testbeds
-from vaco_jax.core.config import Config, check_seeds
+from vaco_jax.core.config import Config, ConfigAxis, axis_labels, check_seeds
 from vaco_jax.core.lag_models import LAG_MODELS, LagModel
 from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
 from vaco_jax.experiment import compat
@@ -62,13 +63,20 @@ class RunSpec:
 @dataclasses.dataclass(frozen=True)
 class Group:
     """Runs sharing one compiled program (`config`); `fixed` holds the hyper-parameters every
-    run shares, `swept` the names of those the runs' grid points set."""
+    run shares, `swept` the names of those the runs' grid points set, `axes` the value of each
+    config axis the experiment sweeps (`Config.axes`), which its name carries."""
 
     name: str
     config: Config
     fixed: Mapping[str, float]
     swept: tuple[str, ...]
     runs: tuple[RunSpec, ...]
+    axes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def axes_part(self) -> str:
+        """The part of its name that its config axes give, e.g. `-bf16`."""
+        return _axes_part(type(self.config), self.axes)
 
     def hparams(self, indices: Sequence[int]) -> Any:
         """The stacked hyper-parameters of `runs[i]` for each `i` in `indices` (leaves `[R]`)."""
@@ -80,6 +88,10 @@ class Group:
 
     def run_hparams(self, index: int) -> Any:
         return jax.tree.map(lambda x: x[0], self.hparams([index]))
+
+
+def _axes_part(config_type: type[Config], axes: Mapping[str, Any]) -> str:
+    return "".join(f"-{label}" for label in axis_labels(config_type, axes))
 
 
 def group_steps(group: Group) -> int:
@@ -147,6 +159,11 @@ class Experiment:
         but the tuned one (its own column, `Tune.column`)."""
         tuned = self.tune.hparam if self.tune else None
         return tuple(dict.fromkeys(n for g in self.groups for n in g.swept if n != tuned))
+
+    @property
+    def swept_config(self) -> tuple[str, ...]:
+        """Every config axis some group sweeps, in order of appearance (the `cfg_*` columns)."""
+        return tuple(dict.fromkeys(n for g in self.groups for n in g.axes))
 
     @property
     def num_runs(self) -> int:
@@ -233,12 +250,30 @@ def _hparam_values(table: Mapping[str, Any],
 
 
 def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]:
+    """The fields as given, but a config axis's: its value, or its list of values as a tuple
+    (each value groups of their own)."""
     elsewhere = {testbed.task_field: "tasks", **SET_ELSEWHERE}
     misplaced = {k: elsewhere[k] for k in table if k in elsewhere}
     if misplaced:
         raise ValueError("; ".join(f"{k} is set by {where}" for k, where in misplaced.items()))
     testbed.config.check_record_names(table)
-    return dict(table)
+    axes = {axis.field: axis for axis in testbed.config.axes}
+    return {name: _axis_values(axes[name], value) if name in axes else value
+            for name, value in table.items()}
+
+
+def _axis_values(axis: ConfigAxis, value: Any) -> Any:
+    """One value of `axis`, or a non-empty list of distinct ones as a tuple."""
+    if not isinstance(value, list):
+        axis.check(value)
+        return value
+    if not value:
+        raise ValueError(f"{axis.field}: the list is empty; give at least one value")
+    for item in value:
+        axis.check(item)
+    if len({axis.label(v) for v in value}) != len(value):
+        raise ValueError(f"{axis.field} lists a value twice: {value!r}")
+    return tuple(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,15 +294,14 @@ class _LagSpec:
 def _lag_spec(table: Any) -> _LagSpec:
     """`model` and `levels`, or `preset` and optionally `levels` (default: the preset's)."""
     if not isinstance(table, dict):
-        raise ValueError(f"must be a table with keys model and levels, or preset (and "
-                         f"levels), got {table!r}")
+        raise ValueError(f"must be a table with keys {list(LAG_KEYS)}, got {table!r}")
     _check_keys(table, LAG_KEYS)
     if ("model" in table) == ("preset" in table):
         raise ValueError("needs either model (with levels) or preset, not both")
     if "preset" in table:
         return _preset_spec(table)
     if "levels" not in table:
-        raise ValueError("needs levels with model")
+        raise ValueError("needs both ['model', 'levels']")
     model = table["model"]
     if not isinstance(model, str):
         raise ValueError(f"model must be one lag model name, got {model!r}")
@@ -334,6 +368,14 @@ class _Settings:
         return list(itertools.product(self.forward.get("epochs", (defaults.epochs,)),
                                       self.forward.get("minibatches", (defaults.minibatches,))))
 
+    def axis_variants(self) -> list[dict[str, Any]]:
+        """Every combination of the config axes given as lists (field -> value), in the
+        config's order of axes; one empty combination where none is."""
+        fields = [axis.field for axis in self.testbed.config.axes
+                  if isinstance(self.config.get(axis.field), tuple)]
+        return [dict(zip(fields, values))
+                for values in itertools.product(*(self.config[f] for f in fields))]
+
     def overridden(self, override: Mapping[str, Any]) -> "_Settings":
         _check_keys(override, OVERRIDE_KEYS)
         config = _config_values(_table(override, "config"), self.testbed)
@@ -345,29 +387,35 @@ class _Settings:
 
 def _num_runs(settings: _Settings, lag: _LagSpec, num_seeds: int) -> int:
     """The runs of every group of one (task, algorithm, lag model), counted as `_group` builds
-    them but without building them: forward variants x lag levels x grid points x seeds."""
+    them but without building them: config axis values x forward variants x lag levels x grid
+    points x seeds."""
     grid = math.prod(len(v) for v in settings.hparams.values() if isinstance(v, tuple))
-    return len(settings.forward_variants()) * len(lag.levels) * grid * num_seeds
+    return (len(settings.axis_variants()) * len(settings.forward_variants()) * len(lag.levels)
+            * grid * num_seeds)
 
 
 def _check_num_runs(num_runs: int) -> None:
     if num_runs > MAX_RUNS:
         raise ValueError(f"the experiment expands into {num_runs:,} runs (tasks x algos x lag "
-                         f"levels x grid points x seeds x forward variants), more than the "
+                         f"levels x grid points x seeds x forward variants x config axis "
+                         f"values), more than the "
                          f"limit of {MAX_RUNS:,} (MAX_RUNS); split it into several experiments "
                          f"or sweep fewer values")
 
 
 def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
-           lag_specs: tuple[_LagSpec, ...], seeds: tuple[int, ...], settings: _Settings) -> Group:
+           lag_specs: tuple[_LagSpec, ...], axes: Mapping[str, Any], seeds: tuple[int, ...],
+           settings: _Settings) -> Group:
     """One group with its runs in the order lag level, grid point, seed (seed varies fastest).
 
-    With several lag models (`lag_specs`) the group's name includes its model, and the shared
-    `lag_probabilities` belong to the groups of the model that takes them only."""
+    With several lag models (`lag_specs`) the group's name includes its model (or preset), and
+    the shared `lag_probabilities` belong to the groups of the model that takes them only; the
+    value of each config axis swept (`axes`) is named after it."""
     model_part = f"-{lag.label}" if len(lag_specs) > 1 else ""
-    name = f"{task}-{algo}{model_part}-e{epochs}m{minibatches}"
     testbed = settings.testbed
-    shared = dict(settings.config)
+    name = (f"{task}-{algo}{model_part}{_axes_part(testbed.config, axes)}"
+            f"-e{epochs}m{minibatches}")
+    shared = {**settings.config, **axes}
     if not lag.model.takes_probabilities and any(s.model.takes_probabilities
                                                  for s in lag_specs):
         shared.pop("lag_probabilities", None)
@@ -385,7 +433,7 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
     runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=float(level),
                          hparams=dict(zip(swept, point)))
                  for i, (level, point, seed) in enumerate(points))
-    group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs)
+    group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs, axes=axes)
     with _context(f"group {name}"):
         testbed.validate(config, group.hparams(range(len(runs))))
     return group
@@ -441,9 +489,10 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
         _check_num_runs(sum(_num_runs(settings[task, algo], lag, len(seeds))
                             for task in tasks for algo in algos for lag in lag_specs))
         tune = _tune(spec, testbed, settings)
-        groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, seeds,
+        groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, axes, seeds,
                               settings[task, algo])
                        for task in tasks for algo in algos for lag in lag_specs
+                       for axes in settings[task, algo].axis_variants()
                        for epochs, minibatches in settings[task, algo].forward_variants())
         tuned, tuned_by = tuning.tuning_groups(groups, tune, testbed) if tune else ((), {})
         groups = tuned + groups  # the tuning runs go first
