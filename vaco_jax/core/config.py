@@ -182,12 +182,13 @@ def check_lag_settings(config: Config) -> None:
     check_choice("lag_warmup", config.lag_warmup, LAG_WARMUPS)
     config.lag_model.check(config.buffer_capacity)
     preset = config.lag_preset
-    if preset is not None and not isinstance(preset, LagPreset):
+    if preset is None:
+        return
+    if not isinstance(preset, LagPreset):
         check_choice("lag_preset", preset, tuple(LAG_PRESETS))
         raise ValueError(f"lag_preset={preset!r} must be a lag preset object: "
                          f"vaco_jax.core.lag_presets.LAG_PRESETS[{preset!r}]")
-    if preset is not None:
-        preset.check_model(config.lag_model)
+    preset.check_model(config.lag_model)
 
 
 def check_positive_int(field: str, value: Any) -> None:

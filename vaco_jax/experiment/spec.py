@@ -398,9 +398,8 @@ def _check_num_runs(num_runs: int) -> None:
     if num_runs > MAX_RUNS:
         raise ValueError(f"the experiment expands into {num_runs:,} runs (tasks x algos x lag "
                          f"levels x grid points x seeds x forward variants x config axis "
-                         f"values), more than the "
-                         f"limit of {MAX_RUNS:,} (MAX_RUNS); split it into several experiments "
-                         f"or sweep fewer values")
+                         f"values), more than the limit of {MAX_RUNS:,} (MAX_RUNS); split it "
+                         f"into several experiments or sweep fewer values")
 
 
 def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
