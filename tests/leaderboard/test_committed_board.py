@@ -53,7 +53,7 @@ def test_every_study_with_a_kept_gain_has_its_board_on_the_index(site, studies):
 @pytest.mark.parametrize("name", CHECKED_STUDIES)
 def test_board_cells_hold_the_runs_table_numbers(studies, name):
     study = studies[name]
-    runs = run_table(study.folder, dict(study.summary))
+    runs = run_table(study.folder, study.summary)
     assert sum(check_board_numbers(board, runs) for board in task_boards(study)) > 0
 
 

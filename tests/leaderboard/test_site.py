@@ -105,10 +105,10 @@ def test_board_cells_hold_the_runs_table_numbers(results, site):
     root, _ = results
     (study,), _ = read_studies(root)
     (board,) = board_module.task_boards(study)
-    assert check_board_numbers(board, run_table(root / "toy", dict(study.summary))) == 4
+    assert check_board_numbers(board, run_table(root / "toy", study.summary)) == 4
     # ppo keeps 0.3 of its gain, vaco 0.9: vaco ranks first, by its lagged score.
     assert board.order == ("vaco", "ppo")
-    assert board.kept[("ppo", 2.0)]["kept"]["point"] == pytest.approx(0.3)
+    assert board.kept[("ppo", 2.0)].kept.point == pytest.approx(0.3)
     page = (site.out / "studies" / "toy" / "index.html").read_text()
     assert '<td>ppo</td><td class="number">2</td><td class="number">0.001</td>' in page
     assert "0.300 [" in page and "0.900 [" in page

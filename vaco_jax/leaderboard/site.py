@@ -50,9 +50,6 @@ def _boards(studies: Sequence[Study]) -> tuple[dict[str, list[TaskBoard]], list[
     for study in studies:
         try:
             boards[study.name] = task_boards(study)
-        except KeyError as error:
-            skipped.append(Skipped(study.name, f"its summary.json has no field {error} (an "
-                                               f"earlier report's, or damaged)"))
         except (TypeError, ValueError, AttributeError) as error:
             skipped.append(Skipped(study.name, f"{type(error).__name__}: {error}"))
     return boards, skipped
