@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from vaco_jax.leaderboard.board import TaskBoard
-from vaco_jax.leaderboard.card import Entry, markdown_html
+from vaco_jax.leaderboard.card import Method, markdown_html
 from vaco_jax.leaderboard.claims import Claim
 from vaco_jax.leaderboard.html import Stamp, escape, interval, link, page, table
 from vaco_jax.leaderboard.studies import COPIED_FILES, REPORT_FILE, Skipped, Study
@@ -27,8 +27,8 @@ def board_image(board: TaskBoard) -> str:
     return f"studies/{board.study.slug}/{board.stem}.png"
 
 
-def method_path(entry: Entry) -> str:
-    return f"methods/{entry.slug}.html"
+def method_path(method: Method) -> str:
+    return f"methods/{method.slug}.html"
 
 
 def _study_file(study: Study, name: str) -> str:
@@ -121,7 +121,7 @@ def _task_sections(boards: Sequence[TaskBoard]) -> str:
 
 
 def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
-               methods: Sequence[Entry], stamp: Stamp) -> str:
+               methods: Sequence[Method], stamp: Stamp) -> str:
     testbeds = sorted({b.study.testbed for b in boards})
     warnings = "".join(f'<li class="warning">{escape(s.name)}: {escape(s.reason)}</li>'
                        for s in skipped)
@@ -173,14 +173,14 @@ def claims_page(claims: Sequence[Claim], studies: Mapping[str, Study], stamp: St
     return page("Claims", body, stamp, depth=0)
 
 
-def _method_rows(entry: Entry, studies: Sequence[Study]) -> list[list[str]]:
+def _method_rows(method: Method, studies: Sequence[Study]) -> list[list[str]]:
     rows = []
     for study in studies:
-        if study.testbed != entry.testbed:
+        if study.testbed != method.testbed:
             continue
         rates, mechanisms = _learning_rates(study), _mechanisms(study)
         for variant in study.summary.run.variants:
-            if variant.algo != entry.algo:
+            if variant.algo != method.algo:
                 continue
             name = variant.variant
             acted = "<br>".join(f"lag {lag:g}: {escape(mechanisms.get((name, lag), ''))}"
@@ -190,11 +190,22 @@ def _method_rows(entry: Entry, studies: Sequence[Study]) -> list[list[str]]:
     return rows
 
 
-def method_page(entry: Entry, studies: Sequence[Study], stamp: Stamp) -> str:
-    rows = _method_rows(entry, studies)
+def _card_text(method: Method) -> str:
+    """The method's card entry, or why it has none and where it comes from."""
+    if method.entry is not None:
+        return (f" From the fidelity card (docs/fidelity.md):</p>"
+                f"{markdown_html(method.entry.markdown)}")
+    source = (f"it is registered by the plugin's {method.plugin}" if method.plugin else
+              "no plugin installed where this board was built registers it")
+    return escape(" It has no fidelity card entry: docs/fidelity.md describes vaco_jax's own "
+                  f"algorithms, and {source}.") + "</p>"
+
+
+def method_page(method: Method, studies: Sequence[Study], stamp: Stamp) -> str:
+    rows = _method_rows(method, studies)
     runs = (table(["study", "variant", "learning rate", "stabilisers: did they act"], rows)
             if rows else "<p>No committed study runs it.</p>")
-    body = (f"<p>{escape(TESTBED_NAMES.get(entry.testbed, entry.testbed))}, registry name "
-            f"<code>{escape(entry.algo)}</code>. From the fidelity card (docs/fidelity.md):</p>"
-            f"{markdown_html(entry.markdown)}<h2>In the studies</h2>{runs}")
-    return page(f"{entry.algo} ({entry.testbed})", body, stamp, depth=1)
+    body = (f"<p>{escape(TESTBED_NAMES.get(method.testbed, method.testbed))}, registry name "
+            f"<code>{escape(method.algo)}</code>.{_card_text(method)}"
+            f"<h2>In the studies</h2>{runs}")
+    return page(f"{method.algo} ({method.testbed})", body, stamp, depth=1)

@@ -69,7 +69,7 @@ class Study:
 
     @property
     def testbed(self) -> str:
-        return str(self.experiment.get("testbed", "control"))
+        return self.experiment.get("testbed", "control")
 
     @property
     def title(self) -> str:
@@ -178,9 +178,15 @@ def _check_readable(study: Study) -> None:
     """Reads every field the pages read, so that a damaged study fails here, not mid-page."""
     for read in (lambda: study.lags, study.devices, study.commit):
         read()
-    if not all(SAFE_NAME.fullmatch(task) for task in study.tasks):
-        raise ValueError("a task name is not a plain name (letters, digits, _ . -)")
-    for variant in study.summary.run.variants:
+    variants = study.summary.run.variants
+    # Each becomes a file name of the board: a figure's, a method page's.
+    for kind, names in (("testbed", [study.testbed]), ("task", study.tasks),
+                        ("algorithm", [variant.algo for variant in variants])):
+        for name in names:
+            if not (isinstance(name, str) and SAFE_NAME.fullmatch(name)):
+                raise ValueError(f"its {kind} name {name!r} is not a plain name "
+                                 f"(letters, digits, _ . -)")
+    for variant in variants:
         study.learning_rates(variant)
 
 
