@@ -46,8 +46,8 @@ def broken_links(root: Path) -> dict[str, list[str]]:
         missing = []
         for target in page_links(page):
             parsed = urlparse(target)
-            if parsed.scheme in ("http", "https") or not parsed.path:
-                continue  # an outside link, or an anchor of the same page
+            if parsed.scheme in ("http", "https", "data") or not parsed.path:
+                continue  # an outside link, inline data, or an anchor of the same page
             local = (page.parent / unquote(parsed.path)).resolve()
             if not local.is_file() or root.resolve() not in local.parents:
                 missing.append(target)

@@ -79,6 +79,9 @@ def page(title: str, body: str, stamp: Stamp, depth: int) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{escape(title)}</title>"
+            # No icon: without one a browser asks the server for /favicon.ico, which a board
+            # does not have, and logs the miss as an error.
+            '<link rel="icon" href="data:,">'
             f'<link rel="stylesheet" href="{root}{STYLE_FILE}"></head><body>'
             f'<nav>{link(root + "index.html", "Leaderboard")}'
             f'{link(root + "claims.html", "Claims")}'
