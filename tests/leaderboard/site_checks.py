@@ -16,6 +16,12 @@ from vaco_jax.report import kept_gain, scoring, stats
 from vaco_jax.report.runs_table import RUNS_FILE
 from vaco_jax.report.summary import Summary
 
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "experiments" / "results"
+CLAIMS = RESULTS / "claims.toml"
+CARD = ROOT / "docs" / "fidelity.md"
+"""The committed studies, their claims and the fidelity card."""
+
 
 class _Links(HTMLParser):
     """The ``src`` of each image and the ``href`` of each link and style sheet of a page."""

@@ -21,9 +21,8 @@ from vaco_jax.leaderboard.site import build_site
 from vaco_jax.leaderboard.studies import read_studies
 from vaco_jax.report import write_report
 
-from site_checks import broken_links, check_board_numbers, run_table
+from site_checks import CARD, broken_links, check_board_numbers, run_table
 
-CARD = "docs/fidelity.md"
 SEEDS = range(4)
 LAGS = (0.0, 2.0)
 STEPS = (0, 50, 100)
