@@ -190,22 +190,23 @@ def _method_rows(method: Method, studies: Sequence[Study]) -> list[list[str]]:
     return rows
 
 
-def _card_text(method: Method) -> str:
-    """The method's card entry, or why it has none and where it comes from."""
+def _card(method: Method) -> tuple[str, str]:
+    """The sentence that introduces the method's card entry and the entry as HTML; for a
+    method without one, the sentence that says so and where the method comes from."""
     if method.entry is not None:
-        return (f" From the fidelity card (docs/fidelity.md):</p>"
-                f"{markdown_html(method.entry.markdown)}")
+        return "From the fidelity card (docs/fidelity.md):", markdown_html(method.entry.markdown)
     source = (f"it is registered by the plugin's {method.plugin}" if method.plugin else
               "no plugin installed where this board was built registers it")
-    return escape(" It has no fidelity card entry: docs/fidelity.md describes vaco_jax's own "
-                  f"algorithms, and {source}.") + "</p>"
+    return (f"It has no fidelity card entry: docs/fidelity.md describes vaco_jax's own "
+            f"algorithms, and {source}."), ""
 
 
 def method_page(method: Method, studies: Sequence[Study], stamp: Stamp) -> str:
     rows = _method_rows(method, studies)
     runs = (table(["study", "variant", "learning rate", "stabilisers: did they act"], rows)
             if rows else "<p>No committed study runs it.</p>")
+    sentence, card = _card(method)
     body = (f"<p>{escape(TESTBED_NAMES.get(method.testbed, method.testbed))}, registry name "
-            f"<code>{escape(method.algo)}</code>.{_card_text(method)}"
-            f"<h2>In the studies</h2>{runs}")
+            f"<code>{escape(method.algo)}</code>. {escape(sentence)}</p>"
+            f"{card}<h2>In the studies</h2>{runs}")
     return page(f"{method.algo} ({method.testbed})", body, stamp, depth=1)

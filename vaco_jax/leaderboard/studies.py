@@ -52,9 +52,10 @@ class Study:
 
     ``name`` is its folder relative to the results folder (``tokens_staleness_cpu`` or
     ``tokens_staleness_cpu/two_learning_rates``) and ``slug`` the same as one file name;
-    ``summary`` is its ``summary.json`` (read as today's report writes it); ``experiment`` its ``experiment.toml`` (the settings
-    the runs table does not hold, such as a learning rate set once for every run); ``figures``
-    the names of its committed PNG figures.
+    ``summary`` is its ``summary.json`` (one an earlier version wrote read as today's);
+    ``experiment`` its ``experiment.toml`` (the settings the runs table does not hold, such as
+    a learning rate set once for every run); ``figures`` the names of its committed PNG
+    figures.
     """
 
     name: str
