@@ -26,8 +26,12 @@ def _refused(argv: list[str], capsys) -> str:
     (["train", "--lag", "nonsense"],
      "vaco-jax train: error: argument --lag: must be MODEL:PARAM with MODEL one of fixed, "
      "uniform, geometric, per_actor, bounded, in_flight, empirical (e.g. fixed:0, uniform:3, "
-     "geometric:0.5, bounded:4, empirical:0.5,0.3,0.2), got 'nonsense' "
-     "(see: vaco-jax train --help)"),
+     "geometric:0.5, bounded:4, empirical:0.5,0.3,0.2), or PRESET[:LEVEL] with PRESET one of "
+     "areal, prime_rl, open_instruct, pipelinerl, got 'nonsense' (see: vaco-jax train --help)"),
+    (["tokens", "--lag", "pipelinerl"],
+     "vaco-jax tokens: error: argument --lag: lag preset 'pipelinerl' has no default level "
+     "(PipelineRL's max_lag sets no bound by default); give one: pipelinerl:LEVEL, or levels "
+     "beside preset in an experiment (see: vaco-jax tokens --help)"),
     (["train", "--lag", "uniform:x"],
      "vaco-jax train: error: argument --lag: PARAM must be a number (a comma-separated list of "
      "probabilities for empirical), got 'x' (see: vaco-jax train --help)"),

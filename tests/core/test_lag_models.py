@@ -180,10 +180,11 @@ def test_vmapped_in_flight_runs_equal_single_runs():
 
 def test_sweeps_and_cli_accept_an_empirical_histogram(tmp_path):
     from vaco_jax.cli.common import parse_lag
+    from vaco_jax.core.lag_presets import LagChoice
     from vaco_jax.experiment import load_experiment
 
-    assert parse_lag("empirical:0.5,0.3,0.2") == (Empirical((0.5, 0.3, 0.2)), 0.0)
-    assert parse_lag("bounded:4") == (Bounded(), 4.0)
+    assert parse_lag("empirical:0.5,0.3,0.2") == LagChoice(Empirical((0.5, 0.3, 0.2)), 0.0)
+    assert parse_lag("bounded:4") == LagChoice(Bounded(), 4.0)
     text = ('name = "e"\ntasks = ["toy_reach"]\nalgos = ["ppo"]\nseeds = 1\n'
             '[lag]\nmodel = "empirical"\nlevels = [0]\n[config]\nlag_probabilities = {}\n')
     (tmp_path / "good.toml").write_text(text.format("[0.5, 0.3, 0.2]"))
@@ -388,7 +389,8 @@ def test_a_config_records_its_lag_model_by_name_as_it_always_has():
     assert ControlConfig.from_dict(old).lag_model == Empirical((0.5, 0.5))
     assert ControlConfig.from_dict({"env": "toy_reach"}).lag_model == Fixed()
     with pytest.raises(ValueError, match=r"unknown ControlConfig field\(s\) \['lag'\]; allowed: "
-                                         r"\[.*'lag_model', 'lag_probabilities', 'lag_warmup'"):
+                                         r"\[.*'lag_model', 'lag_preset', 'lag_probabilities', "
+                                         r"'lag_warmup'"):
         ControlConfig.from_dict({"lag": 3})
 
 

@@ -166,7 +166,7 @@ def test_named_experiments_cover_what_they_promise(named):
                                          r"limit of 100,000 runs \(MAX_RUNS\); give fewer seeds"),
     ("seeds = 2", "seeds = 30_000",  # x 2 lag levels x 2 grid points
      r"expands into 120,000 runs \(tasks x algos x lag levels x grid points x seeds x forward "
-     r"variants\), more than the limit of 100,000 \(MAX_RUNS\)"),
+     r"variants x config axis values\), more than the limit of 100,000 \(MAX_RUNS\)"),
 ])
 def test_bad_experiments_are_rejected_naming_the_key(monkeypatch, old, new, message):
     def no_compilation(*args, **kwargs):

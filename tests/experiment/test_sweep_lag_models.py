@@ -72,13 +72,13 @@ def test_a_single_lag_table_keeps_the_names_and_ids_of_earlier_sweeps():
 
 @pytest.mark.parametrize("lag_tables, message", [
     (SEVERAL + '\n[[lag]]\nmodel = "uniform"\nlevels = [1]\n',
-     r"\[lag\]: each lag model may appear once \(list all its levels in one entry\), got "
-     r"'uniform' in entries \[0, 2\]"),
+     r"\[lag\]: each lag model may appear once \(list all its levels in one entry; a preset "
+     r"counts as its model\), got 'uniform' in entries \[0, 2\]"),
     (SEVERAL.replace('"in_flight"', '"poisson"'),
      r"\[lag\]\[1\]: model: unknown value\(s\) \['poisson'\]; allowed: fixed, uniform"),
     (SEVERAL.replace("levels = [3]\n", ""), r"\[lag\]\[1\]: needs both \['model', 'levels'\]"),
     (SEVERAL.replace("levels = [3]", "levels = [3]\ncolour = 1"),
-     r"\[lag\]\[1\]: unknown key\(s\) \['colour'\]; allowed: \['model', 'levels'\]"),
+     r"\[lag\]\[1\]: unknown key\(s\) \['colour'\]; allowed: \['model', 'preset', 'levels'\]"),
     (SEVERAL.replace("levels = [3]", "levels = [3, 3]"), r"\[lag\]\[1\]: levels lists a value twice"),
     (SEVERAL.replace('model = "in_flight"', 'model = ["in_flight"]'),
      r"\[lag\]\[1\]: model must be one lag model name, got \['in_flight'\]"),
@@ -86,7 +86,8 @@ def test_a_single_lag_table_keeps_the_names_and_ids_of_earlier_sweeps():
      r"group toy_reach-vaco-in_flight-e2m2: lag for lag_model='in_flight' must be an integer "
      r"in \[0, 3\]"),
     ("lag = []\n", r"\[lag\] must be a table \(\[lag\]\) or a non-empty array of tables"),
-    ("lag = [1, 2]\n", r"\[lag\]\[0\]: must be a table with keys \['model', 'levels'\], got 1"),
+    ("lag = [1, 2]\n",
+     r"\[lag\]\[0\]: must be a table with keys \['model', 'preset', 'levels'\], got 1"),
     (SINGLE.replace('"uniform"', '"poisson"'), r"\[lag\]: model: unknown value\(s\) \['poisson'\]"),
 ])
 def test_bad_lag_entries_are_refused_naming_the_entry(monkeypatch, lag_tables, message):

@@ -9,7 +9,8 @@ import pytest
 
 from engine_configs import TOY_EXPERIMENT as TOY
 from vaco_jax import experiment as sweep
-from vaco_jax.experiment import tune
+from vaco_jax.experiment import tune, tune_report
+from vaco_jax.report.summary import Tuning, TuningCandidate, TuningChoice
 
 RATES = (1e-4, 3e-3)
 TUNE = f"""
@@ -102,6 +103,25 @@ def test_equal_scores_go_to_the_smaller_value_and_diverged_ones_last():
     rule = tune.RULES["best_sync_final"]
     assert rule.choose({3e-3: 1.0, 1e-3: 1.0}) == 1e-3
     assert rule.choose({1e-3: np.nan, 3e-3: -5.0}) == 3e-3
+
+
+def _choice(method, chosen, values=(3e-4, 1e-3, 3e-3)):
+    return TuningChoice(method=method, group=f"tune-{method}", point={}, chosen=chosen,
+                        candidates=tuple(TuningCandidate(value=v, iqm=1.0, low=None, high=2.0,
+                                                         runs=4) for v in values))
+
+
+def test_a_choice_at_an_end_of_the_grid_is_named_as_such():
+    assert _choice("a", 3e-4).grid_edge == "smallest"
+    assert _choice("b", 1e-3).grid_edge is None
+    assert _choice("c", 3e-3).grid_edge == "largest"
+    assert _choice("d", 3e-3, values=(3e-3,)).grid_edge is None  # one value: no grid to leave
+    tuning = Tuning(hparam="learning_rate", rule="best_sync_auc", statistic="AUC", seeds=(5,),
+                    column="tuned_learning_rate",
+                    choices=(_choice("a", 3e-4), _choice("b", 1e-3), _choice("c", 3e-3)))
+    text = tune_report.markdown(sweep.parse_experiment(TUNED), tuning)
+    assert "At an end of the grid: a (smallest), c (largest)." in text
+    assert "| b | 0.001 | 1 [undefined, 2] | 4 | **chosen** |" in text
 
 
 @pytest.mark.slow

@@ -13,34 +13,54 @@ import jax
 from vaco_jax import losses
 from vaco_jax.cli import console
 from vaco_jax.core.config import MAX_SEED, Config, HParamsBase
-from vaco_jax.core.lag_models import LAG_MODELS, LagModel
+from vaco_jax.core.lag_models import LAG_MODELS
+from vaco_jax.core.lag_presets import LAG_PRESETS, LagChoice
 from vaco_jax.infra import io, manifest
 from vaco_jax.run import distributed, driver, memory
 from vaco_jax.run.trackers import TRACKERS, Trackers, seed_runs
 
 
 LAG_HELP = (f"backward lag MODEL:PARAM, MODEL one of {', '.join(LAG_MODELS)} (e.g. uniform:4; "
-            f"empirical:P0,P1,...; docs/training.md); fixed:0 is synchronous")
+            f"empirical:P0,P1,...; docs/training.md); fixed:0 is synchronous; or a production "
+            f"system's setting PRESET[:LEVEL], PRESET one of {', '.join(LAG_PRESETS)} (e.g. "
+            f"areal is bounded:4)")
 """The help of `--lag`, whose values `parse_lag` reads."""
 
 
-def parse_lag(text: str) -> tuple[LagModel, float]:
+def parse_lag(text: str) -> LagChoice:
     """`MODEL:PARAM`, e.g. `fixed:0` (synchronous), `uniform:3`, `geometric:0.5`, `bounded:4`;
-    `empirical:P0,P1,...` gives the probabilities of lags 0, 1, ... (`lag` unused, 0).
+    `empirical:P0,P1,...` gives the probabilities of lags 0, 1, ... (`lag` unused, 0); or
+    `PRESET[:LEVEL]`, a `lag_presets` preset at its own level or at `LEVEL`, e.g. `areal`
+    (`bounded:4`) or `areal:8`.
 
-    Returns `(lag_model, lag)`: the model and the value of the lag hyper-parameter.
+    Returns the model, the value of the lag hyper-parameter and the preset, if any.
     """
-    model, sep, param = text.partition(":")
-    if not sep or model not in LAG_MODELS:
+    name, sep, param = text.partition(":")
+    if name in LAG_PRESETS:
+        return _preset_choice(name, param if sep else None)
+    if not sep or name not in LAG_MODELS:
         raise argparse.ArgumentTypeError(
             f"must be MODEL:PARAM with MODEL one of {', '.join(LAG_MODELS)} (e.g. fixed:0, "
-            f"uniform:3, geometric:0.5, bounded:4, empirical:0.5,0.3,0.2), got {text!r}")
+            f"uniform:3, geometric:0.5, bounded:4, empirical:0.5,0.3,0.2), or PRESET[:LEVEL] "
+            f"with PRESET one of {', '.join(LAG_PRESETS)}, got {text!r}")
     try:
-        return LAG_MODELS[model].from_parameter(param)
+        return LagChoice(*LAG_MODELS[name].from_parameter(param))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"PARAM must be a number (a comma-separated list of probabilities for "
             f"empirical), got {param!r}") from None
+
+
+def _preset_choice(name: str, level: str | None) -> LagChoice:
+    """The preset `name` at its own level (`level` None) or at the number `level`."""
+    try:
+        value = None if level is None else float(level)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"LEVEL must be a number, got {level!r}") from None
+    try:
+        return LAG_PRESETS[name].choice(value)
+    except ValueError as error:  # a preset without a level of its own, given none
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 HPARAM_HELP = (

@@ -41,12 +41,13 @@ def header(runs: Driver, out: str, resume: bool) -> str:
     testbed, cfg = runs.testbed, runs.config
     steps = cfg.num_updates * cfg.steps_per_update
     seeds = f"{runs.num_runs} seed{'s' if runs.num_runs > 1 else ''}"
+    preset = f"{cfg.lag_preset.describe()}: " if cfg.lag_preset else ""
     return "\n".join([
         f"{cfg.algo} on {testbed.task(cfg)}: {seeds} x {steps:,} {testbed.steps_name} "
         f"({cfg.num_updates} updates of {cfg.steps_per_update:,}, evaluated every "
         f"{cfg.updates_per_period})",
-        f"lag: {cfg.lag_model.describe(_lag(runs), cfg.buffer_capacity)}; policy buffer of "
-        f"{cfg.buffer_capacity} versions",
+        f"lag: {preset}{cfg.lag_model.describe(_lag(runs), cfg.buffer_capacity)}; policy "
+        f"buffer of {cfg.buffer_capacity} versions",
         f"results: {out}{' (resumed)' if resume else ''}"])
 
 

@@ -144,6 +144,7 @@ def _print_scores(summary: Summary, out: str) -> None:
     tuning = summary.tuning
     for choice in tuning.choices if tuning else ():
         grid = ", ".join(f"{c.value:g}" for c in choice.candidates)
+        edge = f"; the grid's {choice.grid_edge}" if choice.grid_edge else ""
         print(f"  {choice.method:<32} {tuning.hparam} {choice.chosen:g} "
-              f"({tuning.rule}, of {grid})")
+              f"({tuning.rule}, of {grid}{edge})")
     print(f"report: {out}/report.md (tables in {out}/summary.json, runs in {out}/runs.parquet)")

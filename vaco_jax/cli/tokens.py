@@ -23,9 +23,9 @@ from vaco_jax.tokens.warm_start import PRESETS, WarmStart
 OUT = "runs/tokens"
 
 
-COMPOSED = ("lag_model", "warm_start")
-"""The fields set by flags of their own: the lag model by `--lag` (with the `lag` value), the
-warm start by `--warm-start` and the flags that override its preset."""
+COMPOSED = ("lag_model", "lag_preset", "warm_start")
+"""The fields set by flags of their own: the lag model and its preset by `--lag` (with the `lag`
+value), the warm start by `--warm-start` and the flags that override its preset."""
 
 
 def _flags() -> dict[str, Flag]:
@@ -122,10 +122,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def build(args: argparse.Namespace) -> tuple[TokenConfig, TokenHParams]:
     """The config and hyper-parameters the flags of `add_arguments` give."""
-    lag_model, lag = args.lag
-    config = TokenConfig(**config_values(args, TokenConfig, COMPOSED), lag_model=lag_model,
+    config = TokenConfig(**config_values(args, TokenConfig, COMPOSED), **args.lag.config_fields(),
                          warm_start=_warm_start(args))
-    return config, TokenHParams.create(lag=lag, **dict(args.hparam))
+    return config, TokenHParams.create(lag=args.lag.level, **dict(args.hparam))
 
 
 # Each corruption's own flags: the other's would change nothing but the cache key.

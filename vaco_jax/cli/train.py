@@ -13,8 +13,9 @@ from vaco_jax.control.config import ControlConfig, ControlHParams
 OUT = "runs/train"
 
 
-COMPOSED = ("lag_model",)
-"""The fields set by flags of their own: the lag model by `--lag` (with the `lag` value)."""
+COMPOSED = ("lag_model", "lag_preset")
+"""The fields set by flags of their own: the lag model and its preset by `--lag` (with the `lag`
+value)."""
 
 
 def _flags() -> dict[str, Flag]:
@@ -78,9 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def build(args: argparse.Namespace) -> tuple[ControlConfig, ControlHParams]:
     """The config and hyper-parameters the flags of `add_arguments` give."""
-    lag_model, lag = args.lag
     # What the flags leave out the task brings (its time limit), as it does in a sweep.
     config = ControlConfig(**{**testbeds.CONTROL.task_defaults(args.env),
                               **config_values(args, ControlConfig, COMPOSED)},
-                           lag_model=lag_model)
-    return config, ControlHParams.create(lag=lag, **dict(args.hparam))
+                           **args.lag.config_fields())
+    return config, ControlHParams.create(lag=args.lag.level, **dict(args.hparam))

@@ -22,6 +22,7 @@ from vaco_jax.control.networks import ACTIVATIONS
 from vaco_jax.core.config import (Config, check_choice, check_lag_settings, check_positive_int,
                                    once_per_config)
 from vaco_jax.core.lag_models import Fixed, LagModel
+from vaco_jax.core.lag_presets import LagPreset
 
 TV_REFERENCES = ("phase", "behaviour")
 TV_SCOPES = ("minibatch", "batch")
@@ -57,6 +58,9 @@ class ControlConfig(Config):
     # them again from the lag model restricted to the existing versions (`LagModel.draw`), the
     # default: `clip` acts with the initial policy more often than the lag model says.
     lag_warmup: str = "redraw"
+    # The `vaco_jax.core.lag_presets` object that named `lag_model` (a production system's
+    # setting), recorded so that a run says which system it models; None: none did.
+    lag_preset: LagPreset | None = None
     episode_length: int = 1000
     actor_hidden: tuple[int, ...] = (64, 64)
     critic_hidden: tuple[int, ...] = (64, 64)

@@ -10,15 +10,44 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from typing import Any, Callable, ClassVar, Iterable, Mapping, Self, Sequence
 
 import jax.numpy as jnp
 import numpy as np
 
+from vaco_jax.core import lag_presets
 from vaco_jax.core.lag_models import LAG_MODELS, LAG_WARMUPS, RECORD_NAMES, LagModel, named
+from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
 
 MAX_SEED = 2**32 - 1
 """The largest seed: a PRNG key's seed is an unsigned 32-bit integer."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigAxis:
+    """A config field an experiment may sweep beside the lag: `[config] FIELD = [v, ...]` gives
+    each value groups of their own (a config field shapes the compiled program), named by the
+    value's label."""
+
+    field: str
+    labels: tuple[tuple[Any, str], ...]  # each value the field takes, and its groups' label
+
+    def check(self, value: Any) -> None:
+        """Refuses a value the axis does not take (`1` is not `true`)."""
+        if not any(type(value) is type(v) and value == v for v, _ in self.labels):
+            allowed = ", ".join(json.dumps(v) for v, _ in self.labels)
+            raise ValueError(f"{self.field} must be one of {allowed}, or a list of them (groups "
+                             f"of their own each), got {value!r}")
+
+    def label(self, value: Any) -> str:
+        return next(label for v, label in self.labels if type(value) is type(v) and value == v)
+
+
+def axis_labels(config_type: type[Config], values: Mapping[str, Any]) -> list[str]:
+    """The labels of a group's axis values (`values`: field -> value), in the config's order
+    of axes."""
+    return [axis.label(values[axis.field]) for axis in config_type.axes if axis.field in values]
 
 
 class Config:
@@ -26,16 +55,20 @@ class Config:
     `to_dict`/`from_dict` round trip through the `config.json` of a run.
 
     Besides its fields, a testbed's config provides `algo`, `lag_model` (a
-    `vaco_jax.core.lag_models.LagModel`), `lag_warmup`, `buffer_capacity`, `epochs`,
+    `vaco_jax.core.lag_models.LagModel`), `lag_preset` (the `lag_presets.LagPreset` that named
+    it, or None), `lag_warmup`, `buffer_capacity`, `epochs`,
     `minibatches`, `phase_shape` (the epochs and minibatches its algorithm takes), `num_updates`,
     `num_periods` (evaluations), `updates_per_period` and `steps_per_update` (its unit of
     training progress). Its record keeps the lag model as its
-    name, `lag_model`, and its histogram, `lag_probabilities` (`LagModel.record`).
+    name, `lag_model`, and its histogram, `lag_probabilities` (`LagModel.record`), and the
+    preset as its name, `lag_preset`.
     """
 
     # The testbed whose runs this config describes (`vaco_jax.testbeds.named`); a class
     # attribute, not a field, so that neither `config.json` nor an experiment file sets it.
     testbed: ClassVar[str]
+    # The fields an experiment may sweep as axes of groups (`ConfigAxis`).
+    axes: ClassVar[tuple[ConfigAxis, ...]] = ()
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
@@ -49,7 +82,8 @@ class Config:
         values: dict[str, Any] = {}
         for name, value in dataclasses.asdict(self).items():
             field = getattr(self, name)
-            values.update(field.record() if isinstance(field, LagModel) else {name: value})
+            recorded = isinstance(field, (LagModel, LagPreset))
+            values.update(field.record() if recorded else {name: value})
         return values
 
     @classmethod
@@ -68,8 +102,8 @@ class Config:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Self:
         """The config of `to_dict`'s output (JSON lists read back as tuples, nested dataclass
-        fields from their dicts, the lag model from its name and histogram); unknown names are
-        refused, naming the allowed ones."""
+        fields from their dicts, the lag model from its name and histogram, the preset from its
+        name); unknown names are refused, naming the allowed ones."""
         cls.check_record_names(values)
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
 
@@ -84,6 +118,8 @@ class Config:
         if lag:
             fields["lag_model"] = named(lag.get("lag_model", defaults["lag_model"].name),
                                         lag.get("lag_probabilities", ()))
+        if "lag_preset" in fields:
+            fields["lag_preset"] = lag_presets.named(fields["lag_preset"])
         return cls(**fields)
 
 
@@ -138,13 +174,21 @@ def check_choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 def check_lag_settings(config: Config) -> None:
     """The lag settings every testbed's config holds: `lag_model`, its own settings against
-    `buffer_capacity`, and `lag_warmup`."""
+    `buffer_capacity`, `lag_warmup`, and `lag_preset`, which must name the same model."""
     if not isinstance(config.lag_model, LagModel):
         check_choice("lag_model", config.lag_model, tuple(LAG_MODELS))
         raise ValueError(f"lag_model={config.lag_model!r} must be a lag model object: "
                          f"vaco_jax.core.lag_models.named({config.lag_model!r})")
     check_choice("lag_warmup", config.lag_warmup, LAG_WARMUPS)
     config.lag_model.check(config.buffer_capacity)
+    preset = config.lag_preset
+    if preset is None:
+        return
+    if not isinstance(preset, LagPreset):
+        check_choice("lag_preset", preset, tuple(LAG_PRESETS))
+        raise ValueError(f"lag_preset={preset!r} must be a lag preset object: "
+                         f"vaco_jax.core.lag_presets.LAG_PRESETS[{preset!r}]")
+    preset.check_model(config.lag_model)
 
 
 def check_positive_int(field: str, value: Any) -> None:

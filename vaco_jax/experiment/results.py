@@ -42,6 +42,8 @@ def _coordinates(experiment: Experiment, group: Group, batch: Batch,
                      "minibatches": minibatches, "seed": run.seed, "run_id": run.run_id,
                      **{f"{report.HP_PREFIX}{n}": run.hparams.get(n, np.nan)
                         for n in experiment.swept_hparams},
+                     **{f"{report.CONFIG_PREFIX}{n}": getattr(cfg, n)
+                        for n in experiment.swept_config},
                      **_tuned_value(experiment, run),
                      "diverged": bool(status["runs"][index]["diverged"]),
                      "diverged_at": int(status["runs"][index]["diverged_at"])})
@@ -89,6 +91,7 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
     table["env_steps"] = table["update"] * cfg.steps_per_update
     columns = [*report.RUN_COORDINATES, "run_id",
                *(f"{report.HP_PREFIX}{n}" for n in experiment.swept_hparams),
+               *(f"{report.CONFIG_PREFIX}{n}" for n in experiment.swept_config),
                *_tuned_columns(experiment), "update", "env_steps", score, *training_metrics,
                *report.PER_RUN_COLUMNS]
     return table[columns]
@@ -149,8 +152,8 @@ def resolved_plan(plan: Plan, out_dir: str | os.PathLike) -> Plan:
 
 def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
     """The runs table of every finished batch (`report.required_columns` of the testbed's
-    score, `hp_*` for the swept hyper-parameters, the tuned one's value with `[tune]`, and
-    the training metrics)."""
+    score, `hp_*` for the swept hyper-parameters, `cfg_*` for the swept config axes, the tuned
+    one's value with `[tune]`, and the training metrics)."""
     plan = resolved_plan(plan, out_dir)
     table = finished_batches_table(plan.experiment,
                                    [(b, batch_dir(out_dir, b)) for b in plan.batches])

@@ -2,9 +2,10 @@
 
 An experiment (see `experiments/README.md`) names a testbed, tasks, algorithms, lag models with
 their levels, forward-lag settings, hyper-parameter grids and seeds. It expands into *groups*,
-one per (task, algorithm, lag model, epochs, minibatches), each one compiled program, and each
-combination of lag level x grid point x seed is one *run* of a group. Everything is validated
-here, before anything compiles, and an error names the offending key and its allowed values.
+one per (task, algorithm, lag model, config axis value, epochs, minibatches), each one compiled
+program, and each combination of lag level x grid point x seed is one *run* of a group.
+Everything is validated here, before anything compiles, and an error names the offending key
+and its allowed values.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import jax
 import jax.numpy as jnp
 
 from vaco_jax import testbeds
-from vaco_jax.core.config import Config, check_seeds
+from vaco_jax.core.config import Config, ConfigAxis, axis_labels, check_seeds
 from vaco_jax.core.lag_models import LAG_MODELS, LagModel
+from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
 from vaco_jax.experiment import compat
 from vaco_jax.experiment import tune as tuning
 from vaco_jax.testbeds import Testbed
@@ -31,11 +33,12 @@ from vaco_jax.testbeds import Testbed
 REFERENCE_KEY = "reference_scores"
 TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "focus_algo",
                   "lag", "forward", "config", "hparams", "overrides", "tune", REFERENCE_KEY)
-LAG_KEYS = ("model", "levels")
+LAG_KEYS = ("model", "preset", "levels")
 FORWARD_KEYS = ("epochs", "minibatches")
 OVERRIDE_KEYS = ("forward", "config", "hparams")
 SET_ELSEWHERE = {"testbed": "the top-level testbed key", "algo": "algos",
-                 "lag_model": "[lag] model", "epochs": "[forward] epochs",
+                 "lag_model": "[lag] model", "lag_preset": "[lag] preset",
+                 "epochs": "[forward] epochs",
                  "minibatches": "[forward] minibatches"}
 """Keys a `[config]` table may not set (nor the testbed's task field, which `tasks` sets), and
 where the experiment sets them."""
@@ -60,13 +63,20 @@ class RunSpec:
 @dataclasses.dataclass(frozen=True)
 class Group:
     """Runs sharing one compiled program (`config`); `fixed` holds the hyper-parameters every
-    run shares, `swept` the names of those the runs' grid points set."""
+    run shares, `swept` the names of those the runs' grid points set, `axes` the value of each
+    config axis the experiment sweeps (`Config.axes`), which its name carries."""
 
     name: str
     config: Config
     fixed: Mapping[str, float]
     swept: tuple[str, ...]
     runs: tuple[RunSpec, ...]
+    axes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def axes_part(self) -> str:
+        """The part of its name that its config axes give, e.g. `-bf16`."""
+        return _axes_part(type(self.config), self.axes)
 
     def hparams(self, indices: Sequence[int]) -> Any:
         """The stacked hyper-parameters of `runs[i]` for each `i` in `indices` (leaves `[R]`)."""
@@ -78,6 +88,10 @@ class Group:
 
     def run_hparams(self, index: int) -> Any:
         return jax.tree.map(lambda x: x[0], self.hparams([index]))
+
+
+def _axes_part(config_type: type[Config], axes: Mapping[str, Any]) -> str:
+    return "".join(f"-{label}" for label in axis_labels(config_type, axes))
 
 
 def group_steps(group: Group) -> int:
@@ -145,6 +159,11 @@ class Experiment:
         but the tuned one (its own column, `Tune.column`)."""
         tuned = self.tune.hparam if self.tune else None
         return tuple(dict.fromkeys(n for g in self.groups for n in g.swept if n != tuned))
+
+    @property
+    def swept_config(self) -> tuple[str, ...]:
+        """Every config axis some group sweeps, in order of appearance (the `cfg_*` columns)."""
+        return tuple(dict.fromkeys(n for g in self.groups for n in g.axes))
 
     @property
     def num_runs(self) -> int:
@@ -231,33 +250,77 @@ def _hparam_values(table: Mapping[str, Any],
 
 
 def _config_values(table: Mapping[str, Any], testbed: Testbed) -> dict[str, Any]:
+    """The fields as given, but a config axis's: its value, or its list of values as a tuple
+    (each value groups of their own)."""
     elsewhere = {testbed.task_field: "tasks", **SET_ELSEWHERE}
     misplaced = {k: elsewhere[k] for k in table if k in elsewhere}
     if misplaced:
         raise ValueError("; ".join(f"{k} is set by {where}" for k, where in misplaced.items()))
     testbed.config.check_record_names(table)
-    return dict(table)
+    axes = {axis.field: axis for axis in testbed.config.axes}
+    return {name: _axis_values(axes[name], value) if name in axes else value
+            for name, value in table.items()}
+
+
+def _axis_values(axis: ConfigAxis, value: Any) -> Any:
+    """One value of `axis`, or a non-empty list of distinct ones as a tuple."""
+    if not isinstance(value, list):
+        axis.check(value)
+        return value
+    if not value:
+        raise ValueError(f"{axis.field}: the list is empty; give at least one value")
+    for item in value:
+        axis.check(item)
+    if len({axis.label(v) for v in value}) != len(value):
+        raise ValueError(f"{axis.field} lists a value twice: {value!r}")
+    return tuple(value)
 
 
 @dataclasses.dataclass(frozen=True)
 class _LagSpec:
-    """One `[lag]` entry: a lag model and its levels (each level one lag value of the runs)."""
+    """One `[lag]` entry: a lag model and its levels (each level one lag value of the runs),
+    and the preset that named the model, if any."""
 
     model: type[LagModel]
     levels: tuple[float, ...]
+    preset: LagPreset | None = None
+
+    @property
+    def label(self) -> str:
+        """What names the entry's groups beside others: its preset, else its model."""
+        return self.preset.name if self.preset else self.model.name
 
 
 def _lag_spec(table: Any) -> _LagSpec:
+    """`model` and `levels`, or `preset` and optionally `levels` (default: the preset's)."""
     if not isinstance(table, dict):
         raise ValueError(f"must be a table with keys {list(LAG_KEYS)}, got {table!r}")
     _check_keys(table, LAG_KEYS)
-    if set(table) != set(LAG_KEYS):
-        raise ValueError(f"needs both {list(LAG_KEYS)}")
+    if ("model" in table) == ("preset" in table):
+        raise ValueError("needs either model (with levels) or preset, not both")
+    if "preset" in table:
+        return _preset_spec(table)
+    if "levels" not in table:
+        raise ValueError("needs both ['model', 'levels']")
     model = table["model"]
     if not isinstance(model, str):
         raise ValueError(f"model must be one lag model name, got {model!r}")
+    if model in LAG_PRESETS:
+        raise ValueError(f"model: {model!r} is a lag preset; write preset = {model!r}")
     _check_names("model", [model], tuple(LAG_MODELS))
     return _LagSpec(model=LAG_MODELS[model], levels=_values("levels", table["levels"]))
+
+
+def _preset_spec(table: Mapping[str, Any]) -> _LagSpec:
+    """A preset's entry: its model, at the given levels or its own."""
+    name = table["preset"]
+    if not isinstance(name, str):
+        raise ValueError(f"preset must be one lag preset name, got {name!r}")
+    _check_names("preset", [name], tuple(LAG_PRESETS))
+    preset = LAG_PRESETS[name]
+    levels = (_values("levels", table["levels"]) if "levels" in table
+              else (preset.choice().level,))
+    return _LagSpec(model=type(preset.model), levels=levels, preset=preset)
 
 
 def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
@@ -272,13 +335,15 @@ def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
     for index, table in enumerate(value):
         with _context(f"[lag][{index}]"):
             specs.append(_lag_spec(table))
+    # One entry per model: each model's runs are one group, their levels vmapped runs, and
+    # the report tells its variants apart by model (two presets of one model are its levels).
     models = [s.model.name for s in specs]
     repeated = sorted({m for m in models if models.count(m) > 1})
     if repeated:
         where = "; ".join(f"{m!r} in entries {[i for i, n in enumerate(models) if n == m]}"
                           for m in repeated)
         raise ValueError(f"[lag]: each lag model may appear once (list all its levels in one "
-                         f"entry), got {where}")
+                         f"entry; a preset counts as its model), got {where}")
     return tuple(specs)
 
 
@@ -303,6 +368,14 @@ class _Settings:
         return list(itertools.product(self.forward.get("epochs", (defaults.epochs,)),
                                       self.forward.get("minibatches", (defaults.minibatches,))))
 
+    def axis_variants(self) -> list[dict[str, Any]]:
+        """Every combination of the config axes given as lists (field -> value), in the
+        config's order of axes; one empty combination where none is."""
+        fields = [axis.field for axis in self.testbed.config.axes
+                  if isinstance(self.config.get(axis.field), tuple)]
+        return [dict(zip(fields, values))
+                for values in itertools.product(*(self.config[f] for f in fields))]
+
     def overridden(self, override: Mapping[str, Any]) -> "_Settings":
         _check_keys(override, OVERRIDE_KEYS)
         config = _config_values(_table(override, "config"), self.testbed)
@@ -314,36 +387,43 @@ class _Settings:
 
 def _num_runs(settings: _Settings, lag: _LagSpec, num_seeds: int) -> int:
     """The runs of every group of one (task, algorithm, lag model), counted as `_group` builds
-    them but without building them: forward variants x lag levels x grid points x seeds."""
+    them but without building them: config axis values x forward variants x lag levels x grid
+    points x seeds."""
     grid = math.prod(len(v) for v in settings.hparams.values() if isinstance(v, tuple))
-    return len(settings.forward_variants()) * len(lag.levels) * grid * num_seeds
+    return (len(settings.axis_variants()) * len(settings.forward_variants()) * len(lag.levels)
+            * grid * num_seeds)
 
 
 def _check_num_runs(num_runs: int) -> None:
     if num_runs > MAX_RUNS:
         raise ValueError(f"the experiment expands into {num_runs:,} runs (tasks x algos x lag "
-                         f"levels x grid points x seeds x forward variants), more than the "
-                         f"limit of {MAX_RUNS:,} (MAX_RUNS); split it into several experiments "
-                         f"or sweep fewer values")
+                         f"levels x grid points x seeds x forward variants x config axis "
+                         f"values), more than the limit of {MAX_RUNS:,} (MAX_RUNS); split it "
+                         f"into several experiments or sweep fewer values")
 
 
 def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
-           lag_specs: tuple[_LagSpec, ...], seeds: tuple[int, ...], settings: _Settings) -> Group:
+           lag_specs: tuple[_LagSpec, ...], axes: Mapping[str, Any], seeds: tuple[int, ...],
+           settings: _Settings) -> Group:
     """One group with its runs in the order lag level, grid point, seed (seed varies fastest).
 
-    With several lag models (`lag_specs`) the group's name includes its model, and the shared
-    `lag_probabilities` belong to the groups of the model that takes them only."""
-    model_part = f"-{lag.model.name}" if len(lag_specs) > 1 else ""
-    name = f"{task}-{algo}{model_part}-e{epochs}m{minibatches}"
+    With several lag models (`lag_specs`) the group's name includes its model (or preset), and
+    the shared `lag_probabilities` belong to the groups of the model that takes them only; the
+    value of each config axis swept (`axes`) is named after it."""
+    model_part = f"-{lag.label}" if len(lag_specs) > 1 else ""
     testbed = settings.testbed
-    shared = dict(settings.config)
+    name = (f"{task}-{algo}{model_part}{_axes_part(testbed.config, axes)}"
+            f"-e{epochs}m{minibatches}")
+    shared = {**settings.config, **axes}
     if not lag.model.takes_probabilities and any(s.model.takes_probabilities
                                                  for s in lag_specs):
         shared.pop("lag_probabilities", None)
     with _context(f"group {name}"):
         config = testbed.config.from_dict({**testbed.task_defaults(task), **shared,
                                            testbed.task_field: task, "algo": algo,
-                                           "lag_model": lag.model.name, "epochs": epochs,
+                                           "lag_model": lag.model.name,
+                                           "lag_preset": lag.preset.name if lag.preset else None,
+                                           "epochs": epochs,
                                            "minibatches": minibatches})
     swept = tuple(n for n, v in settings.hparams.items() if isinstance(v, tuple))
     fixed = {n: v for n, v in settings.hparams.items() if n not in swept}
@@ -352,7 +432,7 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
     runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=float(level),
                          hparams=dict(zip(swept, point)))
                  for i, (level, point, seed) in enumerate(points))
-    group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs)
+    group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs, axes=axes)
     with _context(f"group {name}"):
         testbed.validate(config, group.hparams(range(len(runs))))
     return group
@@ -408,9 +488,10 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
         _check_num_runs(sum(_num_runs(settings[task, algo], lag, len(seeds))
                             for task in tasks for algo in algos for lag in lag_specs))
         tune = _tune(spec, testbed, settings)
-        groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, seeds,
+        groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, axes, seeds,
                               settings[task, algo])
                        for task in tasks for algo in algos for lag in lag_specs
+                       for axes in settings[task, algo].axis_variants()
                        for epochs, minibatches in settings[task, algo].forward_variants())
         tuned, tuned_by = tuning.tuning_groups(groups, tune, testbed) if tune else ((), {})
         groups = tuned + groups  # the tuning runs go first

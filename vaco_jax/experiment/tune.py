@@ -121,20 +121,21 @@ def _grid_points(group: spec.Group) -> list[tuple[float, ...]]:
 
 
 def _tuning_name(group: spec.Group, testbed: Testbed) -> str:
+    """One per task, algorithm, config axis value and forward variant."""
     config = group.config
-    return (f"{GROUP_PREFIX}{testbed.task(config)}-{config.algo}-"
+    return (f"{GROUP_PREFIX}{testbed.task(config)}-{config.algo}{group.axes_part}-"
             f"e{config.epochs}m{config.minibatches}")
 
 
 def _tuning_group(name: str, group: spec.Group, tune: Tune, testbed: Testbed) -> spec.Group:
     """Lag 0 under `fixed`: grid value x other grid point x tuning seed, seed fastest."""
-    config = group.config.replace(lag_model=Fixed())
+    config = group.config.replace(lag_model=Fixed(), lag_preset=None)
     points = itertools.product(tune.values, _grid_points(group), tune.seeds)
     runs = tuple(spec.RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=0.0,
                               hparams={tune.hparam: value, **dict(zip(group.swept, point))})
                  for i, (value, point, seed) in enumerate(points))
     tuning = spec.Group(name=name, config=config, fixed=group.fixed,
-                        swept=(tune.hparam, *group.swept), runs=runs)
+                        swept=(tune.hparam, *group.swept), runs=runs, axes=group.axes)
     with spec._context(f"group {name}"):
         testbed.validate(config, tuning.hparams(range(len(runs))))
     return tuning
@@ -142,8 +143,9 @@ def _tuning_group(name: str, group: spec.Group, tune: Tune, testbed: Testbed) ->
 
 def tuning_groups(groups: tuple[spec.Group, ...], tune: Tune, testbed: Testbed
                   ) -> tuple[tuple[spec.Group, ...], dict[str, str]]:
-    """The tuning groups of the experiment's `groups` (one per task, algorithm and forward
-    variant, shared by its lag models), and the tuning group of each of `groups`."""
+    """The tuning groups of the experiment's `groups` (one per task, algorithm, config axis
+    value and forward variant, shared by its lag models), and the tuning group of each of
+    `groups`."""
     tuned_by = {g.name: _tuning_name(g, testbed) for g in groups}
     first = {name: next(g for g in groups if tuned_by[g.name] == name)
              for name in dict.fromkeys(tuned_by.values())}

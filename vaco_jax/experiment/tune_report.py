@@ -48,8 +48,9 @@ def summary(experiment: Experiment, made: list[tune.Choice]) -> Tuning:
             for c in made))
 
 
-def markdown(experiment: Experiment, made: list[tune.Choice]) -> str:
-    """The report's section: a row per method and grid value, the chosen one marked."""
+def markdown(experiment: Experiment, tuning: Tuning) -> str:
+    """The report's section: a row per method and grid value, the chosen one marked, and the
+    methods whose choice lies at an end of the grid named."""
     setting = experiment.tune
     lines = [f"## {setting.hparam} chosen on synchronous runs", "",
              f"Each method's {setting.hparam} was chosen before any stale run, by the rule "
@@ -60,14 +61,22 @@ def markdown(experiment: Experiment, made: list[tune.Choice]) -> str:
              f"`{report.RUNS_FILE}`).", "",
              f"| method | {setting.hparam} | IQM {setting.rule.statistic} [95% CI] | runs | |",
              "|---|---|---|---|---|"]
-    for choice in made:
+    for choice in tuning.choices:
         for c in choice.candidates:
             mark = "**chosen**" if c.value == choice.chosen else ""
-            lines.append(f"| {_method(experiment, choice)} | {c.value:g} | {c.iqm:.4g} "
-                         f"[{c.low:.4g}, {c.high:.4g}] | {c.runs} | {mark} |")
-    if not made:
+            lines.append(f"| {choice.method} | {c.value:g} | {_number(c.iqm)} "
+                         f"[{_number(c.low)}, {_number(c.high)}] | {c.runs} | {mark} |")
+    if not tuning.choices:
         lines.append("| (no tuning group has finished) | | | | |")
+    at_edges = [f"{c.method} ({c.grid_edge})" for c in tuning.choices if c.grid_edge]
+    if at_edges:
+        lines += ["", f"At an end of the grid: {', '.join(at_edges)}. A value beyond it may "
+                  f"score higher; the choice is the best of the candidates, not an optimum."]
     return "\n".join(lines) + "\n"
+
+
+def _number(x: float | None) -> str:
+    return "undefined" if x is None else f"{x:.4g}"
 
 
 def add_tuning(experiment: Experiment, runs: pd.DataFrame, out_dir: str | os.PathLike,
@@ -75,10 +84,10 @@ def add_tuning(experiment: Experiment, runs: pd.DataFrame, out_dir: str | os.Pat
     """Adds the tuning to the report `written` in `out_dir` (`runs`: the whole runs table,
     tuning rows included); returns the summary with `tuning`."""
     out = Path(out_dir)
-    made = tune.choices(experiment, runs, experiment.testbed.score)
-    full = dataclasses.replace(written, tuning=summary(experiment, made))
+    tuning = summary(experiment, tune.choices(experiment, runs, experiment.testbed.score))
+    full = dataclasses.replace(written, tuning=tuning)
     io.write_table(out / report.RUNS_FILE, runs)
     io.write_text(out / "summary.json", dumps(full))
     text = (out / "report.md").read_text(encoding="utf-8")
-    io.write_text(out / "report.md", f"{text.rstrip()}\n\n{markdown(experiment, made)}")
+    io.write_text(out / "report.md", f"{text.rstrip()}\n\n{markdown(experiment, tuning)}")
     return full

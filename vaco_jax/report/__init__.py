@@ -14,6 +14,7 @@ tables and summaries as earlier versions wrote them.
 """
 
 from vaco_jax.report.runs_table import (
+    CONFIG_PREFIX,
     HP_PREFIX,
     PER_RUN_COLUMNS,
     RUN_COORDINATES,
@@ -25,6 +26,7 @@ from vaco_jax.report.runs_table import (
 from vaco_jax.report.write import write_report
 
 __all__ = [
+    "CONFIG_PREFIX",
     "HP_PREFIX",
     "PER_RUN_COLUMNS",
     "RUN_COORDINATES",

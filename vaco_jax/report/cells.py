@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax.report import stats
-from vaco_jax.report.runs_table import HP_PREFIX, hp_columns
+from vaco_jax.report.runs_table import setting_columns, setting_name
 
 CONFIDENCE = 0.95
 AGGREGATES: dict[str, tuple[str, stats.Aggregate]] = {
@@ -34,17 +34,18 @@ class Cell:
     """The runs of one (variant, lag) that enter its score matrices.
 
     ``condition`` is what a baseline must share besides the lag level: the lag model and the
-    forward setting (``lag_model``, ``epochs``, ``minibatches``); ``hparams`` the values of the
-    swept hyper-parameters its runs set (NaN, unset, left out). ``runs`` holds the paired
-    runs with a ``slot`` column (their row in the matrices); ``scores`` and ``auc`` (normalised),
-    ``raw_scores`` (final scores in the testbed's units) and ``gains`` and ``auc_gains`` (raw
-    final score and raw AUC less the run's first evaluation) are ``[runs per task, num_tasks]``.
+    forward setting (``lag_model``, ``epochs``, ``minibatches``); ``settings`` the values of the
+    swept hyper-parameters and config axes its runs set (NaN, unset, left out). ``runs`` holds
+    the paired runs with a ``slot`` column (their row in the matrices); ``scores`` and ``auc``
+    (normalised), ``raw_scores`` (final scores in the testbed's units) and ``gains`` and
+    ``auc_gains`` (raw final score and raw AUC less the run's first evaluation) are
+    ``[runs per task, num_tasks]``.
     """
 
     variant: str
     algo: str
     condition: tuple[str, int, int]
-    hparams: Mapping[str, float]
+    settings: Mapping[str, float]
     lag: float
     num_runs: int
     num_diverged: int
@@ -86,9 +87,9 @@ def cells(run_table: pd.DataFrame, tasks: Sequence[str]) -> tuple[list[Cell], li
                     int(cell_runs["epochs"].iloc[0]),
                     int(cell_runs["minibatches"].iloc[0]),
                 ),
-                hparams={
-                    column.removeprefix(HP_PREFIX): float(value)
-                    for column, value in cell_runs[hp_columns(cell_runs)].iloc[0].items()
+                settings={
+                    setting_name(column): float(value)
+                    for column, value in cell_runs[setting_columns(cell_runs)].iloc[0].items()
                     if np.isfinite(value)
                 },
                 lag=float(lag),
@@ -195,14 +196,15 @@ def improvements(
     Baselines are the variants of every other algorithm at the same lag under the same lag
     model (a level means another lag distribution under another model) and forward setting
     (epochs and minibatches set how far the learner moves from the data, as the lag does), at
-    the same value of every swept hyper-parameter both set (a learning rate swept for every
-    algorithm pairs like with like; a threshold only the focus sweeps pairs with every baseline).
+    the same value of every swept hyper-parameter and config axis both set (a learning rate
+    swept for every algorithm pairs like with like; a threshold only the focus sweeps pairs with
+    every baseline).
     """
     def comparable(focus: Cell, baseline: Cell) -> bool:
-        shared = focus.hparams.keys() & baseline.hparams.keys()
+        shared = focus.settings.keys() & baseline.settings.keys()
         return (baseline.algo != focus_algo and baseline.lag == focus.lag
                 and baseline.condition == focus.condition
-                and all(focus.hparams[name] == baseline.hparams[name] for name in shared))
+                and all(focus.settings[name] == baseline.settings[name] for name in shared))
 
     focus_cells = sorted(
         (c for c in complete if c.algo == focus_algo), key=lambda c: (c.lag, c.variant)

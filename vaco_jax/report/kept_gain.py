@@ -38,7 +38,7 @@ import pandas as pd
 
 from vaco_jax.report import stats
 from vaco_jax.report.cells import CONFIDENCE, Cell
-from vaco_jax.report.runs_table import hp_columns
+from vaco_jax.report.runs_table import setting_columns
 
 SYNC_LAG = 0.0
 MEASURES = {"kept": "gain", "auc_kept": "auc_gain"}
@@ -59,7 +59,7 @@ def synchronous_variants(run_table: pd.DataFrame) -> dict[str, str]:
     """Each variant's synchronous runs, by variant: its own where it has lag-0 runs, else those
     of the variant of the same algorithm, forward setting and hyper-parameters under the
     ``fixed`` lag model, where that one has lag-0 runs; variants with neither are left out."""
-    settings = ["algo", "epochs", "minibatches", *hp_columns(run_table)]
+    settings = ["algo", "epochs", "minibatches", *setting_columns(run_table)]
     first = run_table.drop_duplicates("variant").set_index("variant")
 
     def key(variant: str) -> tuple:

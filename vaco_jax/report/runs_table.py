@@ -3,13 +3,14 @@
 The table is long format, one row per run per evaluation point (see ``required_columns``):
 the run coordinates, ``run_id``, ``update``, ``env_steps``, the evaluations (the column a
 ``Score`` names) and the run's outcome, the coordinates and the outcome constant within a run;
-hyper-parameter columns are prefixed ``hp_``, and training metrics may follow. Both testbeds
-write it, so it names what the evaluations measure through ``Score`` rather than assuming
-returns.
+the swept settings' columns follow, hyper-parameters prefixed ``hp_`` and config axes (a
+config field an experiment sweeps, ``Config.axes``) ``cfg_``, and training metrics may follow.
+Both testbeds write it, so it names what the evaluations measure through ``Score`` rather than
+assuming returns.
 
 A *variant* is an algorithm plus every run coordinate that varies within that algorithm apart
-from lag and seed (``lag_model``, ``epochs``, ``minibatches``, ``hp_*``), e.g.
-``vaco[tv_delta=0.1]``.
+from lag and seed (``lag_model``, ``epochs``, ``minibatches``, ``hp_*``, ``cfg_*``), e.g.
+``vaco[tv_delta=0.1]`` or ``grpo[bf16_behaviour=True]``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import numpy as np
 import pandas as pd
 
 HP_PREFIX = "hp_"
+CONFIG_PREFIX = "cfg_"
+SETTING_PREFIXES = (HP_PREFIX, CONFIG_PREFIX)
+"""The prefixes of the swept settings' columns: hyper-parameters and config axes."""
 RUNS_FILE = "runs.parquet"
 RUN_COORDINATES = ("task", "algo", "lag_model", "lag", "epochs", "minibatches", "seed")
 VARIANT_COORDINATES = ("lag_model", "epochs", "minibatches")
@@ -45,9 +49,17 @@ def required_columns(score: Score = Score()) -> tuple[str, ...]:
     return (*RUN_COORDINATES, "run_id", "update", "env_steps", score.column, *PER_RUN_COLUMNS)
 
 
-def hp_columns(runs: pd.DataFrame) -> list[str]:
-    """The hyper-parameter columns of ``runs``, sorted so that variant names are stable."""
-    return sorted(c for c in runs.columns if c.startswith(HP_PREFIX))
+def setting_columns(runs: pd.DataFrame) -> list[str]:
+    """The swept settings' columns of ``runs`` (``hp_*`` and ``cfg_*``), sorted so that variant
+    names are stable."""
+    return sorted(c for c in runs.columns if c.startswith(SETTING_PREFIXES))
+
+
+def setting_name(column: str) -> str:
+    """A column's name in a variant's name: a swept setting's without its prefix, any other's
+    as it is."""
+    return next((column.removeprefix(p) for p in SETTING_PREFIXES if column.startswith(p)),
+                column)
 
 
 def _format_value(value: Any) -> str:
@@ -57,19 +69,19 @@ def _format_value(value: Any) -> str:
 
 
 def assignments(columns: Sequence[str], values: Sequence[Any]) -> str:
-    """``"name=value,..."`` with the ``hp_`` prefix dropped from names."""
-    return ",".join(f"{c.removeprefix(HP_PREFIX)}={_format_value(v)}" for c, v in zip(columns, values))
+    """``"name=value,..."`` with the ``hp_`` or ``cfg_`` prefix dropped from names."""
+    return ",".join(f"{setting_name(c)}={_format_value(v)}" for c, v in zip(columns, values))
 
 
 def variant_names(runs: pd.DataFrame) -> pd.Series:
     """Readable variant name for every row of a runs table, indexed like ``runs``.
 
     The name is the algorithm, followed in brackets by each coordinate (from
-    ``lag_model``, ``epochs``, ``minibatches`` and ``hp_*``, prefix dropped)
+    ``lag_model``, ``epochs``, ``minibatches``, ``hp_*`` and ``cfg_*``, prefix dropped)
     that takes more than one value among that algorithm's runs:
     ``ppo``, ``vaco[tv_delta=0.1]``, ``ppo[epochs=8,minibatches=4]``.
     """
-    coordinates = [*VARIANT_COORDINATES, *hp_columns(runs)]
+    coordinates = [*VARIANT_COORDINATES, *setting_columns(runs)]
     first_rows = runs.drop_duplicates("run_id").set_index("run_id")
     names = first_rows["algo"].astype(str)
     for algo, rows in first_rows.groupby("algo", sort=False):
@@ -92,7 +104,7 @@ def check_runs(runs: pd.DataFrame, score: Score) -> None:
     missing = [c for c in required if c not in runs.columns]
     if missing:
         raise ValueError(f"runs is missing columns {missing}; required: {list(required)}")
-    constant = [*RUN_COORDINATES, *PER_RUN_COLUMNS, *hp_columns(runs)]
+    constant = [*RUN_COORDINATES, *PER_RUN_COLUMNS, *setting_columns(runs)]
     per_run = runs.groupby("run_id")[constant].nunique(dropna=False)
     varying = [c for c in constant if (per_run[c] > 1).any()]
     if varying:

@@ -316,6 +316,15 @@ class TuningChoice:
     chosen: float
     candidates: tuple[TuningCandidate, ...]
 
+    @property
+    def grid_edge(self) -> str | None:
+        """"smallest" or "largest" where the chosen value is that end of the candidates, so
+        that a better value may lie beyond them; None where it lies inside."""
+        values = sorted(c.value for c in self.candidates)
+        if len(values) < 2 or values[0] < self.chosen < values[-1]:
+            return None
+        return "smallest" if self.chosen == values[0] else "largest"
+
 
 @dataclasses.dataclass(frozen=True)
 class Tuning:

@@ -34,7 +34,8 @@ from vaco_jax.report.summary import (CellSummary, DivergedRun, EssCollapse, Figu
                                      Improvement, IncompleteCell, KeptGain, Normalisation,
                                      RunOverview, Stabilisers, Summary, TaskCell, Variant,
                                      parsed)
-from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, check_runs, hp_columns
+from vaco_jax.report.runs_table import (RUNS_FILE, Score, assignments, check_runs,
+                                        setting_columns)
 from vaco_jax.infra import io
 from vaco_jax.infra.provenance import provenance
 
@@ -158,12 +159,12 @@ def _save_figure(figure: Figure, out_dir: Path, stem: str) -> dict[str, str]:
 
 def _variant_records(run_table: pd.DataFrame) -> tuple[Variant, ...]:
     """Per variant: what defines it (algorithm, lag models, forward setting, the
-    hyper-parameters it sets) and its number of runs."""
-    hp = hp_columns(run_table)
+    hyper-parameters and config axes it sets) and its number of runs."""
+    settings = setting_columns(run_table)
     records = []
     for variant, rows in run_table.groupby("variant", sort=True):
         first = rows.iloc[0]
-        set_hps = [c for c in hp if pd.notna(first[c])]
+        set_hps = [c for c in settings if pd.notna(first[c])]
         records.append(
             Variant(
                 variant=variant,
@@ -228,7 +229,8 @@ def write_report(
 
     Args:
       runs: the runs table, one row per run per evaluation point: the columns
-        of ``required_columns(score)``, any ``hp_*`` columns, and training metrics of
+        of ``required_columns(score)``, any ``hp_*`` and ``cfg_*`` columns (swept
+        hyper-parameters and config axes), and training metrics of
         which those of ``metrics.FRACTION_METRICS`` are plotted against lag and those of
         ``figures_runs.STALENESS_METRICS`` over training per run, if present; the off-policy
         metrics of ``metrics.OFF_POLICY_METRICS`` (with any ``*_median``/``*_p90``

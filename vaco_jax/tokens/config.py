@@ -8,11 +8,12 @@ from typing import Any, ClassVar
 import numpy as np
 from flax import struct
 
-from vaco_jax.core.config import (Config, HParamsBase, check_choice, check_lag_settings,
-                                   check_positive_int, once_per_config)
+from vaco_jax.core.config import (Config, ConfigAxis, HParamsBase, check_choice,
+                                   check_lag_settings, check_positive_int, once_per_config)
 from vaco_jax import losses
 from vaco_jax.losses import AGGREGATIONS
 from vaco_jax.core.lag_models import Empirical, Fixed, LagModel
+from vaco_jax.core.lag_presets import LagPreset
 from vaco_jax.tokens import algorithms
 from vaco_jax.tokens.model import ModelSpec
 from vaco_jax.tokens.tasks import TASKS, Task, make_task
@@ -36,6 +37,10 @@ class TokenConfig(Config):
     """
 
     testbed: ClassVar[str] = "tokens"
+    # The sampler/trainer numeric mismatch as an axis of its own beside the lag: behaviour
+    # log-probs from the learner's float32 weights or from bfloat16 copies.
+    axes: ClassVar[tuple[ConfigAxis, ...]] = (
+        ConfigAxis("bf16_behaviour", ((False, "fp32"), (True, "bf16"))),)
     task: str = "add"
     task_size: int = 2
     algo: str = "grpo"  # one of `vaco_jax.tokens.algorithms.ALGORITHMS`
@@ -71,6 +76,8 @@ class TokenConfig(Config):
     lag_model: LagModel = Fixed()
     # Lags beyond the versions pushed so far: `redraw` (the default) or `clip` (`LagModel.draw`).
     lag_warmup: str = "redraw"
+    # The `vaco_jax.core.lag_presets` object that named `lag_model`, or None.
+    lag_preset: LagPreset | None = None
     buffer_capacity: int = 4
     epochs: int = 1
     minibatches: int = 1
