@@ -7,7 +7,9 @@ import sys
 import types
 from pathlib import Path
 
+from vaco_jax.control import algorithms as control
 from vaco_jax.infra import entry_points as entry_points_module
+from vaco_jax.tokens import algorithms as tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PLUGIN = ROOT / "docs" / "examples" / "dual_clip_plugin"
@@ -17,6 +19,15 @@ def uncalled_entry_points(monkeypatch) -> None:
     """This test's registries call their entry points afresh (and none is installed)."""
     monkeypatch.setattr(entry_points_module, "_called", set())
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda *, group: [])
+
+
+def private_registries(monkeypatch) -> None:
+    """Both testbeds' algorithm registries as this test's copies, their entry points not yet
+    called."""
+    for registry in (control.ALGORITHMS, tokens.ALGORITHMS):
+        for field in ("_entries", "_sources"):
+            monkeypatch.setattr(registry, field, dict(getattr(registry, field)))
+    uncalled_entry_points(monkeypatch)
 
 
 def fake_entry_points(monkeypatch, served: str, functions: dict) -> list[str]:

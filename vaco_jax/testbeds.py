@@ -70,6 +70,8 @@ class Testbed(Generic[ConfigT, HParamsT, StateT, PolicyT]):
     task_field: str  # the config field a sweep's `tasks` set
     tasks: Callable[[], tuple[str, ...]]  # the task names (the control registry grows)
     algorithms: Callable[[], tuple[str, ...]]  # the registry's names, plugins' included
+    # The plugin entry point that registered an algorithm, described; None for a built-in.
+    registered_by: Callable[[str], str | None]
     # The stabilisers (`phase.MECHANISM_FRACTIONS`) an algorithm records; KeyError if unknown.
     mechanisms: Callable[[str], frozenset[str]]
     # Config values a task brings unless an experiment sets them.
@@ -98,14 +100,16 @@ CONTROL: Testbed[ControlConfig, ControlHParams, control_train.ControlState, Poli
     config=ControlConfig, hparams=ControlHParams, state=control_train.ControlState, validate=validate_control,
     trainer=control_train.ControlTrainer, metrics=control_train.METRICS, score_name="return",
     steps_name="environment steps", task_field="env", tasks=envs.names,
-    algorithms=lambda: tuple(ALGORITHMS), mechanisms=control_train.algorithm_mechanisms,
+    algorithms=lambda: tuple(ALGORITHMS), registered_by=ALGORITHMS.registered_by,
+    mechanisms=control_train.algorithm_mechanisms,
     task_defaults=_control_task_defaults,
     reference=_control_reference)
 TOKENS: Testbed[TokenConfig, TokenHParams, token_train.TokenState, Params] = Testbed(
     config=TokenConfig, hparams=TokenHParams, state=token_train.TokenState, validate=token_config.validate,
     trainer=token_train.TokenTrainer, metrics=token_train.METRICS, score_name="held-out accuracy",
     steps_name="sampled responses", task_field="task", tasks=lambda: tuple(TASKS),
-    algorithms=lambda: tuple(TOKEN_ALGORITHMS), mechanisms=token_train.algorithm_mechanisms,
+    algorithms=lambda: tuple(TOKEN_ALGORITHMS), registered_by=TOKEN_ALGORITHMS.registered_by,
+    mechanisms=token_train.algorithm_mechanisms,
     task_defaults=lambda task: {},
     reference=lambda config: Reference(1.0, "maximum (every held-out answer exact)"))
 AnyTestbed = Testbed[Any, Any, Any, Any]

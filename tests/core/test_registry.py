@@ -1,7 +1,9 @@
 """The algorithm registries and their plugins: registration and its errors, entry points called
-once on first use, a failing plugin reported, and an installed plugin's algorithms training in
+once on first use, a failing plugin reported, the entry point that registered each algorithm,
+and an installed plugin's algorithms training in
 `vaco-jax train`, `tokens` and `sweep`."""
 
+import importlib.metadata
 import json
 import subprocess
 
@@ -10,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine_configs import TOY_EXPERIMENT
-from fake_plugins import fake_entry_points, install_example_plugin, uncalled_entry_points
+from fake_plugins import fake_entry_points, install_example_plugin, private_registries
 from processes import vaco_command, vaco_env
 from vaco_jax import testbeds
 from vaco_jax.control import algorithms as control
@@ -21,12 +23,14 @@ from vaco_jax.tokens.model import TokenPolicy
 from vaco_jax.tokens.train import TokenTrainer
 
 
+ENTRY_POINTS = importlib.metadata.entry_points
+"""The real look-up of installed entry points, kept before a test replaces it."""
+
+
 @pytest.fixture
 def registries(monkeypatch):
     """Both testbeds' registries as private copies, their entry points not yet called."""
-    for registry in (control.ALGORITHMS, tokens.ALGORITHMS):
-        monkeypatch.setattr(registry, "_entries", dict(registry._entries))
-    uncalled_entry_points(monkeypatch)
+    private_registries(monkeypatch)
 
 
 def _ppo_entry(name: str) -> control.Algorithm:
@@ -56,6 +60,10 @@ def test_entry_points_register_algorithms_once_on_first_use(registries, monkeypa
     assert "plugin_ppo" in testbeds.CONTROL.algorithms()
     assert "plugin_ppo" not in tuple(tokens.ALGORITHMS)  # reading it calls nothing again
     assert calls == [1] and asked == [ENTRY_POINT_GROUP]
+    assert testbeds.CONTROL.registered_by("plugin_ppo") == (
+        "entry point 'register_plugin' (fake_vaco_plugin:register_plugin) of group "
+        "'vaco_jax.algorithms'")
+    assert testbeds.CONTROL.registered_by("ppo") is None
 
 
 def test_a_failing_plugin_warns_and_the_others_still_register(registries, monkeypatch):
@@ -76,6 +84,16 @@ def example_plugin_path(tmp_path, monkeypatch):
     site = install_example_plugin(tmp_path / "site")
     monkeypatch.syspath_prepend(str(site))
     return site
+
+
+def test_an_installed_plugins_algorithms_name_its_entry_point_and_package(
+        registries, monkeypatch, example_plugin_path):
+    # The real look-up finds the example installed on sys.path.
+    monkeypatch.setattr(importlib.metadata, "entry_points", ENTRY_POINTS)
+    source = ("entry point 'dual_clip' (dual_clip_plugin:register_all) of group "
+              "'vaco_jax.algorithms', package dual-clip-plugin 0.1.0")
+    assert testbeds.TOKENS.registered_by("grpo_dual_clip") == source
+    assert testbeds.CONTROL.registered_by("ppo_dual_clip") == source
 
 
 def test_the_example_plugins_token_algorithm_trains(registries, monkeypatch,

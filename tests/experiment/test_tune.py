@@ -9,7 +9,8 @@ import pytest
 
 from engine_configs import TOY_EXPERIMENT as TOY
 from vaco_jax import experiment as sweep
-from vaco_jax.experiment import tune, tune_report
+from vaco_jax.experiment import tune
+from vaco_jax.report.markdown_tuning import tuning_section
 from vaco_jax.report.summary import Tuning, TuningCandidate, TuningChoice
 
 RATES = (1e-4, 3e-3)
@@ -119,7 +120,7 @@ def test_a_choice_at_an_end_of_the_grid_is_named_as_such():
     tuning = Tuning(hparam="learning_rate", rule="best_sync_auc", statistic="AUC", seeds=(5,),
                     column="tuned_learning_rate",
                     choices=(_choice("a", 3e-4), _choice("b", 1e-3), _choice("c", 3e-3)))
-    text = tune_report.markdown(sweep.parse_experiment(TUNED), tuning)
+    text = "\n".join(tuning_section(tuning))
     assert "At an end of the grid: a (smallest), c (largest)." in text
     assert "| b | 0.001 | 1 [undefined, 2] | 4 | **chosen** |" in text
 

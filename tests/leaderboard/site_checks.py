@@ -13,7 +13,14 @@ import pandas as pd
 
 from vaco_jax.leaderboard.board import TaskBoard
 from vaco_jax.report import kept_gain, scoring, stats
-from vaco_jax.report.runs_table import RUNS_FILE, Score
+from vaco_jax.report.runs_table import RUNS_FILE
+from vaco_jax.report.summary import Summary
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "experiments" / "results"
+CLAIMS = RESULTS / "claims.toml"
+CARD = ROOT / "docs" / "fidelity.md"
+"""The committed studies, their claims and the fidelity card."""
 
 
 class _Links(HTMLParser):
@@ -45,8 +52,8 @@ def broken_links(root: Path) -> dict[str, list[str]]:
         missing = []
         for target in page_links(page):
             parsed = urlparse(target)
-            if parsed.scheme in ("http", "https") or not parsed.path:
-                continue  # an outside link, or an anchor of the same page
+            if parsed.scheme in ("http", "https", "data") or not parsed.path:
+                continue  # an outside link, inline data, or an anchor of the same page
             local = (page.parent / unquote(parsed.path)).resolve()
             if not local.is_file() or root.resolve() not in local.parents:
                 missing.append(target)
@@ -55,16 +62,15 @@ def broken_links(root: Path) -> dict[str, list[str]]:
     return broken
 
 
-def run_table(folder: Path, summary: dict) -> pd.DataFrame:
+def run_table(folder: Path, summary: Summary) -> pd.DataFrame:
     """The study's runs, one row per run, scored from its runs table alone as the report
     does: its final fraction, its score column and its tasks' references."""
-    score = Score(**summary["score"])
-    table = scoring.prepared(pd.read_parquet(folder / RUNS_FILE), score)
-    final = scoring.final_scores(table, summary["final_fraction"])
-    references = {task: n["reference"] for task, n in summary["normalisation"].items()
-                  if n["source"] == "given"}
+    table = scoring.prepared(pd.read_parquet(folder / RUNS_FILE), summary.score)
+    final = scoring.final_scores(table, summary.final_fraction)
+    references = {task: n.reference for task, n in summary.normalisation.items()
+                  if n.source == "given"}
     normalisation = scoring.normalisation(table, final, references)
-    return scoring.run_table(scoring.with_scores(table, normalisation, score), final,
+    return scoring.run_table(scoring.with_scores(table, normalisation, summary.score), final,
                              normalisation)
 
 
@@ -76,12 +82,12 @@ def check_board_numbers(board: TaskBoard, runs: pd.DataFrame) -> int:
     checked = 0
     for (variant, lag), record in board.scores.items():
         cell = runs[(runs["variant"] == variant) & (runs["lag"] == lag)]
-        assert np.isclose(record["score"]["point"],
+        assert np.isclose(record.score.point,
                           stats.aggregate_iqm(cell[["final_score"]].to_numpy())), (variant, lag)
         kept = board.kept.get((variant, lag))
-        if kept is not None and kept["kept"] is not None:
+        if kept is not None and kept.kept is not None:
             sync = runs[(runs["variant"] == sync_variants[variant]) & (runs["lag"] == 0.0)]
             expected = stats.kept_gain(cell[["gain"]].to_numpy(), sync[["gain"]].to_numpy())
-            assert np.isclose(kept["kept"]["point"], expected), (variant, lag)
+            assert np.isclose(kept.kept.point, expected), (variant, lag)
         checked += 1
     return checked

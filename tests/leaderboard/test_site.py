@@ -1,23 +1,28 @@
 """The leaderboard built from a tiny synthetic results folder: a study written by the report
-layer as a sweep writes it, a damaged one, and a link out of the folder."""
+layer as a sweep writes it, a damaged one, and a link out of the folder; and a study of a
+plugin's algorithm, which the fidelity card does not describe."""
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from fake_plugins import fake_entry_points, private_registries
 from vaco_jax.cli import main
+from vaco_jax.control import algorithms as control
+from vaco_jax.core.registry import ENTRY_POINT_GROUP
 from vaco_jax.leaderboard import board as board_module
 from vaco_jax.leaderboard.site import build_site
 from vaco_jax.leaderboard.studies import read_studies
 from vaco_jax.report import write_report
 
-from site_checks import broken_links, check_board_numbers, run_table
+from site_checks import CARD, broken_links, check_board_numbers, run_table
 
-CARD = "docs/fidelity.md"
 SEEDS = range(4)
 LAGS = (0.0, 2.0)
 STEPS = (0, 50, 100)
@@ -44,13 +49,14 @@ scale = ""
 """
 
 
-def _runs() -> pd.DataFrame:
-    """ppo loses most of its gain at lag 2, vaco little; each seed gains a different amount."""
+def _runs(algos: tuple[str, ...] = ("ppo", "vaco")) -> pd.DataFrame:
+    """ppo loses most of its gain at lag 2, the others little; each seed gains a different
+    amount. vaco filters, the others clip."""
     rows = []
-    for algo, lag, seed in itertools.product(("ppo", "vaco"), LAGS, SEEDS):
+    for algo, lag, seed in itertools.product(algos, LAGS, SEEDS):
         gain = (40.0 + 10 * seed) * (1.0 if lag == 0.0 else 0.3 if algo == "ppo" else 0.9)
-        mechanism = {"clip_fraction": 0.1 * lag, "clip_acted": 0.5 * lag / 2} if algo == "ppo" \
-            else {"filter_fraction": 0.0, "filter_acted": 0.0}
+        mechanism = {"filter_fraction": 0.0, "filter_acted": 0.0} if algo == "vaco" \
+            else {"clip_fraction": 0.1 * lag, "clip_acted": 0.5 * lag / 2}
         for update, steps in enumerate(STEPS):
             rows.append({"task": "toy_reach", "algo": algo, "lag_model": "uniform", "lag": lag,
                          "epochs": 2, "minibatches": 2, "seed": seed,
@@ -105,10 +111,10 @@ def test_board_cells_hold_the_runs_table_numbers(results, site):
     root, _ = results
     (study,), _ = read_studies(root)
     (board,) = board_module.task_boards(study)
-    assert check_board_numbers(board, run_table(root / "toy", dict(study.summary))) == 4
+    assert check_board_numbers(board, run_table(root / "toy", study.summary)) == 4
     # ppo keeps 0.3 of its gain, vaco 0.9: vaco ranks first, by its lagged score.
     assert board.order == ("vaco", "ppo")
-    assert board.kept[("ppo", 2.0)]["kept"]["point"] == pytest.approx(0.3)
+    assert board.kept[("ppo", 2.0)].kept.point == pytest.approx(0.3)
     page = (site.out / "studies" / "toy" / "index.html").read_text()
     assert '<td>ppo</td><td class="number">2</td><td class="number">0.001</td>' in page
     assert "0.300 [" in page and "0.900 [" in page
@@ -162,16 +168,79 @@ def test_the_command_refuses_a_folder_it_did_not_write_and_overwrites_only_its_o
     assert (out / "index.html").is_file()
 
 
+def _copy_with_summary(study: Path, results: Path, summary: dict) -> None:
+    """A copy of ``study`` in ``results`` holding ``summary`` as its summary.json."""
+    copy = results / study.name
+    copy.mkdir(parents=True)
+    for name in ("report.md", "runs.parquet", "experiment.toml"):
+        (copy / name).write_bytes((study / name).read_bytes())
+    (copy / "summary.json").write_text(json.dumps(summary))
+
+
 def test_a_summary_without_a_field_the_board_reads_is_skipped_naming_it(results, tmp_path):
     root, _ = results
     summary = json.loads((root / "toy" / "summary.json").read_text())
     del summary["cells"][0]["iqm"]
-    copy = tmp_path / "results" / "toy"
-    copy.mkdir(parents=True)
-    for name in ("report.md", "runs.parquet", "experiment.toml"):
-        (copy / name).write_bytes((root / "toy" / name).read_bytes())
-    (copy / "summary.json").write_text(json.dumps(summary))
+    _copy_with_summary(root / "toy", tmp_path / "results", summary)
     built = build_site(tmp_path / "site", tmp_path / "results", root.parent / "claims.toml",
                        CARD)
     assert [(s.name, "'iqm'" in s.reason) for s in built.skipped] == [("toy", True)]
     assert (built.out / "index.html").is_file() and "toy" in (built.out / "index.html").read_text()
+
+
+def test_an_algorithm_name_that_is_not_a_file_name_is_skipped_naming_it(results, tmp_path):
+    root, _ = results
+    summary = json.loads((root / "toy" / "summary.json").read_text())
+    summary["run"]["variants"][0]["algo"] = "../ppo"  # would be the page methods/control-../ppo
+    _copy_with_summary(root / "toy", tmp_path / "results", summary)
+    studies, skipped = read_studies(tmp_path / "results")
+    assert studies == [] and [s.name for s in skipped] == ["toy"]
+    assert "its algorithm name '../ppo' is not a plain name" in skipped[0].reason
+
+
+@pytest.fixture(scope="module")
+def plugin_results(tmp_path_factory):
+    """A study of ppo and plugin_ppo, an algorithm the fidelity card does not describe."""
+    root = tmp_path_factory.mktemp("plugin_results")
+    write_report(_runs(("ppo", "plugin_ppo")), root / "plugin",
+                 reference_scores={"toy_reach": 100.0}, reps=20)
+    (root / "plugin" / "experiment.toml").write_text('name = "plugin"\n')
+    claims = tmp_path_factory.mktemp("plugin_claims") / "claims.toml"
+    claims.write_text(CLAIMS)
+    return root, claims
+
+
+def test_an_installed_plugins_algorithm_has_its_board_row_and_a_page_naming_its_entry_point(
+        plugin_results, monkeypatch, tmp_path):
+    root, claims = plugin_results
+    private_registries(monkeypatch)
+
+    def register_plugin():
+        control.ALGORITHMS.register(control.Algorithm(
+            "plugin_ppo", control.GAE, control.ALGORITHMS["ppo"].policy_loss))
+    fake_entry_points(monkeypatch, ENTRY_POINT_GROUP, {"register_plugin": register_plugin})
+    out = tmp_path / "site"
+    assert main(["leaderboard", "--results", str(root), "--claims", str(claims),
+                 "--out", str(out)]) == 0
+    (study,), _ = read_studies(root)
+    (board,) = board_module.task_boards(study)
+    assert set(board.order) == {"ppo", "plugin_ppo"}  # the rows of its heatmap
+    assert "<td>plugin_ppo</td>" in (out / "studies" / "plugin" / "index.html").read_text()
+    assert 'href="methods/control-plugin_ppo.html"' in (out / "index.html").read_text()
+    page = (out / "methods" / "control-plugin_ppo.html").read_text()
+    assert "It has no fidelity card entry" in page and "PureJaxRL" not in page
+    assert html.escape("registered by the plugin's entry point 'register_plugin' "
+                       "(fake_vaco_plugin:register_plugin) of group 'vaco_jax.algorithms'") in page
+    assert 'href="../studies/plugin/index.html"' in page and "clip: 20.0% of samples" in page
+    assert "PureJaxRL" in (out / "methods" / "control-ppo.html").read_text()
+    assert broken_links(out) == {}
+
+
+def test_an_algorithm_no_installed_plugin_registers_has_a_page_saying_so(plugin_results,
+                                                                         tmp_path):
+    root, claims = plugin_results
+    built = build_site(tmp_path / "site", root, claims, CARD)
+    assert "methods/control-plugin_ppo.html" in built.pages
+    page = (built.out / "methods" / "control-plugin_ppo.html").read_text()
+    assert ("It has no fidelity card entry: docs/fidelity.md describes vaco_jax&#x27;s own "
+            "algorithms, and no plugin installed where this board was built registers it.") in page

@@ -51,6 +51,13 @@ def test_a_key_no_version_wrote_is_refused_naming_it():
         report_summary.from_json(value)
 
 
+def test_a_missing_key_is_refused_naming_it():
+    value = json.loads((RESULTS / "quick" / "summary.json").read_text())
+    del value["cells"][0]["iqm"]
+    with pytest.raises(ValueError, match=r"CellSummary: keys \['iqm'\] are missing"):
+        report_summary.from_json(value)
+
+
 def test_the_stabilisers_are_the_trainers_in_their_order():
     """A stabiliser a trainer starts recording needs its field, or its records are refused."""
     fields = [f.name for f in dataclasses.fields(report_summary.Stabilisers)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from vaco_jax import testbeds
 from vaco_jax.cli.common import add_overwrite_flags, check_keep_flags
 from vaco_jax.leaderboard.site import build_site
 
@@ -24,10 +25,18 @@ def add_parser(subparsers) -> None:
     add_overwrite_flags(p, "the site in an existing DIR")
 
 
+def plugin_algorithms() -> dict[tuple[str, str], str]:
+    """(testbed, algorithm) -> the entry point that registers it, of every algorithm an
+    installed plugin registers: the board names it on the algorithm's page, which has no
+    fidelity card entry."""
+    return {(name, algo): source for name, testbed in testbeds.TESTBEDS.items()
+            for algo in testbed.algorithms() if (source := testbed.registered_by(algo))}
+
+
 def run_leaderboard(args) -> int:
     check_keep_flags(args)
     built = build_site(args.out, args.results, args.claims, args.card,
-                       overwrite=args.overwrite, keep=args.keep)
+                       overwrite=args.overwrite, keep=args.keep, plugins=plugin_algorithms())
     for skipped in built.skipped:
         print(f"vaco-jax leaderboard: warning: skipped the study {skipped.name}: "
               f"{skipped.reason}", file=sys.stderr)

@@ -13,10 +13,11 @@ the algorithm then trains in `vaco-jax train`, `tokens` and `sweep` like a built
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Generic, Protocol, TypeVar
 
-from vaco_jax.infra.entry_points import call_entry_points
+from vaco_jax.infra.entry_points import call_entry_points, calling, describe
 
 ENTRY_POINT_GROUP = "vaco_jax.algorithms"
 
@@ -36,6 +37,8 @@ class AlgorithmRegistry(Mapping[str, EntryT], Generic[EntryT]):
     def __init__(self, testbed: str, entry_type: type[EntryT], builtins: Iterable[EntryT]):
         self._testbed, self._entry_type = testbed, entry_type
         self._entries: dict[str, EntryT] = {}
+        # The entry point that registered each name; None for one registered outside any.
+        self._sources: dict[str, importlib.metadata.EntryPoint | None] = {}
         for entry in builtins:
             self.register(entry)
 
@@ -51,7 +54,15 @@ class AlgorithmRegistry(Mapping[str, EntryT], Generic[EntryT]):
             raise ValueError(f"register: algo={entry.name!r} is already registered on the "
                              f"{self._testbed} testbed; pass replace=True to override it")
         self._entries[entry.name] = entry
+        self._sources[entry.name] = calling()
         return entry
+
+    def registered_by(self, name: str) -> str | None:
+        """The plugin entry point that registered `name`, described; None for an algorithm
+        registered outside one (a built-in). KeyError for a name not registered."""
+        call_entry_points(ENTRY_POINT_GROUP, "algorithms")
+        point = self._sources[name]
+        return None if point is None else describe(point)
 
     def __getitem__(self, name: str) -> EntryT:
         call_entry_points(ENTRY_POINT_GROUP, "algorithms")

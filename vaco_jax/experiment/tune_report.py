@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from vaco_jax import report
+from vaco_jax.report import markdown
 from vaco_jax.report.runs_table import assignments
 from vaco_jax.report.summary import (Summary, Tuning, TuningCandidate, TuningChoice,
                                      dumps)
@@ -48,37 +49,6 @@ def summary(experiment: Experiment, made: list[tune.Choice]) -> Tuning:
             for c in made))
 
 
-def markdown(experiment: Experiment, tuning: Tuning) -> str:
-    """The report's section: a row per method and grid value, the chosen one marked, and the
-    methods whose choice lies at an end of the grid named."""
-    setting = experiment.tune
-    lines = [f"## {setting.hparam} chosen on synchronous runs", "",
-             f"Each method's {setting.hparam} was chosen before any stale run, by the rule "
-             f"`{setting.rule.name}`: the highest IQM, in the testbed's units, of the "
-             f"{setting.rule.statistic} of its lag-0 runs on seeds {list(setting.seeds)} (the "
-             f"AUC being the mean score over training), equal IQMs going to the smaller value. "
-             f"Every other run of the report used the chosen value (`{setting.column}` in "
-             f"`{report.RUNS_FILE}`).", "",
-             f"| method | {setting.hparam} | IQM {setting.rule.statistic} [95% CI] | runs | |",
-             "|---|---|---|---|---|"]
-    for choice in tuning.choices:
-        for c in choice.candidates:
-            mark = "**chosen**" if c.value == choice.chosen else ""
-            lines.append(f"| {choice.method} | {c.value:g} | {_number(c.iqm)} "
-                         f"[{_number(c.low)}, {_number(c.high)}] | {c.runs} | {mark} |")
-    if not tuning.choices:
-        lines.append("| (no tuning group has finished) | | | | |")
-    at_edges = [f"{c.method} ({c.grid_edge})" for c in tuning.choices if c.grid_edge]
-    if at_edges:
-        lines += ["", f"At an end of the grid: {', '.join(at_edges)}. A value beyond it may "
-                  f"score higher; the choice is the best of the candidates, not an optimum."]
-    return "\n".join(lines) + "\n"
-
-
-def _number(x: float | None) -> str:
-    return "undefined" if x is None else f"{x:.4g}"
-
-
 def add_tuning(experiment: Experiment, runs: pd.DataFrame, out_dir: str | os.PathLike,
                written: Summary) -> Summary:
     """Adds the tuning to the report `written` in `out_dir` (`runs`: the whole runs table,
@@ -88,6 +58,5 @@ def add_tuning(experiment: Experiment, runs: pd.DataFrame, out_dir: str | os.Pat
     full = dataclasses.replace(written, tuning=tuning)
     io.write_table(out / report.RUNS_FILE, runs)
     io.write_text(out / "summary.json", dumps(full))
-    text = (out / "report.md").read_text(encoding="utf-8")
-    io.write_text(out / "report.md", f"{text.rstrip()}\n\n{markdown(experiment, tuning)}")
+    io.write_text(out / "report.md", markdown.markdown(full))
     return full

@@ -13,19 +13,36 @@ import importlib.metadata
 import warnings
 
 _called: set[str] = set()
+_calling: importlib.metadata.EntryPoint | None = None
+
+
+def describe(point: importlib.metadata.EntryPoint) -> str:
+    """An entry point as messages and pages name it: its name, object and group, and the
+    package that declares it where it is installed as one."""
+    package = "" if point.dist is None else f", package {point.dist.name} {point.dist.version}"
+    return f"entry point {point.name!r} ({point.value}) of group {point.group!r}{package}"
+
+
+def calling() -> importlib.metadata.EntryPoint | None:
+    """The entry point being called, None outside one: a registry records which plugin
+    registered what."""
+    return _calling
 
 
 def call_entry_points(group: str, registers: str) -> None:
     """Calls every entry point of `group` unless this process already did; `registers` names
     what they register, for the warning a failing one gets."""
+    global _calling
     if group in _called:
         return
     # Marked before the calls: a plugin's `register` reads the registry it fills.
     _called.add(group)
     for point in importlib.metadata.entry_points(group=group):
+        _calling = point
         try:
             point.load()()
         except Exception as error:  # noqa: BLE001  (any failure of foreign code)
-            warnings.warn(f"entry point {point.name!r} ({point.value}) of group {group!r} failed "
-                          f"to register its {registers}: {type(error).__name__}: {error}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(f"{describe(point)} failed to register its {registers}: "
+                          f"{type(error).__name__}: {error}", RuntimeWarning, stacklevel=3)
+        finally:
+            _calling = None

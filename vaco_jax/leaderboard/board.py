@@ -11,34 +11,45 @@ record, computed by the report layer from its runs table.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from vaco_jax.leaderboard.studies import Study
 from vaco_jax.report.kept_gain import SYNC_LAG
+from vaco_jax.report.summary import Interval, Summary, TaskKeptGain
 
 Key = tuple[str, float]
 """A (variant, lag) cell of a board."""
 
 
 @dataclasses.dataclass(frozen=True)
+class CellScore:
+    """A cell's normalised final score (``score``) and AUC (``auc``), IQMs over its ``runs``,
+    with its mean first evaluation and final IQM in the testbed's units (``raw_initial``,
+    ``raw_final``; None where the report kept none)."""
+
+    score: Interval
+    auc: Interval
+    runs: int
+    raw_initial: float | None
+    raw_final: Interval | None
+
+
+@dataclasses.dataclass(frozen=True)
 class TaskBoard:
     """One task of one study.
 
-    ``scores`` holds per cell the normalised final score's IQM (``score``) and AUC's
-    (``auc``), each ``{point, low, high}``, with the raw first evaluation and final IQM in the
-    testbed's units (``raw_initial``, ``raw_final``; None where the report kept none);
-    ``kept`` the cell's ``kept_gain`` record (empty where the study has none: ``kept_skipped``
-    says why); ``order`` the variants best first (``ranked``).
+    ``scores`` holds each cell's scores; ``kept`` the cell's kept gain record (empty where the
+    study has none: ``kept_skipped`` says why); ``order`` the variants best first
+    (``ranked``).
     """
 
     study: Study
     task: str
     lags: tuple[float, ...]
-    scores: Mapping[Key, Mapping[str, Any]]
-    kept: Mapping[Key, Mapping[str, Any]]
+    scores: Mapping[Key, CellScore]
+    kept: Mapping[Key, TaskKeptGain]
     kept_skipped: str | None
     order: tuple[str, ...]
 
@@ -48,37 +59,41 @@ class TaskBoard:
         return f"board_{self.task}"
 
 
-def score_records(summary: Mapping[str, Any], task: str) -> dict[Key, dict[str, Any]]:
+def score_records(summary: Summary, task: str) -> dict[Key, CellScore]:
     """Per cell of ``task``: its normalised and raw scores. A study of one task keeps them in
     its cells; one of several tasks in its per-task cells (its cells pool the tasks)."""
-    if len(summary["run"]["tasks"]) > 1:
-        return {(r["variant"], float(r["lag"])): {
-            "score": r["iqm"], "auc": r["auc_iqm"], "runs": r["runs"],
-            "raw_initial": r["raw_initial"], "raw_final": r["raw_iqm"],
-        } for r in summary["task_cells"] if r["task"] == task}
+    if len(summary.run.tasks) > 1:
+        return {(c.variant, float(c.lag)): CellScore(c.iqm, c.auc_iqm, c.runs, c.raw_initial,
+                                                     c.raw_iqm)
+                for c in summary.task_cells if c.task == task}
     records = {}
-    for r in summary["cells"]:
+    for c in summary.cells:
         # A report from before raw scores were kept has none: the pages say not recorded.
-        raw = r.get("raw", {}).get(task) or {}
-        records[(r["variant"], float(r["lag"]))] = {
-            "score": r["iqm"], "auc": r["auc_iqm"], "runs": r["num_runs"],
-            "raw_initial": raw.get("initial"), "raw_final": raw.get("iqm")}
+        raw = c.raw.get(task)
+        records[(c.variant, float(c.lag))] = CellScore(
+            c.iqm, c.auc_iqm, c.num_runs, None if raw is None else raw.initial,
+            None if raw is None else raw.iqm)
     return records
 
 
-def ranked(scores: Mapping[Key, Mapping[str, Any]], kept: Mapping[Key, Mapping[str, Any]],
+def _mean_point(intervals: Iterable[Interval | None]) -> float:
+    """The mean point of the defined intervals; below every number where none is."""
+    points = [interval.point for interval in intervals if interval is not None]
+    return float(np.mean(points)) if points else -np.inf
+
+
+def ranked(scores: Mapping[Key, CellScore], kept: Mapping[Key, TaskKeptGain],
            lags: Sequence[float]) -> list[str]:
     """Variants best first by their mean normalised score over the lag levels above 0 (over
     lag 0 in a study without lag), ties broken by their mean kept share of the final score."""
     lagged = [lag for lag in lags if lag != SYNC_LAG] or list(lags)
 
-    def mean(records: Mapping[Key, Mapping[str, Any]], variant: str, key: str) -> float:
-        points = [records[(variant, lag)][key]["point"] for lag in lagged
-                  if (variant, lag) in records and records[(variant, lag)][key] is not None]
-        return float(np.mean(points)) if points else -np.inf
+    def rank(variant: str) -> tuple[float, float]:
+        cells = [(variant, lag) for lag in lagged]
+        return (-_mean_point(scores[c].score for c in cells if c in scores),
+                -_mean_point(kept[c].kept for c in cells if c in kept))
 
-    variants = sorted({variant for variant, _ in scores})
-    return sorted(variants, key=lambda v: (-mean(scores, v, "score"), -mean(kept, v, "kept")))
+    return sorted(sorted({variant for variant, _ in scores}), key=rank)
 
 
 def task_boards(study: Study) -> list[TaskBoard]:
@@ -87,9 +102,8 @@ def task_boards(study: Study) -> list[TaskBoard]:
     boards = []
     for task in study.tasks:
         scores = score_records(study.summary, task)
-        kept = {(r["variant"], float(r["lag"])): r for r in kept_gain.get("tasks", [])
-                if r["task"] == task}
+        kept = {(r.variant, float(r.lag)): r for r in kept_gain.tasks or () if r.task == task}
         boards.append(TaskBoard(study=study, task=task, lags=tuple(study.lags), scores=scores,
-                                kept=kept, kept_skipped=kept_gain.get("skipped"),
+                                kept=kept, kept_skipped=kept_gain.skipped,
                                 order=tuple(ranked(scores, kept, study.lags))))
     return boards

@@ -1,5 +1,5 @@
-"""The fidelity card (``docs/fidelity.md``) read into one entry per method and testbed, and its
-Markdown rendered to HTML for the methods' pages.
+"""The fidelity card (``docs/fidelity.md``) read into one entry per method and testbed, the
+methods the board has a page for, and the card's Markdown rendered to HTML for their pages.
 
 The card uses a small part of Markdown: paragraphs, nested bullets (two spaces a level, long
 items wrapped onto indented lines), ``**bold**``, `` `code` `` and links. That part is rendered
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import re
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 TESTBED_CHAPTERS = {"control": "## Control testbed", "tokens": "## Token testbed"}
@@ -29,9 +30,29 @@ class Entry:
     algo: str
     markdown: str
 
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """A method with a page on the board: its card ``entry``, or None for an algorithm a
+    study ran that the card does not describe (the card covers every built-in one, so a
+    plugin's); ``plugin`` is then the entry point that registers it where it is installed."""
+
+    testbed: str
+    algo: str
+    entry: Entry | None
+    plugin: str | None
+
     @property
     def slug(self) -> str:
         return f"{self.testbed}-{self.algo}"
+
+
+def methods(card: Mapping[tuple[str, str], Entry], ran: Collection[tuple[str, str]],
+            plugins: Mapping[tuple[str, str], str]) -> list[Method]:
+    """Every method of the card and every (testbed, algorithm) the studies ran, by testbed and
+    name; ``plugins`` names the entry point that registers each installed plugin's algorithm."""
+    return [Method(testbed, algo, card.get((testbed, algo)), plugins.get((testbed, algo)))
+            for testbed, algo in sorted({*card, *ran})]
 
 
 def _chapters(text: str) -> dict[str, str]:

@@ -11,12 +11,15 @@ little synchronously from topping the board by keeping little of little.
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
+from collections.abc import Mapping
+from typing import Any
 
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from vaco_jax.leaderboard.board import TaskBoard
+from vaco_jax.leaderboard.board import Key, TaskBoard
 from vaco_jax.report.cells import CONFIDENCE
 from vaco_jax.report.figures_heatmap import COLOUR_RANGE, panel
 
@@ -28,8 +31,16 @@ KEPT_PANELS = (
     ("kept", "kept share: final score", "kept", COLOUR_RANGE, "share of the synchronous gain"),
     ("auc_kept", "kept share: AUC", "kept", COLOUR_RANGE, "share of the synchronous gain"),
 )
-"""(record key, title, the board's records it reads, colour range, colour bar label) of each
+"""(record field, title, the board's records it reads, colour range, colour bar label) of each
 panel, left to right."""
+
+
+def panel_records(records: Mapping[Key, Any], field: str) -> dict[Key, dict[str, Any]]:
+    """Each cell's interval ``field`` as the report's heatmap panel reads a cell: a JSON object
+    (None where it is undefined) under the key ``field``."""
+    return {cell: {field: None if (value := getattr(record, field)) is None
+                   else dataclasses.asdict(value)}
+            for cell, record in records.items()}
 
 
 def figure_board(board: TaskBoard) -> Figure:
@@ -44,7 +55,7 @@ def figure_board(board: TaskBoard) -> Figure:
                              max(3.6, 1.9 + 0.42 * len(board.order))), layout="constrained")
     axes = figure.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     for ax, (key, title, source, colour_range, label) in zip(axes, panels):
-        records = board.scores if source == "scores" else board.kept
+        records = panel_records(board.scores if source == "scores" else board.kept, key)
         image = panel(ax, records, board.order, key, lags, Normalize(*colour_range))
         ax.set_title(title, fontsize="medium")
         figure.colorbar(image, ax=ax, location="bottom", extend="both", shrink=0.8,

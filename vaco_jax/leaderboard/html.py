@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from vaco_jax.report.summary import Interval
 
 STYLE_FILE = "style.css"
 STYLE = """\
@@ -49,15 +51,15 @@ def link(href: str, text: str) -> str:
     return f'<a href="{escape(href)}">{escape(text)}</a>'
 
 
-def interval(record: Mapping[str, Any] | None, spec: str = ".3f") -> str:
+def interval(record: Interval | None, spec: str = ".3f") -> str:
     """``point [low, high]`` under the format ``spec`` (the raw scores of a testbed's units
     read best in significant digits); an undefined record or an unbounded end says so."""
     if record is None:
         return "undefined"
-    point = format(record["point"], spec)
-    if record.get("low") is None or record.get("high") is None:
+    point = format(record.point, spec)
+    if record.low is None or record.high is None:
         return f"{point} [unbounded]"
-    return f"{point} [{format(record['low'], spec)}, {format(record['high'], spec)}]"
+    return f"{point} [{format(record.low, spec)}, {format(record.high, spec)}]"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]],
@@ -77,6 +79,9 @@ def page(title: str, body: str, stamp: Stamp, depth: int) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{escape(title)}</title>"
+            # No icon: without one a browser asks the server for /favicon.ico, which a board
+            # does not have, and logs the miss as an error.
+            '<link rel="icon" href="data:,">'
             f'<link rel="stylesheet" href="{root}{STYLE_FILE}"></head><body>'
             f'<nav>{link(root + "index.html", "Leaderboard")}'
             f'{link(root + "claims.html", "Claims")}'

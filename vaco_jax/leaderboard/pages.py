@@ -8,13 +8,13 @@ same place it is checked against.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from vaco_jax.leaderboard.board import TaskBoard
-from vaco_jax.leaderboard.card import Entry, markdown_html
+from vaco_jax.leaderboard.card import Method, markdown_html
 from vaco_jax.leaderboard.claims import Claim
 from vaco_jax.leaderboard.html import Stamp, escape, interval, link, page, table
 from vaco_jax.leaderboard.studies import COPIED_FILES, REPORT_FILE, Skipped, Study
+from vaco_jax.report.summary import Interval, Stabilisers
 
 TESTBED_NAMES = {"control": "Control testbed", "tokens": "Token testbed"}
 
@@ -27,46 +27,42 @@ def board_image(board: TaskBoard) -> str:
     return f"studies/{board.study.slug}/{board.stem}.png"
 
 
-def method_path(entry: Entry) -> str:
-    return f"methods/{entry.slug}.html"
+def method_path(method: Method) -> str:
+    return f"methods/{method.slug}.html"
 
 
 def _study_file(study: Study, name: str) -> str:
     return f"studies/{study.slug}/{name}"
 
 
-def mechanism_text(record: Mapping[str, Any]) -> str:
+def mechanism_text(record: Stabilisers) -> str:
     """Whether and how much each stabiliser of one (variant, lag) acted: the share of samples
     it touched and of gradient steps at which it acted, or that it never acted."""
     parts = []
-    for name, summary in sorted(record.items()):
-        if name in ("variant", "lag") or not isinstance(summary, dict):
-            continue
-        if summary.get("never_acted"):
+    for name, share in sorted(record.present().items()):
+        if share.never_acted:
             parts.append(f"{name}: never acted")
             continue
-        acted = summary.get("acted")
-        fraction = summary.get("fraction")
+        fraction, acted = share.fraction, share.acted
         parts.append(f"{name}: {'?' if fraction is None else f'{fraction:.1%}'} of samples"
                      + ("" if acted is None else f", acted at {acted:.0%} of steps")
-                     + f" ({summary.get('runs_acted')} of {summary.get('runs')} runs)")
+                     + f" ({share.runs_acted} of {share.runs} runs)")
     return "; ".join(parts) or "no stabiliser"
 
 
 def _mechanisms(study: Study) -> dict[tuple[str, float], str]:
-    return {(r["variant"], float(r["lag"])): mechanism_text(r)
-            for r in study.summary["mechanisms"]}
+    return {(r.variant, float(r.lag)): mechanism_text(r) for r in study.summary.mechanisms}
 
 
 def _learning_rates(study: Study) -> dict[str, str]:
-    return {str(v["variant"]): study.learning_rates(v) for v in study.summary["run"]["variants"]}
+    return {v.variant: study.learning_rates(v) for v in study.summary.run.variants}
 
 
-def _raw(value: float | Mapping[str, Any] | None) -> str:
+def _raw(value: float | Interval | None) -> str:
     """A score in the testbed's units, or its interval, in significant digits."""
     if value is None:
         return "not recorded"
-    return interval(value, ".4g") if isinstance(value, Mapping) else f"{value:.4g}"
+    return interval(value, ".4g") if isinstance(value, Interval) else f"{value:.4g}"
 
 
 def _board_table(board: TaskBoard) -> str:
@@ -78,13 +74,12 @@ def _board_table(board: TaskBoard) -> str:
             score = board.scores.get((variant, lag))
             if score is None:
                 continue
-            kept = board.kept.get((variant, lag), {})
+            kept = board.kept.get((variant, lag))
             rows.append([escape(variant), f"{lag:g}", escape(rates.get(variant, "")),
-                         str(score["runs"]), _raw(score["raw_initial"]),
-                         _raw(score["raw_final"]), interval(score["score"]),
-                         interval(score["auc"]),
-                         interval(kept.get("kept")) if kept else "-",
-                         interval(kept.get("auc_kept")) if kept else "-",
+                         str(score.runs), _raw(score.raw_initial), _raw(score.raw_final),
+                         interval(score.score), interval(score.auc),
+                         "-" if kept is None else interval(kept.kept),
+                         "-" if kept is None else interval(kept.auc_kept),
                          escape(mechanisms.get((variant, lag), ""))])
     return table(["method", "lag", "learning rate", "runs", "raw initial", "raw final IQM",
                   "normalised score IQM", "normalised AUC IQM", "kept share: final",
@@ -100,9 +95,9 @@ def study_page(study: Study, boards: Sequence[TaskBoard], stamp: Stamp) -> str:
            if board.kept_skipped else "")
         + _board_table(board)
         for board in boards)
-    normalisation = "; ".join(f"{escape(task)}: 0 = {n['initial']:.4g}, 1 = {n['reference']:.4g} "
-                              f"({escape(n['source'])})"
-                              for task, n in study.summary["normalisation"].items())
+    normalisation = "; ".join(f"{escape(task)}: 0 = {n.initial:.4g}, 1 = {n.reference:.4g} "
+                              f"({escape(n.source)})"
+                              for task, n in study.summary.normalisation.items())
     body = (f"<p>{escape(study.title)}</p>"
             f"<p>Testbed: {escape(study.testbed)}. Report written from commit "
             f"{escape(study.commit())} on {escape(study.devices())}. Normalisation: "
@@ -126,7 +121,7 @@ def _task_sections(boards: Sequence[TaskBoard]) -> str:
 
 
 def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
-               methods: Sequence[Entry], stamp: Stamp) -> str:
+               methods: Sequence[Method], stamp: Stamp) -> str:
     testbeds = sorted({b.study.testbed for b in boards})
     warnings = "".join(f'<li class="warning">{escape(s.name)}: {escape(s.reason)}</li>'
                        for s in skipped)
@@ -178,16 +173,16 @@ def claims_page(claims: Sequence[Claim], studies: Mapping[str, Study], stamp: St
     return page("Claims", body, stamp, depth=0)
 
 
-def _method_rows(entry: Entry, studies: Sequence[Study]) -> list[list[str]]:
+def _method_rows(method: Method, studies: Sequence[Study]) -> list[list[str]]:
     rows = []
     for study in studies:
-        if study.testbed != entry.testbed:
+        if study.testbed != method.testbed:
             continue
         rates, mechanisms = _learning_rates(study), _mechanisms(study)
-        for variant in study.summary["run"]["variants"]:
-            if variant["algo"] != entry.algo:
+        for variant in study.summary.run.variants:
+            if variant.algo != method.algo:
                 continue
-            name = str(variant["variant"])
+            name = variant.variant
             acted = "<br>".join(f"lag {lag:g}: {escape(mechanisms.get((name, lag), ''))}"
                                 for lag in study.lags if (name, lag) in mechanisms)
             rows.append([link("../" + study_path(study), study.name), escape(name),
@@ -195,11 +190,23 @@ def _method_rows(entry: Entry, studies: Sequence[Study]) -> list[list[str]]:
     return rows
 
 
-def method_page(entry: Entry, studies: Sequence[Study], stamp: Stamp) -> str:
-    rows = _method_rows(entry, studies)
+def _card(method: Method) -> tuple[str, str]:
+    """The sentence that introduces the method's card entry and the entry as HTML; for a
+    method without one, the sentence that says so and where the method comes from."""
+    if method.entry is not None:
+        return "From the fidelity card (docs/fidelity.md):", markdown_html(method.entry.markdown)
+    source = (f"it is registered by the plugin's {method.plugin}" if method.plugin else
+              "no plugin installed where this board was built registers it")
+    return (f"It has no fidelity card entry: docs/fidelity.md describes vaco_jax's own "
+            f"algorithms, and {source}."), ""
+
+
+def method_page(method: Method, studies: Sequence[Study], stamp: Stamp) -> str:
+    rows = _method_rows(method, studies)
     runs = (table(["study", "variant", "learning rate", "stabilisers: did they act"], rows)
             if rows else "<p>No committed study runs it.</p>")
-    body = (f"<p>{escape(TESTBED_NAMES.get(entry.testbed, entry.testbed))}, registry name "
-            f"<code>{escape(entry.algo)}</code>. From the fidelity card (docs/fidelity.md):</p>"
-            f"{markdown_html(entry.markdown)}<h2>In the studies</h2>{runs}")
-    return page(f"{entry.algo} ({entry.testbed})", body, stamp, depth=1)
+    sentence, card = _card(method)
+    body = (f"<p>{escape(TESTBED_NAMES.get(method.testbed, method.testbed))}, registry name "
+            f"<code>{escape(method.algo)}</code>. {escape(sentence)}</p>"
+            f"{card}<h2>In the studies</h2>{runs}")
+    return page(f"{method.algo} ({method.testbed})", body, stamp, depth=1)

@@ -13,7 +13,8 @@ import collections
 import dataclasses
 import datetime
 import os
-from collections.abc import Sequence
+import types
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -22,7 +23,7 @@ from vaco_jax.infra import io, manifest
 from vaco_jax.infra.provenance import code_version
 from vaco_jax.leaderboard import pages
 from vaco_jax.leaderboard.board import TaskBoard, task_boards
-from vaco_jax.leaderboard.card import Entry, read_card
+from vaco_jax.leaderboard.card import methods, read_card
 from vaco_jax.leaderboard.claims import read_claims
 from vaco_jax.leaderboard.figures import figure_board
 from vaco_jax.leaderboard.html import STYLE, STYLE_FILE, Stamp
@@ -50,9 +51,6 @@ def _boards(studies: Sequence[Study]) -> tuple[dict[str, list[TaskBoard]], list[
     for study in studies:
         try:
             boards[study.name] = task_boards(study)
-        except KeyError as error:
-            skipped.append(Skipped(study.name, f"its summary.json has no field {error} (an "
-                                               f"earlier report's, or damaged)"))
         except (TypeError, ValueError, AttributeError) as error:
             skipped.append(Skipped(study.name, f"{type(error).__name__}: {error}"))
     return boards, skipped
@@ -94,10 +92,13 @@ def _write_study(out: Path, study: Study, boards: Sequence[TaskBoard], page_stam
 def build_site(
     out: str | os.PathLike[str], results: str | os.PathLike[str], claims: str | os.PathLike[str],
     card: str | os.PathLike[str], *, overwrite: bool = False, keep: Sequence[str] = (),
+    plugins: Mapping[tuple[str, str], str] = types.MappingProxyType({}),
 ) -> Built:
     """Builds the board of every study under ``results`` into ``out``: ``index.html``,
     ``claims.html``, ``studies/NAME/index.html`` (with the study's report, runs table,
-    summary, experiment and figures beside it) and ``methods/TESTBED-ALGO.html``."""
+    summary, experiment and figures beside it) and ``methods/TESTBED-ALGO.html``, one per
+    method of the ``card`` and per algorithm a study ran that it lacks (an installed plugin's
+    is named by its entry point in ``plugins``, by (testbed, algorithm))."""
     if Path(results).resolve() in (Path(out).resolve(), *Path(out).resolve().parents):
         # The board copies each study's summary.json: the next build would find them as studies.
         raise ValueError(f"the site folder {str(out)!r} lies inside the results folder "
@@ -106,22 +107,23 @@ def build_site(
     boards, unboarded = _boards(studies)
     studies = [study for study in studies if study.name in boards]
     claim_list = read_claims(claims)
-    entries: list[Entry] = sorted(read_card(card).values(), key=lambda e: (e.testbed, e.algo))
+    method_list = methods(read_card(card), {(study.testbed, variant.algo) for study in studies
+                                            for variant in study.summary.run.variants}, plugins)
     page_stamp = stamp(studies)
 
     root = io.prepare_output_dir(out, overwrite=overwrite, keep=keep, writes=WRITES)
     manifest.record(root, {folder: manifest.TREE for folder in FOLDERS})
     io.write_text(root / STYLE_FILE, STYLE)
     written = [_write_study(root, study, boards[study.name], page_stamp) for study in studies]
-    for entry in entries:
-        io.write_text(root / pages.method_path(entry),
-                      pages.method_page(entry, studies, page_stamp))
-        written.append(pages.method_path(entry))
+    for method in method_list:
+        io.write_text(root / pages.method_path(method),
+                      pages.method_page(method, studies, page_stamp))
+        written.append(pages.method_path(method))
     by_name = {study.name: study for study in studies}
     io.write_text(root / "claims.html", pages.claims_page(claim_list, by_name, page_stamp))
     all_skipped = (*skipped, *unboarded)
     io.write_text(root / "index.html", pages.index_page(
-        [board for study in studies for board in boards[study.name]], all_skipped, entries,
+        [board for study in studies for board in boards[study.name]], all_skipped, method_list,
         page_stamp))
     return Built(out=root, pages=("index.html", "claims.html", *written),
                  skipped=tuple(all_skipped))

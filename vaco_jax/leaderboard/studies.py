@@ -2,8 +2,9 @@
 
 A study is a folder holding a report's ``summary.json`` beside its ``runs.parquet`` and the
 ``experiment.toml`` it ran (a sweep folder, or a folder of committed results). Every number the
-board shows comes from ``summary.json``, which the report layer computed from ``runs.parquet``;
-the board recomputes nothing, so that it and the study's ``report.md`` never disagree.
+board shows comes from ``summary.json``, which the report layer computed from ``runs.parquet``
+and which is read through its typed API (``report.summary``); the board recomputes nothing, so
+that it and the study's ``report.md`` never disagree.
 
 A results folder is untrusted input: the search never follows a link, a link is never read,
 and a study whose files are missing, damaged or not what a report writes is skipped with one
@@ -13,7 +14,6 @@ line naming it (``Skipped``), never a traceback.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import stat
@@ -22,7 +22,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from vaco_jax.report import summary as report_summary
 from vaco_jax.report.runs_table import RUNS_FILE
+from vaco_jax.report.summary import KeptGain, Summary, Variant
 
 SUMMARY_FILE = "summary.json"
 EXPERIMENT_FILE = "experiment.toml"
@@ -50,14 +52,15 @@ class Study:
 
     ``name`` is its folder relative to the results folder (``tokens_staleness_cpu`` or
     ``tokens_staleness_cpu/two_learning_rates``) and ``slug`` the same as one file name;
-    ``summary`` is its ``summary.json``; ``experiment`` its ``experiment.toml`` (the settings
-    the runs table does not hold, such as a learning rate set once for every run); ``figures``
-    the names of its committed PNG figures.
+    ``summary`` is its ``summary.json`` (one an earlier version wrote read as today's);
+    ``experiment`` its ``experiment.toml`` (the settings the runs table does not hold, such as
+    a learning rate set once for every run); ``figures`` the names of its committed PNG
+    figures.
     """
 
     name: str
     folder: Path
-    summary: Mapping[str, Any]
+    summary: Summary
     experiment: Mapping[str, Any]
     figures: tuple[str, ...]
 
@@ -67,28 +70,27 @@ class Study:
 
     @property
     def testbed(self) -> str:
-        return str(self.experiment.get("testbed", "control"))
+        return self.experiment.get("testbed", "control")
 
     @property
     def title(self) -> str:
-        return str(self.summary["title"])
+        return self.summary.title
 
     @property
     def tasks(self) -> list[str]:
-        return [str(task) for task in self.summary["run"]["tasks"]]
+        return list(self.summary.run.tasks)
 
     @property
     def lags(self) -> list[float]:
-        return [float(lag) for lag in self.summary["run"]["lags"]]
+        return [float(lag) for lag in self.summary.run.lags]
 
     @property
-    def kept_gain(self) -> Mapping[str, Any]:
-        return self.summary.get("kept_gain") or {
-            "skipped": "its summary.json was written before reports measured the kept gain"}
+    def kept_gain(self) -> KeptGain:
+        return self.summary.kept_gain
 
     def devices(self) -> str:
         """The devices its report's process ran on, as its provenance records them."""
-        provenance = self.summary.get("provenance") or {}
+        provenance = self.summary.provenance or {}
         devices = provenance.get("devices") or {}
         if not devices:
             return "not recorded"
@@ -97,20 +99,20 @@ class Study:
 
     def commit(self) -> str:
         """The commit its report was written from, marked where the checkout was modified."""
-        code = (self.summary.get("provenance") or {}).get("code") or {}
+        code = (self.summary.provenance or {}).get("code") or {}
         if not code.get("commit"):
             return "not recorded"
         return str(code["commit"])[:10] + (" (modified)" if code.get("modified") else "")
 
-    def learning_rates(self, variant: Mapping[str, Any]) -> str:
+    def learning_rates(self, variant: Variant) -> str:
         """The learning rate a variant's runs ran at: its own where the study swept it, else
         the one the experiment sets for its algorithm or for every run, else the testbed's
         default (which the fidelity card states)."""
-        for assignment in str(variant.get("hyperparameters", "")).split(","):
+        for assignment in variant.hyperparameters.split(","):
             name, _, value = assignment.partition("=")
             if name == "learning_rate":
                 return value
-        algo_hparams = (self.experiment.get("overrides", {}).get(str(variant["algo"]), {})
+        algo_hparams = (self.experiment.get("overrides", {}).get(variant.algo, {})
                         .get("hparams", {}))
         for hparams in (algo_hparams, self.experiment.get("hparams", {})):
             if "learning_rate" in hparams:
@@ -138,28 +140,22 @@ def _study_folders(results: Path) -> Iterator[Path]:
             yield Path(folder)
 
 
-def _read_json(path: Path) -> Any:
+def _read_summary(path: Path) -> Summary:
+    """The report's summary (``report.summary.loads``); ``ValueError`` naming the file where
+    it is not one a report writes."""
     if not regular_file(path):
         raise ValueError(f"{path.name} is not a plain file")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return report_summary.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, TypeError, AttributeError) as error:
+        # The typed reading refuses damaged JSON with whatever its parts raise.
+        raise ValueError(f"{SUMMARY_FILE}: {error}") from None
 
 
 def _read_experiment(path: Path) -> dict[str, Any]:
     if not regular_file(path):
         raise ValueError(f"{path.name} is missing or not a plain file")
     return tomllib.loads(path.read_text(encoding="utf-8"))
-
-
-def _check_summary(summary: Any) -> None:
-    """Raises ``ValueError`` where ``summary`` lacks what the board reads."""
-    if not isinstance(summary, dict):
-        raise ValueError(f"{SUMMARY_FILE} is not a JSON object")
-    for key in ("title", "run", "cells", "mechanisms", "normalisation"):
-        if key not in summary:
-            raise ValueError(f"{SUMMARY_FILE} has no {key!r}")
-    for key in ("tasks", "lags", "variants"):
-        if key not in summary["run"]:
-            raise ValueError(f"{SUMMARY_FILE} has no run.{key}")
 
 
 def read_study(results: Path, folder: Path) -> Study:
@@ -170,9 +166,7 @@ def read_study(results: Path, folder: Path) -> Study:
     for file in (RUNS_FILE, REPORT_FILE):
         if not regular_file(folder / file):
             raise ValueError(f"{file} is missing or not a plain file")
-    summary = _read_json(folder / SUMMARY_FILE)
-    _check_summary(summary)
-    study = Study(name=name, folder=folder, summary=summary,
+    study = Study(name=name, folder=folder, summary=_read_summary(folder / SUMMARY_FILE),
                   experiment=_read_experiment(folder / EXPERIMENT_FILE),
                   figures=tuple(sorted(p.name for p in folder.iterdir()
                                        if FIGURE_PATTERN.fullmatch(p.name)
@@ -183,11 +177,17 @@ def read_study(results: Path, folder: Path) -> Study:
 
 def _check_readable(study: Study) -> None:
     """Reads every field the pages read, so that a damaged study fails here, not mid-page."""
-    for read in (lambda: study.lags, lambda: study.title, study.devices, study.commit):
+    for read in (lambda: study.lags, study.devices, study.commit):
         read()
-    if not all(SAFE_NAME.fullmatch(task) for task in study.tasks):
-        raise ValueError("a task name is not a plain name (letters, digits, _ . -)")
-    for variant in study.summary["run"]["variants"]:
+    variants = study.summary.run.variants
+    # Each becomes a file name of the board: a figure's, a method page's.
+    for kind, names in (("testbed", [study.testbed]), ("task", study.tasks),
+                        ("algorithm", [variant.algo for variant in variants])):
+        for name in names:
+            if not (isinstance(name, str) and SAFE_NAME.fullmatch(name)):
+                raise ValueError(f"its {kind} name {name!r} is not a plain name "
+                                 f"(letters, digits, _ . -)")
+    for variant in variants:
         study.learning_rates(variant)
 
 

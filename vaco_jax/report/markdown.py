@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from vaco_jax.report import markdown_diagnostics as diagnostics
 from vaco_jax.report.markdown_text import fmt, fmt_interval, table
+from vaco_jax.report.markdown_tuning import tuning_section
 from vaco_jax.report.summary import Interval, Summary, TaskCell
 
 
@@ -275,5 +276,6 @@ def markdown(summary: Summary) -> str:
         diagnostics.ess_collapse(summary),
         diagnostics.diverged(summary),
         _md_figures(summary),
+        tuning_section(summary.tuning),
     ]
     return "\n".join(line for section in sections for line in section)

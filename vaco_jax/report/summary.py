@@ -373,7 +373,8 @@ def dumps(summary: Summary) -> str:
 
 def loads(text: str) -> Summary:
     """A summary from the text of a ``summary.json``, one an earlier version wrote read as
-    today's (``compat.summary_as_now``); ValueError for keys no version wrote."""
+    today's (``compat.summary_as_now``); ValueError for keys no version wrote or keys it
+    lacks."""
     return from_json(compat.summary_as_now(json.loads(text)))
 
 
@@ -430,5 +431,10 @@ def _dataclass_from_json(cls: type, value: JsonObject) -> Any:
     if unknown:
         raise ValueError(f"{cls.__name__}: keys {unknown} are not part of a summary this "
                          f"version writes")
+    # Named here: the constructor's own error would not say it is the summary's key.
+    missing = [name for name, f in fields.items()
+               if name not in value and f.default is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"{cls.__name__}: keys {missing} are missing")
     hints = typing.get_type_hints(cls)
     return cls(**{name: _from_json(hints[name], v) for name, v in value.items()})
