@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from vaco_jax import cli, testbeds
+from vaco_jax.cli import sweep as sweep_cli
 from vaco_jax.control.config import ControlConfig
 from vaco_jax.core.lag_models import LAG_MODELS, named
 from vaco_jax.report import run_figures
+from vaco_jax.report import summary as report_summary
 from vaco_jax.infra.manifest import recorded
 from vaco_jax.tokens.config import TokenConfig
 
@@ -165,3 +167,11 @@ def test_the_next_steps_name_every_algorithm_of_the_quick_study():
         experiment = tomllib.loads((root / path).read_text())
         named = compares.split(" on ")[0].replace(" and ", ", ").lower().split(", ")
         assert named == experiment["algos"], path
+
+
+def test_a_sweep_report_ends_by_pointing_to_the_leaderboard(capsys):
+    study = Path(__file__).parents[2] / "experiments" / "results" / "quick"
+    sweep_cli._print_scores(report_summary.loads((study / "summary.json").read_text()), "out")
+    *_, report_line, board_line = capsys.readouterr().out.strip().splitlines()
+    assert report_line.startswith("report: out/report.md")
+    assert board_line.startswith("leaderboard: vaco-jax leaderboard --out board")

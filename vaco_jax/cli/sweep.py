@@ -148,3 +148,5 @@ def _print_scores(summary: Summary, out: str) -> None:
         print(f"  {choice.method:<32} {tuning.hparam} {choice.chosen:g} "
               f"({tuning.rule}, of {grid}{edge})")
     print(f"report: {out}/report.md (tables in {out}/summary.json, runs in {out}/runs.parquet)")
+    print("leaderboard: vaco-jax leaderboard --out board (every study committed in "
+          "experiments/results, this one once it is there; then open board/index.html)")
