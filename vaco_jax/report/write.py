@@ -285,7 +285,8 @@ def write_report(
     improvements = cells.improvements(complete, focus_algo, reps, seed)
     overview = _run_overview(table, run_table)
     lags = list(overview.lags)
-    kept = kept_gain.summary(run_table, complete, tasks, lags, reps, seed)
+    kept = kept_gain.summary(run_table, complete, tasks, lags, reps, seed,
+                             cell_summaries=cell_summaries, task_summaries=task_summaries)
     events = scoring.collapse_events(table, references, score, collapse_thresholds)
     data = ReportData(
         score=score,
