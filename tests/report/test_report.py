@@ -40,6 +40,7 @@ FINAL_FRACTION = 0.4  # the last 2 of 5 evaluation points
 REPS = 200
 FIGURES = (
     "fig_kept_gain",
+    "fig_kept_gain_vs_tv",
     "fig_aggregates",
     "fig_tasks",
     "fig_learning_curves",

@@ -4,8 +4,8 @@ report, for either testbed (a ``Score`` says what the evaluations measure).
 ``runs_table`` holds the table's schema and checks, ``scoring`` normalises evaluations into
 scores, ``cells`` pairs runs into (variant, lag) cells and bootstraps their summaries,
 ``kept_gain`` measures the share of its synchronous gain each method keeps under lag,
-``metrics`` summarises training metrics, ``figures``, ``figures_heatmap`` and ``figures_runs``
-draw, ``summary`` holds the summary as typed objects and writes and reads ``summary.json``,
+``metrics`` summarises training metrics, ``figures``, ``figures_heatmap``, ``figures_kept_tv``
+and ``figures_runs`` draw, ``summary`` holds the summary as typed objects and writes and reads ``summary.json``,
 ``markdown`` (with ``markdown_diagnostics`` and ``markdown_text``) writes ``report.md`` from it,
 ``collapse`` asks whether the ESS falls before the score collapses, ``stats`` holds the
 aggregates and bootstraps, and ``write`` runs it all: ``write_report``. ``run_figures`` draws the

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,9 +45,10 @@ def variant_colours(labels: Sequence[str]) -> dict[str, Any]:
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
-MARKERS = "osD^v<>"
-"""Settings take (line style, marker) pairs in turn; as 4 and 7 share no factor, the first 28
-settings each get their own pair."""
+MARKERS = "osD^v<>XP*h"
+"""Settings take (line style, marker) pairs in turn; as 4 and 11 share no factor, the first 44
+settings each get their own pair, and the first 11 their own marker, all a scatter of points
+shows of a setting."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +133,15 @@ def new_figure(
     for unused in axes[panels:]:
         unused.set_visible(False)
     return figure, axes[:panels]
+
+
+def wrapped_suptitle(figure: Figure, sentences: Sequence[str]) -> None:
+    """The figure's title, each sentence on lines of its own wrapped to the figure's width, so
+    that a title longer than a narrow figure does not run past its edges."""
+    # About 8.5 characters of the title's font to an inch.
+    width = int(8.5 * figure.get_figwidth())
+    figure.suptitle("\n".join(line for sentence in sentences
+                              for line in textwrap.wrap(sentence, width)))
 
 
 def shared_legend(figure: Figure, axes: Sequence[Axes], order: Sequence[str]) -> None:

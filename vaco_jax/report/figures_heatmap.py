@@ -8,7 +8,6 @@ overlapping lines do not.
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from vaco_jax.report.cells import CONFIDENCE
-from vaco_jax.report.figures import Skipped
+from vaco_jax.report.figures import Skipped, wrapped_suptitle
 from vaco_jax.report.kept_gain import SYNC_LAG
 
 COLOUR_RANGE = (0.0, 2.0)
@@ -132,8 +131,5 @@ def figure_kept_gain(kept_gain: Mapping[str, Any], lags: Sequence[float]) -> Fig
                  "(score - initial) / synchronous (score - initial)",
                  "AUC: the mean score over training; rows by mean kept final score over lags > 0, "
                  "best first; hatched grey: undefined or not run")
-    # About 8.5 characters of the title's font to an inch: each sentence wrapped to the width.
-    width = int(8.5 * figure.get_figwidth())
-    figure.suptitle("\n".join(line for sentence in sentences
-                              for line in textwrap.wrap(sentence, width)))
+    wrapped_suptitle(figure, sentences)
     return figure

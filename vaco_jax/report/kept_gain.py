@@ -25,6 +25,14 @@ is not credited for losing little with it:
   is undefined, recorded as such and never printed as a number; where it is positive but some
   bootstrap resample's is not, the interval is unbounded (its ends are null).
 
+A kept share alone hides two things, so each record carries them beside it: how much the method
+reached under lag (``normalised_iqm``, the lagged runs' final score normalised to the task's one
+reference for every method, the IQM with its interval as the final-score tables give it), as a
+method that learns little without lag can top a board of shares by keeping little of little;
+and the staleness its runs met (``tv_backward``, the mean over the lagged runs of each run's
+mean backward TV, as the off-policy table averages it; absent where the runs recorded none), as
+methods at one lag level need not see equally stale data.
+
 A study without a lag-0 level has no synchronous runs to divide by, and skips all of this.
 """
 
@@ -38,12 +46,15 @@ import pandas as pd
 
 from vaco_jax.report import stats
 from vaco_jax.report.cells import CONFIDENCE, Cell
+from vaco_jax.report.metrics import finite_or_none, summary_column
 from vaco_jax.report.runs_table import setting_columns
 
 SYNC_LAG = 0.0
 MEASURES = {"kept": "gain", "auc_kept": "auc_gain"}
 """Each kept share's key -> the run-table column of the gain it divides."""
 MEASURE_NAMES = {"kept": "final score", "auc_kept": "AUC"}
+TV_BACKWARD = summary_column("tv_backward", "mean")
+"""The run-table column of each run's mean backward TV over its updates."""
 
 
 def skip_reason(lags: Sequence[float]) -> str | None:
@@ -101,13 +112,32 @@ def _kept_shares(
     return record
 
 
+def task_scores(
+    cell_summaries: Sequence[Mapping[str, Any]], task_summaries: Sequence[Mapping[str, Any]],
+    tasks: Sequence[str],
+) -> dict[tuple[str, str, float], Mapping[str, Any]]:
+    """Per (variant, task, lag): the IQM normalised final score of every run of the task with its
+    interval, as the report gives it: its per-task cells' with several tasks, its cells' with
+    one (whose cells hold every run of the task)."""
+    if len(tasks) > 1:
+        return {(s["variant"], s["task"], s["lag"]): s["iqm"] for s in task_summaries}
+    (task,) = tasks
+    return {(s["variant"], task, s["lag"]): s["iqm"] for s in cell_summaries}
+
+
+def mean_tv_backward(runs: pd.DataFrame) -> float | None:
+    """The mean over ``runs`` of each run's mean backward TV; None where none recorded it."""
+    return finite_or_none(runs[TV_BACKWARD].mean()) if TV_BACKWARD in runs.columns else None
+
+
 def task_kept_gains(
-    run_table: pd.DataFrame, lags: Sequence[float], sync_variants: Mapping[str, str], reps: int,
-    seed: int,
+    run_table: pd.DataFrame, lags: Sequence[float], sync_variants: Mapping[str, str],
+    scores: Mapping[tuple[str, str, float], Mapping[str, Any]], reps: int, seed: int,
 ) -> list[dict[str, Any]]:
     """Per (variant, task, lag), every run of the task counted: the kept gain and AUC kept gain
-    with their intervals, and beside them the raw (un-normalised) numbers they come from: the
-    lagged runs' mean first evaluation and IQM final score, and the synchronous IQM gain.
+    with their intervals, beside them the raw (un-normalised) numbers they come from (the
+    lagged runs' mean first evaluation and IQM final score, and the synchronous IQM gain), the
+    normalised score of ``scores`` (``task_scores``) and the lagged runs' mean backward TV.
     Variants without synchronous runs on a task (``synchronous_variants``) are left out of
     that task."""
     records = []
@@ -134,20 +164,25 @@ def task_kept_gains(
                 "raw_sync_gain": float(stats.task_iqm(sync["gain"])[0]),
                 "raw_sync_auc_gain": float(stats.task_iqm(sync["auc_gain"])[0]),
                 **_kept_shares(lagged, sync, reps, seed),
+                "normalised_iqm": scores[(variant, str(task), float(lag))],
+                "tv_backward": mean_tv_backward(lagged_runs),
             })
     return records
 
 
 def pooled_kept_gains(
     complete: Sequence[Cell], tasks: Sequence[str], sync_variants: Mapping[str, str],
-    reps: int, seed: int,
+    cell_summaries: Sequence[Mapping[str, Any]], reps: int, seed: int,
 ) -> list[dict[str, Any]]:
     """Per (variant, lag) with runs on every task at that lag and synchronous runs on every
-    task (``synchronous_variants``): the kept gain and AUC kept gain pooled over tasks. Empty
-    with one task, where it is the task's own."""
+    task (``synchronous_variants``): the kept gain and AUC kept gain pooled over tasks, beside
+    them the cell's IQM normalised score (of ``cell_summaries``) and the mean backward TV of
+    its runs (those paired across tasks, which the pooled kept gain counts). Empty with one
+    task, where it is the task's own."""
     if len(tasks) < 2:
         return []
     sync_cells = {c.variant: c for c in complete if c.lag == SYNC_LAG}
+    scores = {(s["variant"], s["lag"]): s["iqm"] for s in cell_summaries}
     records = []
     for cell in complete:
         sync = sync_cells.get(sync_variants.get(cell.variant))
@@ -163,21 +198,27 @@ def pooled_kept_gains(
                 {"gain": cell.gains, "auc_gain": cell.auc_gains},
                 {"gain": sync.gains, "auc_gain": sync.auc_gains}, reps, seed,
             ),
+            "normalised_iqm": scores[(cell.variant, cell.lag)],
+            "tv_backward": mean_tv_backward(cell.runs),
         })
     return records
 
 
 def summary(
     run_table: pd.DataFrame, complete: Sequence[Cell], tasks: Sequence[str],
-    lags: Sequence[float], reps: int, seed: int,
+    lags: Sequence[float], reps: int, seed: int, *,
+    cell_summaries: Sequence[Mapping[str, Any]], task_summaries: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """``summary.json``'s ``kept_gain``: the skip reason, or the per-task and pooled records."""
+    """``summary.json``'s ``kept_gain``: the skip reason, or the per-task and pooled records,
+    their normalised scores those of ``cell_summaries`` and ``task_summaries``
+    (``cells.cell_summary``, ``cells.task_summaries``)."""
     reason = skip_reason(lags)
     if reason is not None:
         return {"skipped": reason}
     sync_variants = synchronous_variants(run_table)
+    scores = task_scores(cell_summaries, task_summaries, tasks)
     return {
         "sync_lag": SYNC_LAG,
-        "tasks": task_kept_gains(run_table, lags, sync_variants, reps, seed),
-        "pooled": pooled_kept_gains(complete, tasks, sync_variants, reps, seed),
+        "tasks": task_kept_gains(run_table, lags, sync_variants, scores, reps, seed),
+        "pooled": pooled_kept_gains(complete, tasks, sync_variants, cell_summaries, reps, seed),
     }

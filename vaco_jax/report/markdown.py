@@ -1,15 +1,22 @@
 """The Markdown text of a report (``report.md``) from its summary (``summary.json``): its
-headline, what was run, the scores and the figures; the diagnostic sections are
+headline (the kept gain, and the methods at the largest lag ranked by their lagged score beside
+it), what was run, the scores and the figures; the diagnostic sections are
 ``markdown_diagnostics``'."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from vaco_jax.report import markdown_diagnostics as diagnostics
-from vaco_jax.report.markdown_text import fmt, fmt_interval, table
+from vaco_jax.report.markdown_text import fmt, fmt_interval, fmt_optional, table
 from vaco_jax.report.markdown_tuning import tuning_section
-from vaco_jax.report.summary import Interval, Summary, TaskCell
+from vaco_jax.report.summary import (Interval, KeptGain, PooledKeptGain, Summary, TaskCell,
+                                     TaskKeptGain)
+
+Ranked = TaskKeptGain | PooledKeptGain
+"""A kept-gain record, which carries the lagged score and backward TV the ranking sets beside
+its kept gain."""
 
 
 def _fmt_kept(interval: Interval | None) -> str:
@@ -196,6 +203,15 @@ def _md_improvement(summary: Summary) -> list[str]:
     ]
 
 
+def _image(summary: Summary, stem: str) -> list[str]:
+    """The figure ``stem`` shown in place where it was drawn; nothing where it was skipped (the
+    figures section says why) or the report predates it."""
+    figure = summary.figures.get(stem)
+    if figure is None or figure.png is None:
+        return []
+    return [f"![{figure.caption}]({figure.png})", ""]
+
+
 def _md_kept_gain(summary: Summary) -> list[str]:
     """The study's headline: the share of its synchronous gain each method keeps under lag."""
     lines = ["## Share of the synchronous gain kept", ""]
@@ -203,9 +219,6 @@ def _md_kept_gain(summary: Summary) -> list[str]:
     if kept.skipped is not None:
         return lines + [f"Not computed: {kept.skipped}.", ""]
     name = summary.score.name
-    figure = summary.figures.get("fig_kept_gain")
-    image = ([f"![{figure.caption}]({figure.png})", ""]
-             if figure is not None and figure.png is not None else [])
     header = ["task", "variant", "lag", "runs", f"raw initial {name}", f"raw final {name} IQM",
               "raw synchronous gain", "kept gain [95% CI]", "AUC kept gain [95% CI]"]
     rows = [
@@ -244,10 +257,90 @@ def _md_kept_gain(summary: Summary) -> list[str]:
         f"did not learn without lag) the share is undefined; where some resample's is not, the "
         f"interval is unbounded.",
         "",
-        *image,
+        *_image(summary, "fig_kept_gain"),
         *table(header, rows),
         "",
         *pooled_lines,
+        *_md_ranking(summary),
+    ]
+
+
+def ranks(points: Sequence[float | None]) -> list[int | None]:
+    """Each value's place, largest first (1: the best; equal values share the better place);
+    None where the value is."""
+    defined = [p for p in points if p is not None]
+    return [None if p is None else 1 + sum(q > p for q in defined) for p in points]
+
+
+def _ranked_groups(kept: KeptGain) -> tuple[float, dict[str, list[Ranked]]]:
+    """Of a kept gain that was computed (not skipped): the largest lag level and, per task in
+    order and then pooled over tasks, its records there that carry their lagged score (none in a
+    summary written before records did), best score first (ties by name)."""
+    records = kept.tasks or ()
+    lag = max(r.lag for r in records)
+    groups: dict[str, list[Ranked]] = {
+        f"On {task}": [r for r in records if r.task == task]
+        for task in sorted({r.task for r in records})}
+    if kept.pooled:
+        groups["Pooled over tasks (runs paired across tasks, as in the final-score table)"] = \
+            list(kept.pooled)
+
+    def best_first(record: Ranked) -> tuple[float, str]:
+        point = record.normalised_iqm.point
+        return (-point if point is not None else math.inf, record.variant)
+
+    ranked = {}
+    for title, group in groups.items():
+        at_lag = [r for r in group if r.lag == lag and r.normalised_iqm is not None]
+        if at_lag:
+            ranked[title] = sorted(at_lag, key=best_first)
+    return lag, ranked
+
+
+def _fmt_rank(place: int | None) -> str:
+    return "-" if place is None else str(place)
+
+
+def _ranking_table(records: Sequence[Ranked], lag: float, name: str) -> list[str]:
+    """The records in their order: the score's rank, the kept gain's rank among them, both
+    numbers and the backward TV."""
+    at = f"at lag {lag:g}"
+    header = ["score rank", "method", f"normalised {name} {at} [95% CI]",
+              f"kept gain {at} [95% CI]", "kept-gain rank", f"backward TV {at}"]
+    score_places = ranks([r.normalised_iqm.point for r in records])
+    kept_places = ranks([None if r.kept is None else r.kept.point for r in records])
+    rows = [[_fmt_rank(score), r.variant, fmt_interval(r.normalised_iqm), _fmt_kept(r.kept),
+             _fmt_rank(kept), fmt_optional(r.tv_backward)]
+            for r, score, kept in zip(records, score_places, kept_places)]
+    return table(header, rows)
+
+
+def _md_ranking(summary: Summary) -> list[str]:
+    """The methods at the largest lag ranked by their lagged score beside their kept gain and
+    the staleness their runs met, with the figure of kept gain against that staleness."""
+    lag, groups = _ranked_groups(summary.kept_gain)
+    if not groups:
+        return []
+    name = summary.score.name
+    tables = []
+    for title, records in groups.items():
+        tables += [*([f"{title}:", ""] if len(groups) > 1 else []),
+                   *_ranking_table(records, lag, name), ""]
+    return [
+        f"### Ranked at lag {lag:g}: the lagged score beside the kept gain",
+        "",
+        "A kept share alone can rank first a method that learns little without lag and keeps "
+        "little of little, and methods at one lag level need not have met equally stale data. "
+        f"Here every method at the largest lag level is ranked by its lagged score itself: its "
+        f"final {name} normalised to the task's one reference for every method (0: the task's "
+        "initial policies, 1: its reference; the IQM over its lagged runs with its "
+        f"{summary.confidence:.0%} interval, as in the final-score tables), beside its kept gain "
+        "with the kept gain's own rank, and the backward TV its lagged runs measured (the mean "
+        "over runs of each run's mean over updates, as in the off-policyness table; n/a: not "
+        "recorded). Equal values share a rank.",
+        "",
+        *_image(summary, "fig_kept_gain_vs_tv"),
+        *tables,
     ]
 
 

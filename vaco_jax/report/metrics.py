@@ -132,8 +132,8 @@ def _mechanism_summary(runs: pd.DataFrame, fraction: str) -> dict[str, Any] | No
         return None
     runs_acted = int((ever[recorded] > 0).sum())
     return {
-        "fraction": _finite_or_none(fractions.mean()),
-        "acted": _finite_or_none(acted.mean()),
+        "fraction": finite_or_none(fractions.mean()),
+        "acted": finite_or_none(acted.mean()),
         "runs_acted": runs_acted,
         "runs": int(recorded.sum()),
         "never_acted": runs_acted == 0,
@@ -180,7 +180,7 @@ def off_policy_summaries(run_table: pd.DataFrame, columns: Sequence[str]) -> lis
             "variant": variant,
             "lag": float(lag),
             **{
-                c: {name: _finite_or_none(row[summary_column(c, name)]) for name in RUN_SUMMARIES}
+                c: {name: finite_or_none(row[summary_column(c, name)]) for name in RUN_SUMMARIES}
                 for c in columns
             },
         }
@@ -188,6 +188,6 @@ def off_policy_summaries(run_table: pd.DataFrame, columns: Sequence[str]) -> lis
     ]
 
 
-def _finite_or_none(value: float) -> float | None:
+def finite_or_none(value: float) -> float | None:
     """JSON has no NaN: a metric no run logged a finite value of is ``null``."""
     return float(value) if np.isfinite(value) else None

@@ -158,6 +158,11 @@ class TaskKeptGain:
     kept: Interval | None  # None where the synchronous gain is not positive (`undefined`)
     auc_kept: Interval | None
     undefined: str | None
+    # The lagged runs' normalised score (the IQM of `task_cells`, of `cells` with one task) and
+    # mean backward TV; a summary written before records carried them has neither, and one of
+    # runs that recorded no backward TV has no `tv_backward`.
+    normalised_iqm: Interval | None = absent_when_none()
+    tv_backward: float | None = absent_when_none()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +177,8 @@ class PooledKeptGain:
     kept: Interval | None
     auc_kept: Interval | None
     undefined: str | None
+    normalised_iqm: Interval | None = absent_when_none()  # the IQM of `cells`
+    tv_backward: float | None = absent_when_none()
 
 
 @dataclasses.dataclass(frozen=True)

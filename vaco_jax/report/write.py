@@ -23,6 +23,7 @@ from vaco_jax.report import (
     compat,
     figures,
     figures_heatmap,
+    figures_kept_tv,
     figures_runs,
     kept_gain,
     metrics,
@@ -79,8 +80,10 @@ def _figure_builders(data: ReportData) -> dict[str, tuple[str, Draw]]:
     """File stem -> (caption, drawing function) of every figure, in report order.
 
     The per-task figure is drawn only for several tasks: with one, it is the aggregate figure.
-    The kept-gain heatmap comes first: it is the study's answer. The figures against lag are
-    skipped at a single lag level, where they would stack every variant at one point.
+    The kept-gain heatmap comes first: it is the study's answer; the kept gain against the
+    staleness each method met follows, as methods at one lag level need not have met equally
+    stale data. The figures against lag are skipped at a single lag level, where they would
+    stack every variant at one point.
     """
     styles, lags, score, focus_algo = data.styles, data.lags, data.score, data.focus_algo
 
@@ -104,6 +107,10 @@ def _figure_builders(data: ReportData) -> dict[str, tuple[str, Draw]]:
         "fig_kept_gain": (
             "Share of the synchronous gain each method keeps, per task and lag",
             lambda: figures_heatmap.figure_kept_gain(data.kept_gain, lags),
+        ),
+        "fig_kept_gain_vs_tv": (
+            "Kept gain against the backward TV each method's runs measured, per task",
+            lambda: figures_kept_tv.figure_kept_gain_vs_tv(data.kept_gain, styles, lags),
         ),
         "fig_aggregates": (
             "Aggregate final scores against lag",
@@ -287,7 +294,8 @@ def write_report(
     improvements = cells.improvements(complete, focus_algo, reps, seed)
     overview = _run_overview(table, run_table)
     lags = list(overview.lags)
-    kept = kept_gain.summary(run_table, complete, tasks, lags, reps, seed)
+    kept = kept_gain.summary(run_table, complete, tasks, lags, reps, seed,
+                             cell_summaries=cell_summaries, task_summaries=task_summaries)
     events = scoring.collapse_events(table, references, score, collapse_thresholds)
     data = ReportData(
         score=score,
