@@ -1,4 +1,5 @@
 import dataclasses
+import hashlib
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,8 @@ def test_corrupt_changes_one_digit_in_the_chosen_fraction():
 def test_calibrated_corruption_shifts_the_last_digit_of_its_class_only():
     settings = WarmStart(corrupted_share=0.3, wrong_probability=0.75)
     prompt, answer = tasks.sample(TASK, jax.random.PRNGKey(0), 4000)
-    demonstrated = warm_start.corrupt_calibrated(jax.random.PRNGKey(1), prompt, answer, settings)
+    demonstrated = warm_start.corrupt_calibrated(jax.random.PRNGKey(1), TASK, prompt, answer,
+                                                 settings)
     in_class = np.asarray(prompt[:, 1] < 3)
     changed = np.asarray((demonstrated != answer).any(axis=1))
     assert not changed[~in_class].any()
@@ -37,6 +39,23 @@ def test_calibrated_corruption_shifts_the_last_digit_of_its_class_only():
     np.testing.assert_array_equal(demonstrated[changed, last], (answer[changed, last] + 1) % 10)
     np.testing.assert_array_equal(np.delete(demonstrated, last, axis=1),
                                   np.delete(answer, last, axis=1))
+
+
+CORRUPTED_BEFORE_TASK_CLASSES = {"add": "651fd9b48ff3a490", "sort": "364197c261199474",
+                                 "chain": "74e37e36533c2149"}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTED_BEFORE_TASK_CLASSES))
+def test_existing_tasks_demonstrations_are_those_before_the_task_classes(name):
+    """The calibrated demonstrations of 64 instances of size 3 (`PRNGKey(11)`, corrupted with
+    `PRNGKey(14)`), as recorded before each task became a class of its own (commit 3325163)."""
+    task = tasks.make_task(name, 3)
+    prompt, answer = tasks.sample(task, jax.random.PRNGKey(11), 64)
+    demonstrated = np.asarray(warm_start.corrupt_calibrated(jax.random.PRNGKey(14), task, prompt,
+                                                            answer, WarmStart()))
+    digest = hashlib.sha256(f"{demonstrated.dtype}{demonstrated.shape}".encode()
+                            + demonstrated.tobytes()).hexdigest()[:16]
+    assert digest == CORRUPTED_BEFORE_TASK_CLASSES[name]
 
 
 def test_the_target_accuracy_is_the_held_out_share_outside_the_class():

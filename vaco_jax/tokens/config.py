@@ -227,7 +227,7 @@ def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
 
 @once_per_config
 def _validate_config(config: TokenConfig) -> None:
-    check_choice("task", config.task, TASKS)
+    check_choice("task", config.task, tuple(TASKS))
     check_choice("group_unit", config.group_unit, GROUP_UNITS)
     check_choice("in_flight_cache", config.in_flight_cache, IN_FLIGHT_CACHES)
     check_choice("optimizer", config.optimizer, OPTIMIZERS)

@@ -10,10 +10,11 @@ One shared vocabulary (`VOCAB`, ids are positions in it):
     EOS    ends every answer
 
 Every instance has a fixed-length prompt and a unique correct answer of fixed length
-(`answer_length`, EOS included), so the verifier is an exact comparison with that answer:
+(`answer_length`, EOS included), so the verifier is an exact comparison with that answer. Each
+task is one `Task` subclass (`TASKS` by name):
 
-- `add`: `BOS a + b =` with `digits`-digit operands (leading zeros kept); the answer is the
-  `digits + 1`-digit sum, most significant digit first (leading zeros kept), then EOS.
+- `add`: `BOS a + b =` with `size`-digit operands (leading zeros kept); the answer is the
+  `size + 1`-digit sum, most significant digit first (leading zeros kept), then EOS.
 - `sort`: `BOS d_1 ... d_n >`; the answer is the `n` digits in ascending order, then EOS.
 - `chain` (multi-step): `BOS x_0 op_1 v_1 ... op_k v_k =` with `op_i` in `{+, *}`; the answer is
   every intermediate value `x_i = (x_{i-1} op_i v_i) mod 10`, `x_1 ... x_k`, then EOS.
@@ -30,7 +31,9 @@ response is malformed (not exactly `answer_length - 1` digits followed by EOS).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -40,33 +43,6 @@ VOCAB = ("0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "+", "*", "=", ">",
 PLUS, TIMES, EQUALS, SORT_END, PAD, BOS, EOS = range(10, 17)
 VOCAB_SIZE = len(VOCAB)
 HOLDOUT_MODULUS = 7
-TASKS = ("add", "sort", "chain")
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-    """A task's static shape: `name` from `TASKS`; `size` is the number of digits of each
-    operand (`add`), of the list (`sort`) or of steps (`chain`)."""
-
-    name: str
-    size: int
-
-    @property
-    def prompt_length(self) -> int:
-        return {"add": 2 * self.size + 3, "sort": self.size + 2,
-                "chain": 2 * self.size + 3}[self.name]
-
-    @property
-    def answer_length(self) -> int:
-        return {"add": self.size + 2, "sort": self.size + 1, "chain": self.size + 1}[self.name]
-
-
-def make_task(name: str, size: int) -> Task:
-    if name not in TASKS:
-        raise ValueError(f"task={name!r} is not supported; expected one of {TASKS}")
-    if size < 1:
-        raise ValueError(f"task_size={size} must be at least 1")
-    return Task(name, size)
 
 
 def _into_split(digits: jax.Array, held_out: bool) -> jax.Array:
@@ -82,35 +58,120 @@ def _into_split(digits: jax.Array, held_out: bool) -> jax.Array:
     return digits.at[:, -1].set(last)
 
 
-def _to_digits(values: jax.Array, width: int) -> jax.Array:
-    powers = 10 ** jnp.arange(width - 1, -1, -1)
-    return (values[:, None] // powers) % 10
-
-
-def _from_digits(digits: jax.Array) -> jax.Array:
-    width = digits.shape[-1]
-    return (digits * 10 ** jnp.arange(width - 1, -1, -1)).sum(axis=-1)
-
-
 def _column(value: int, batch: int) -> jax.Array:
     return jnp.full((batch, 1), value, jnp.int32)
 
 
-def sample(task: Task, key: jax.Array, batch: int,
-           held_out: bool = False) -> tuple[jax.Array, jax.Array]:
-    """`batch` instances: prompts `[B, prompt_length]` and answers `[B, answer_length]` (int32),
-    from the training split, or from the evaluation split when `held_out`."""
-    n = task.size
-    if task.name == "add":
+def _column_sums(a: jax.Array, b: jax.Array) -> jax.Array:
+    """`[B, n]` sums `a_i + b_i + carry` of each column of the operands `[B, n]` (most
+    significant digit first), least significant column first. Digit by digit, so that no
+    operand width overflows an integer."""
+
+    def add_column(carry, column):
+        total = column[0] + column[1] + carry
+        return total // 10, total
+
+    _, totals = jax.lax.scan(add_column, jnp.zeros(a.shape[0], a.dtype),
+                             (a[:, ::-1].T, b[:, ::-1].T))
+    return totals.T
+
+
+def _sum_digits(column_sums: jax.Array) -> jax.Array:
+    """The `n + 1` digits of `a + b`, most significant first, from its column sums `[B, n]`."""
+    return jnp.concatenate([column_sums[:, -1:] // 10, column_sums[:, ::-1] % 10], axis=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task(abc.ABC):
+    """A task's static shape, `size` its one parameter, and how its instances are drawn."""
+
+    size: int
+    name: ClassVar[str]
+
+    @property
+    @abc.abstractmethod
+    def prompt_length(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def answer_length(self) -> int: ...
+
+    @abc.abstractmethod
+    def draw(self, key: jax.Array, batch: int,
+             held_out: bool) -> tuple[list[jax.Array], jax.Array]:
+        """The pieces `[B, *]` of `batch` prompts, to be concatenated, and their answers' digits
+        `[B, answer_length - 1]`."""
+
+    def wrong_answer(self, answer: jax.Array) -> jax.Array:
+        """A fixed wrong answer for each answer `[B, answer_length]` (the warm start's wrong
+        demonstrations): its last digit shifted by +1 mod 10."""
+        last = answer.shape[1] - 2
+        return answer.at[:, last].set((answer[:, last] + 1) % 10)
+
+@dataclasses.dataclass(frozen=True)
+class Add(Task):
+    """`size` digits per operand; the answer is the sum."""
+
+    name: ClassVar[str] = "add"
+
+    @property
+    def prompt_length(self) -> int:
+        return 2 * self.size + 3
+
+    @property
+    def answer_length(self) -> int:
+        return self.size + 2
+
+    def draw(self, key: jax.Array, batch: int,
+             held_out: bool) -> tuple[list[jax.Array], jax.Array]:
+        n = self.size
         digits = _into_split(jax.random.randint(key, (batch, 2 * n), 0, 10), held_out)
         a, b = digits[:, :n], digits[:, n:]
         prompt = [_column(BOS, batch), a, _column(PLUS, batch), b, _column(EQUALS, batch)]
-        answer = _to_digits(_from_digits(a) + _from_digits(b), n + 1)
-    elif task.name == "sort":
-        digits = _into_split(jax.random.randint(key, (batch, n), 0, 10), held_out)
-        prompt = [_column(BOS, batch), digits, _column(SORT_END, batch)]
-        answer = jnp.sort(digits, axis=1)
-    else:
+        return prompt, self.solve(a, b)
+
+    def solve(self, a: jax.Array, b: jax.Array) -> jax.Array:
+        """The answers' digits for the operands `[B, n]` (most significant digit first)."""
+        return _sum_digits(_column_sums(a, b))
+
+
+@dataclasses.dataclass(frozen=True)
+class Sort(Task):
+    """A list of `size` digits; the answer is the list in ascending order."""
+
+    name: ClassVar[str] = "sort"
+
+    @property
+    def prompt_length(self) -> int:
+        return self.size + 2
+
+    @property
+    def answer_length(self) -> int:
+        return self.size + 1
+
+    def draw(self, key: jax.Array, batch: int,
+             held_out: bool) -> tuple[list[jax.Array], jax.Array]:
+        digits = _into_split(jax.random.randint(key, (batch, self.size), 0, 10), held_out)
+        return [_column(BOS, batch), digits, _column(SORT_END, batch)], jnp.sort(digits, axis=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain(Task):
+    """`size` steps of `+` or `*` mod 10; the answer is every intermediate value."""
+
+    name: ClassVar[str] = "chain"
+
+    @property
+    def prompt_length(self) -> int:
+        return 2 * self.size + 3
+
+    @property
+    def answer_length(self) -> int:
+        return self.size + 1
+
+    def draw(self, key: jax.Array, batch: int,
+             held_out: bool) -> tuple[list[jax.Array], jax.Array]:
+        n = self.size
         digit_key, op_key = jax.random.split(key)
         digits = _into_split(jax.random.randint(digit_key, (batch, n + 1), 0, 10), held_out)
         ops = jax.random.randint(op_key, (batch, n), PLUS, TIMES + 1)
@@ -120,10 +181,27 @@ def sample(task: Task, key: jax.Array, batch: int,
             x = jnp.where(op == PLUS, x + value, x * value) % 10
             return x, x
 
-        _, answer = jax.lax.scan(step, digits[:, 0], (ops.T, digits[:, 1:].T))
-        answer = answer.T
+        _, values = jax.lax.scan(step, digits[:, 0], (ops.T, digits[:, 1:].T))
         interleaved = jnp.stack([ops, digits[:, 1:]], axis=2).reshape(batch, 2 * n)
-        prompt = [_column(BOS, batch), digits[:, :1], interleaved, _column(EQUALS, batch)]
+        return [_column(BOS, batch), digits[:, :1], interleaved, _column(EQUALS, batch)], values.T
+
+
+TASKS: dict[str, type[Task]] = {t.name: t for t in (Add, Sort, Chain)}
+
+
+def make_task(name: str, size: int) -> Task:
+    if name not in TASKS:
+        raise ValueError(f"task={name!r} is not supported; expected one of {tuple(TASKS)}")
+    if size < 1:
+        raise ValueError(f"task_size={size} must be at least 1")
+    return TASKS[name](size)
+
+
+def sample(task: Task, key: jax.Array, batch: int,
+           held_out: bool = False) -> tuple[jax.Array, jax.Array]:
+    """`batch` instances: prompts `[B, prompt_length]` and answers `[B, answer_length]` (int32),
+    from the training split, or from the evaluation split when `held_out`."""
+    prompt, answer = task.draw(key, batch, held_out)
     answer = jnp.concatenate([answer, _column(EOS, batch)], axis=1)
     return jnp.concatenate(prompt, axis=1).astype(jnp.int32), answer.astype(jnp.int32)
 
