@@ -46,7 +46,8 @@ def test_sort_and_chain_by_hand():
         assert p[-1] == EQUALS and list(a) == expected + [EOS]
 
 
-@pytest.mark.parametrize("name,size", [("add", 3), ("sort", 5), ("chain", 4)])
+@pytest.mark.parametrize("name,size", [("add", 3), ("sort", 5), ("chain", 4), ("add_steps", 5),
+                                       ("sort", 15), ("chain", 15)])
 def test_demonstrations_score_one_and_corruptions_zero(name, size):
     task = tasks.make_task(name, size)
     _, answer = tasks.sample(task, jax.random.PRNGKey(3), 128)
@@ -92,10 +93,10 @@ def test_padding_and_mask_after_eos():
 
 
 def test_unknown_task_is_rejected():
-    with pytest.raises(ValueError, match="task='mul'.*'add', 'sort', 'chain'"):
+    with pytest.raises(ValueError, match="task='mul'.*'add', 'sort', 'chain', 'add_steps'"):
         tasks.make_task("mul", 2)
     with pytest.raises(ValueError, match="task_size=0 must be at least 1"):
-        tasks.make_task("add", 0)
+        tasks.make_task("add_steps", 0)
 
 
 def _digest(*arrays) -> str:
@@ -141,6 +142,9 @@ def test_existing_tasks_draw_and_reward_as_before_the_task_classes(name, size):
                for partial in (False, True) for penalty in (0.0, 0.5)]
     assert (_digest(prompt, answer), _digest(*tasks.sample(task, key, 64, held_out=True)),
             _digest(*rewards)) == BEFORE_TASK_CLASSES[name, size]
+    # The whole answer is these tasks' result under `reward_on="result"`, but for `chain`'s.
+    if name != "chain":
+        assert task.unchecked_steps("result") == 0
 
 
 @pytest.mark.parametrize("name", sorted(HELD_OUT_SETS_BEFORE))
@@ -155,3 +159,66 @@ def test_sums_of_many_digits_do_not_overflow():
     for p, a in zip(np.asarray(prompt), np.asarray(answer)):
         total = int("".join(map(str, p[1:16]))) + int("".join(map(str, p[17:32])))
         assert list(a) == [int(c) for c in f"{total:016d}"] + [EOS]
+
+
+def test_add_steps_by_hand():
+    """47 + 85: the units column 7 + 5 = 12 (carry 1, digit 2), the tens 4 + 8 + 1 = 13, so the
+    sum 132; 90 + 04 has no carry: 0 + 4 = 04, 9 + 0 = 09, sum 094."""
+    task = tasks.make_task("add_steps", 2)
+    assert (task.prompt_length, task.answer_length, task.result_length) == (7, 8, 3)
+    worked = task.solve(jnp.array([[4, 7], [9, 0]]), jnp.array([[8, 5], [0, 4]]))
+    np.testing.assert_array_equal(worked, [[1, 2, 1, 3, 1, 3, 2], [0, 4, 0, 9, 0, 9, 4]])
+    # The warm start's wrong solution slips in the units column and carries the slip to the sum.
+    wrong = task.wrong_answer(jnp.array([[1, 2, 1, 3, 1, 3, 2, EOS], [0, 9, 1, 0, 1, 0, 9, EOS]]))
+    np.testing.assert_array_equal(wrong, [[1, 3, 1, 3, 1, 3, 3, EOS],
+                                          [0, 0, 1, 0, 1, 0, 0, EOS]])
+    assert tasks.make_task("add_steps", 5).answer_length == 17  # at least 16 tokens
+
+
+def test_add_steps_prompts_are_add_s_and_every_step_checks_out():
+    add, steps = tasks.make_task("add", 3), tasks.make_task("add_steps", 3)
+    key = jax.random.PRNGKey(9)
+    prompt, answer = tasks.sample(steps, key, 128)
+    add_prompt, add_answer = tasks.sample(add, key, 128)
+    np.testing.assert_array_equal(prompt, add_prompt)
+    np.testing.assert_array_equal(answer[:, 6:], add_answer)  # the result is add's answer
+    for p, a in zip(np.asarray(prompt), np.asarray(answer)):
+        carry = 0
+        for column in range(3):  # from the least significant
+            total = p[3 - column] + p[7 - column] + carry
+            assert list(a[2 * column:2 * column + 2]) == [total // 10, total % 10]
+            carry = total // 10
+
+
+def test_reward_on_the_result_ignores_the_steps_but_not_their_format():
+    answer = row(1, 2, 1, 3, 1, 3, 2, EOS)  # 47 + 85, worked
+    unchecked = tasks.make_task("add_steps", 2).unchecked_steps("result")
+    assert unchecked == 4
+
+    def rewards(*tokens, **options):
+        response = row(*tokens, PAD)
+        return (float(tasks.reward(answer, response, **options)[0]),
+                float(tasks.reward(answer, response, unchecked=unchecked, **options)[0]))
+
+    assert rewards(1, 2, 1, 3, 1, 3, 2, EOS) == (1.0, 1.0)
+    assert rewards(0, 0, 9, 9, 1, 3, 2, EOS) == (0.0, 1.0)  # wrong steps, right result
+    assert rewards(1, 2, 1, 3, 1, 3, 3, EOS) == (0.0, 0.0)  # right steps, wrong result
+    assert rewards(1, 2, PLUS, 3, 1, 3, 2, EOS) == (0.0, 0.0)  # a step that is no digit
+    # Partial credit counts the compared positions: all 8, or the result's 3 digits and EOS.
+    assert rewards(0, 0, 9, 9, 1, 3, 3, EOS, partial_credit=True) == (3 / 8, 0.75)
+    assert rewards(1, 2, PLUS, 3, 1, 3, 2, EOS, partial_credit=True) == (7 / 8, 1.0)
+    # The format penalty is the same in both modes: only malformed responses pay it.
+    assert rewards(0, 0, 9, 9, 1, 3, 2, EOS, format_penalty=0.5) == (0.0, 1.0)
+    assert rewards(1, 2, PLUS, 3, 1, 3, 2, EOS, format_penalty=0.5) == (-0.5, -0.5)
+    late = tasks.reward(answer, row(1, 2, 1, 3, 1, 3, 2, 2, EOS), unchecked=unchecked)
+    assert float(late[0]) == 0.0
+    with pytest.raises(ValueError, match="unchecked=8 must leave some of the answer's 8"):
+        tasks.reward(answer, row(1, 2, 1, 3, 1, 3, 2, EOS), unchecked=8)
+
+
+def test_chain_s_result_is_its_last_value():
+    chain = tasks.make_task("chain", 3)
+    assert chain.unchecked_steps("result") == 2 and chain.unchecked_steps("solution") == 0
+    answer = row(7, 4, 8, EOS)
+    assert float(tasks.reward(answer, row(0, 0, 8, EOS), unchecked=2)[0]) == 1.0
+    assert float(tasks.reward(answer, row(7, 4, 9, EOS), unchecked=2)[0]) == 0.0
