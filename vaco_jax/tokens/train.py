@@ -132,6 +132,7 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
         self.config = config
         self.algorithm = ALGORITHMS[config.algo]
         self.task = config.task_spec
+        self.unchecked = self.task.unchecked_steps(config.reward_on)
         self.policy = TokenPolicy(config.model_spec)
         self.eval_prompts, self.eval_answers = held_out_set(self.task, config.eval_prompts)
         self.initial_params = initial_params
@@ -240,7 +241,8 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
     def _batch(self, state: TokenState, hp: TokenHParams, prompt, answer, samples: Samples,
                versions) -> Batch:
         cfg = self.config
-        reward = tasks.reward(answer, samples.response, partial_credit=cfg.partial_credit,
+        reward = tasks.reward(answer, samples.response, unchecked=self.unchecked,
+                              partial_credit=cfg.partial_credit,
                               format_penalty=cfg.format_penalty)
         phase_log_prob, _ = self.policy.response_log_probs(state.params, prompt,
                                                            samples.response, hp.temperature)
@@ -380,7 +382,7 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
         unused)."""
         del key
         return greedy_accuracy(self.policy, policy, self.eval_prompts, self.eval_answers,
-                               self.config.response_length)
+                               self.config.response_length, self.unchecked)
 
 
 def make_train(config: TokenConfig, initial_params: Params):
