@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 
 from engine_configs import TOY
@@ -262,3 +263,32 @@ def test_speed_split_ratios_are_medians_of_each_round_s_own():
     drifting = {**{name: [t, t, t] for name, t in one.items()},
                 "purejaxrl_update": [1.5, 3.0, 3.0], "vaco_jax_update": [2.0, 4.0, 2.0]}
     assert speed_split.bound(drifting)["ratio_now"] == 0.75
+
+
+def test_log_ratio_summary_by_hand():
+    from benchmarks import log_ratio_tails
+
+    # Weights 1, 1, 1, 3: ESS ratio (1 + 1 + 1 + 3)^2 / (4 x (1 + 1 + 1 + 9)) = 36 / 48; the
+    # 99th percentile lies 0.97 of the way from the third value (0) to the fourth (log 3).
+    summary = log_ratio_tails.summary(np.log(np.array([1.0, 1.0, 1.0, 3.0])))
+    np.testing.assert_allclose([summary[k] for k in ("median", "p1", "p99", "max", "ess_ratio")],
+                               [0.0, 0.0, 0.97 * np.log(3.0), np.log(3.0), 0.75], rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_log_ratios_vanish_at_lag_zero_and_spread_at_a_larger_lag():
+    from benchmarks import log_ratio_tails
+    from vaco_jax.core.lag_models import Fixed
+    from vaco_jax.tokens.config import TokenConfig, TokenHParams
+    from vaco_jax.tokens.warm_start import WarmStart
+
+    config = TokenConfig(task="add_steps", layers=1, width=16, heads=2, prompts=2, group_size=4,
+                         partial_credit=True, lag_model=Fixed(), buffer_capacity=3,
+                         warm_start=WarmStart(steps=10))
+    hparams = TokenHParams.create(learning_rate=3e-2)
+    with pytest.raises(ValueError, match="updates=1 must reach the largest lag 2"):
+        log_ratio_tails.measure(config, hparams, [0, 2], updates=1, batches=2)
+    synchronous, stale = log_ratio_tails.measure(config, hparams, [0, 2], updates=3, batches=2)
+    assert synchronous["responses"] == stale["responses"] == 2 * 2 * 4
+    assert max(abs(synchronous["p1"]), abs(synchronous["max"])) < 1e-4
+    assert stale["p99"] - stale["p1"] > 1e-3

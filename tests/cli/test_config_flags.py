@@ -59,6 +59,7 @@ def test_the_default_flags_give_the_default_config():
     (["tokens", "--bf16-behaviour"], "bf16_behaviour", True),
     (["tokens", "--no-scale-advantages-by-std"], "scale_advantages_by_std", False),
     (["tokens", "--format-penalty", "0.5"], "format_penalty", 0.5),
+    (["tokens", "--task", "add_steps", "--reward-on", "result"], "reward_on", "result"),
 ])
 def test_a_flag_reaches_its_field(argv, field, value):
     module = cli.TRAINING_COMMANDS[argv[0]][0]

@@ -62,6 +62,18 @@ def test_every_warm_start_setting_names_its_own_cache_folder():
     assert len(hashes) == len(changed) and base not in hashes
 
 
+def test_cache_folders_written_before_the_task_classes_are_still_found():
+    """The hashes of warm starts cached before each task became a class of its own (commit
+    3325163), so that those caches stay valid; a new task has folders of its own."""
+    before = {("add", "calibrated"): "3e7fb5a1946ffef2", ("add", "legacy"): "8bc03c5773422549",
+              ("sort", "calibrated"): "e9385a817a2eb2f2", ("sort", "legacy"): "e6ccbbfad5797da6",
+              ("chain", "calibrated"): "1b0033adee8186ae", ("chain", "legacy"): "58b71ec3b8cbdf7d"}
+    for (name, preset), recorded in before.items():
+        assert warm_start.settings_hash(tasks.make_task(name, 3), ModelSpec(),
+                                        supervised.PRESETS[preset]) == recorded
+    new = {warm_start.settings_hash(tasks.make_task("add_steps", 3), ModelSpec(), settings)
+           for settings in supervised.PRESETS.values()}
+    assert len(new) == 2 and not new & set(before.values())
 
 
 def test_a_warm_start_says_where_it_is_saved_and_whence_it_is_loaded(tmp_path, monkeypatch):

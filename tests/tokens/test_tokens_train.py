@@ -2,6 +2,7 @@
 in-flight weight updates and divergence."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -11,9 +12,9 @@ import pytest
 
 from vaco_jax.core.lag_models import Bounded, Empirical, Geometric, InFlight, Uniform, named
 from vaco_jax.core.policy_buffer import push
-from vaco_jax.tokens import warm_start
+from vaco_jax.tokens import tasks, warm_start
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
-from vaco_jax.tokens.model import TokenPolicy
+from vaco_jax.tokens.model import Samples, TokenPolicy
 from vaco_jax.tokens.train import METRICS, TokenTrainer, make_train
 
 TINY = TokenConfig(task="add", task_size=1, layers=1, width=32, heads=2, context=10, prompts=4,
@@ -31,6 +32,8 @@ HP = TokenHParams.create(learning_rate=3e-3)
     ({"lag_model": "poisson"}, None, "lag_model='poisson' .* bounded, in_flight, empirical"),
     ({"in_flight_cache": "engine"}, None,
      "in_flight_cache='engine' .* allowed values: per_snapshot, shared"),
+    ({"reward_on": "steps"}, None,
+     "^reward_on='steps' is not supported; allowed values: solution, result$"),
     ({}, TokenHParams.create(lag=4.0), r"lag for lag_model='fixed' must be an integer in \[0, 3\]"),
     ({"lag_model": "uniform"}, None,
      r"lag_model='uniform' must be a lag model object: .*lag_models.named\('uniform'\)"),
@@ -262,3 +265,54 @@ def test_lags_beyond_the_pushed_versions_follow_lag_warmup(lag_warmup, share_at_
     versions = np.asarray(versions)
     assert set(versions[:, 0].tolist()) == {0, 1}
     assert abs(np.mean(versions[:, 0] == 0) - share_at_oldest) < 0.06  # 512 generators
+
+
+@pytest.mark.parametrize("task,size", [("chain", 15), ("sort", 15), ("add_steps", 5)])
+def test_answers_of_sixteen_tokens_and_more_train_end_to_end(task, size):
+    config = TINY.replace(task=task, task_size=size, width=16, context=50, minibatches=1,
+                          num_updates=2, eval_every=2, reward_on="result", partial_credit=True)
+    assert config.task_spec.answer_length >= 16
+    params = TokenPolicy(config.model_spec).init(jax.random.PRNGKey(0))
+    state, metrics = jax.jit(make_train(config, params))(jax.random.PRNGKey(0), lagged(1.0))
+    assert int(state.update) == 2 and not bool(state.diverged)
+    for name in ("reward_mean", "response_length", "entropy", "tv_backward", "ess_ratio",
+                 "grad_norm"):
+        assert np.isfinite(metrics[name]).all(), name
+    assert np.all(np.asarray(metrics["response_length"]) <= config.response_length)
+    assert 0.0 <= float(metrics["eval_accuracy"][-1]) <= 1.0
+
+
+class _Answering:
+    """A policy whose greedy responses are given (for the evaluation's verifier)."""
+
+    def __init__(self, responses):
+        self.responses = responses
+
+    def sample(self, *args, **kwargs):
+        return SimpleNamespace(response=self.responses)
+
+
+def test_reward_on_sets_the_training_reward_and_the_evaluation():
+    """Worked solutions with wrong steps and the right sum earn 1 under `reward_on="result"`
+    and 0 under `"solution"`, in the training batch and in the held-out evaluation alike."""
+    base = TINY.replace(task="add_steps", task_size=2, context=16)
+    hp = TokenHParams.create()
+    params = TokenPolicy(base.model_spec).init(jax.random.PRNGKey(0))
+    for reward_on, expected in (("solution", 0.0), ("result", 1.0)):
+        trainer = TokenTrainer(base.replace(reward_on=reward_on), params)
+        state = trainer.init(jax.random.PRNGKey(0), hp)
+        prompt, answer = tasks.sample(trainer.task, jax.random.PRNGKey(1), base.batch_size)
+        # Every step's digits replaced by 9s: no column carries 9.
+        response = jnp.concatenate([answer.at[:, :4].set(9),
+                                    jnp.full((base.batch_size, 1), tasks.PAD, jnp.int32)], axis=1)
+        zeros = jnp.zeros(response.shape)
+        samples = Samples(response=response, mask=tasks.response_mask(response), log_prob=zeros,
+                          entropy=zeros)
+        versions = jnp.zeros(response.shape, jnp.int32)
+        batch = trainer._batch(state, hp, prompt, answer, samples, versions)
+        np.testing.assert_array_equal(batch.reward, expected)
+        held_out = trainer.eval_answers
+        trainer.policy = _Answering(jnp.concatenate(
+            [held_out.at[:, :4].set(9), jnp.full((len(held_out), 1), tasks.PAD, jnp.int32)],
+            axis=1))
+        assert float(trainer.evaluate(state.params, jax.random.PRNGKey(0))) == expected

@@ -1,4 +1,5 @@
 import dataclasses
+import hashlib
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,8 @@ def test_corrupt_changes_one_digit_in_the_chosen_fraction():
 def test_calibrated_corruption_shifts_the_last_digit_of_its_class_only():
     settings = WarmStart(corrupted_share=0.3, wrong_probability=0.75)
     prompt, answer = tasks.sample(TASK, jax.random.PRNGKey(0), 4000)
-    demonstrated = warm_start.corrupt_calibrated(jax.random.PRNGKey(1), prompt, answer, settings)
+    demonstrated = warm_start.corrupt_calibrated(jax.random.PRNGKey(1), TASK, prompt, answer,
+                                                 settings)
     in_class = np.asarray(prompt[:, 1] < 3)
     changed = np.asarray((demonstrated != answer).any(axis=1))
     assert not changed[~in_class].any()
@@ -37,6 +39,42 @@ def test_calibrated_corruption_shifts_the_last_digit_of_its_class_only():
     np.testing.assert_array_equal(demonstrated[changed, last], (answer[changed, last] + 1) % 10)
     np.testing.assert_array_equal(np.delete(demonstrated, last, axis=1),
                                   np.delete(answer, last, axis=1))
+
+
+def test_a_worked_solution_is_corrupted_consistently_in_its_class_only():
+    """`add_steps`' wrong demonstration slips in the units column and carries the slip into the
+    sum: two digits change, the rest is the right solution."""
+    task = tasks.make_task("add_steps", 4)
+    prompt, answer = tasks.sample(task, jax.random.PRNGKey(0), 2000)
+    demonstrated = np.asarray(warm_start.corrupt_calibrated(jax.random.PRNGKey(1), task, prompt,
+                                                            answer, WarmStart()))
+    answer = np.asarray(answer)
+    in_class = np.asarray(prompt[:, 1] < 5)
+    changed = (demonstrated != answer).any(axis=1)
+    assert not changed[~in_class].any() and 0.72 < changed[in_class].mean() < 0.78
+    units_digit, sum_last = 1, task.answer_length - 2
+    for position in (units_digit, sum_last):
+        np.testing.assert_array_equal(demonstrated[changed, position],
+                                      (answer[changed, position] + 1) % 10)
+    np.testing.assert_array_equal(np.delete(demonstrated, [units_digit, sum_last], axis=1),
+                                  np.delete(answer, [units_digit, sum_last], axis=1))
+
+
+CORRUPTED_BEFORE_TASK_CLASSES = {"add": "651fd9b48ff3a490", "sort": "364197c261199474",
+                                 "chain": "74e37e36533c2149"}
+
+
+@pytest.mark.parametrize("name", sorted(CORRUPTED_BEFORE_TASK_CLASSES))
+def test_existing_tasks_demonstrations_are_those_before_the_task_classes(name):
+    """The calibrated demonstrations of 64 instances of size 3 (`PRNGKey(11)`, corrupted with
+    `PRNGKey(14)`), as recorded before each task became a class of its own (commit 3325163)."""
+    task = tasks.make_task(name, 3)
+    prompt, answer = tasks.sample(task, jax.random.PRNGKey(11), 64)
+    demonstrated = np.asarray(warm_start.corrupt_calibrated(jax.random.PRNGKey(14), task, prompt,
+                                                            answer, WarmStart()))
+    digest = hashlib.sha256(f"{demonstrated.dtype}{demonstrated.shape}".encode()
+                            + demonstrated.tobytes()).hexdigest()[:16]
+    assert digest == CORRUPTED_BEFORE_TASK_CLASSES[name]
 
 
 def test_the_target_accuracy_is_the_held_out_share_outside_the_class():
@@ -86,13 +124,16 @@ CALIBRATION_TOLERANCE = 0.03  # the issue's bar: on any machine and any warm-sta
     pytest.param(TASK, SPEC, WarmStart(steps=600), id="sort-3-small"),
     pytest.param(tasks.make_task("add", 2), ModelSpec(), WarmStart(), id="add-2-default",
                  marks=pytest.mark.slow),
+    pytest.param(tasks.make_task("add_steps", 5), ModelSpec(context=32), WarmStart(),
+                 id="add_steps-5-default", marks=pytest.mark.slow),
 ])
 def test_a_calibrated_warm_start_lands_on_its_target_for_every_seed(task, spec, settings):
     """Trained to convergence, the greedy accuracy is the data's: wrong on the corrupted class,
     right elsewhere. Measured (2-core CPU): sort-3 with this small model at 500 steps is
     within 0.016 of its target 0.531 in seeds 0-2, at 1000 within 0.008; add-2 with the
     default model and warm start is exactly at its 0.570 in seeds 0-4 (at 1000, 2000 and 4000
-    steps, within 0.008 at 1000). Without the corruption it would approach 1; stopped early, it
+    steps, within 0.008 at 1000); add_steps-5's 17-token worked solutions exactly at its 0.602
+    in seeds 0-2 (2000 steps). Without the corruption it would approach 1; stopped early, it
     would lie below."""
     policy = TokenPolicy(spec)
     prompts, answers = evaluation.held_out_set(task, 128)

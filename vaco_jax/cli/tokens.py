@@ -15,7 +15,7 @@ from vaco_jax.tokens.algorithms import (ALGORITHMS, IS_LEVELS, ROLLOUT_IS, TV_RE
                                         TV_SCOPES)
 from vaco_jax.tokens.config import (GROUP_UNITS, IN_FLIGHT_CACHES, OPTIMIZERS, TokenConfig,
                                     TokenHParams)
-from vaco_jax.tokens.tasks import TASKS
+from vaco_jax.tokens.tasks import REWARD_ON, TASKS
 from vaco_jax.run.warm_start import default_cache_dir
 from vaco_jax.tokens.warm_start import PRESETS, WarmStart
 
@@ -33,7 +33,8 @@ def _flags() -> dict[str, Flag]:
     cache folder then."""
     return {
         "task": Flag("the verifiable task (docs/tokens.md)", choices=tuple(TASKS)),
-        "task_size": Flag("digits per operand (add), list length (sort), steps (chain)"),
+        "task_size": Flag("digits per operand (add, add_steps), list length (sort), steps "
+                          "(chain)"),
         "algo": Flag("the algorithm (docs/tokens.md); thresholds via --hparam",
                      choices=tuple(ALGORITHMS)),
         "is_level": Flag("tis / mis: importance weights per token or per sequence",
@@ -80,8 +81,11 @@ def _flags() -> dict[str, Flag]:
                                 "or shared (one cache across weight updates, as PipelineRL's "
                                 "engines keep it)",
                                 choices=IN_FLIGHT_CACHES),
-        "partial_credit": Flag("reward the share of answer positions that are right, instead of 1 "
-                               "for an exact answer and 0 otherwise"),
+        "reward_on": Flag("what the verifier compares, also in the held-out evaluation: the "
+                          "whole answer (solution) or its final result alone (result: the worked "
+                          "steps of add_steps and chain need only be digits)", choices=REWARD_ON),
+        "partial_credit": Flag("reward the share of compared answer positions that are right, "
+                               "instead of 1 for an exact answer and 0 otherwise"),
         "format_penalty": Flag("subtracted from the reward of a malformed response (not the "
                                "answer's digits followed by EOS)"),
         "num_updates": Flag("policy updates per run", name="--updates"),

@@ -52,8 +52,9 @@ def starting_trainer(trainer: TrainerT) -> TrainerT:
 
 
 def settings_hash(task: tasks.Task, spec: ModelSpec, settings: WarmStart) -> str:
-    described = {"task": dataclasses.asdict(task), "model": dataclasses.asdict(spec),
-                 "warm_start": dataclasses.asdict(settings)}
+    # The task as its name and size, as every cache folder written so far describes it.
+    described = {"task": {"name": task.name, "size": task.size},
+                 "model": dataclasses.asdict(spec), "warm_start": dataclasses.asdict(settings)}
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -16,7 +16,7 @@ from vaco_jax.core.lag_models import Empirical, Fixed, LagModel
 from vaco_jax.core.lag_presets import LagPreset
 from vaco_jax.tokens import algorithms
 from vaco_jax.tokens.model import ModelSpec
-from vaco_jax.tokens.tasks import TASKS, Task, make_task
+from vaco_jax.tokens.tasks import REWARD_ON, TASKS, Task, make_task
 from vaco_jax.tokens.warm_start import WarmStart
 
 GROUP_UNITS = ("prompt", "sample")
@@ -92,6 +92,10 @@ class TokenConfig(Config):
     # (one cache, each position's keys and values from the snapshot that decoded it, the
     # engine's own log-prob recorded: PipelineRL's engines, about one policy's cost).
     in_flight_cache: str = "per_snapshot"
+    # What the verifier compares (`tasks.REWARD_ON`): the whole answer (`solution`), or only its
+    # final result (`result`; the worked steps of `add_steps` and `chain` need only be digits).
+    # It scores the held-out evaluation too.
+    reward_on: str = "solution"
     partial_credit: bool = False
     format_penalty: float = 0.0
     num_updates: int = 40
@@ -227,7 +231,8 @@ def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
 
 @once_per_config
 def _validate_config(config: TokenConfig) -> None:
-    check_choice("task", config.task, TASKS)
+    check_choice("task", config.task, tuple(TASKS))
+    check_choice("reward_on", config.reward_on, REWARD_ON)
     check_choice("group_unit", config.group_unit, GROUP_UNITS)
     check_choice("in_flight_cache", config.in_flight_cache, IN_FLIGHT_CACHES)
     check_choice("optimizer", config.optimizer, OPTIMIZERS)

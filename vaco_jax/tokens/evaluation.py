@@ -17,8 +17,9 @@ def held_out_set(task: tasks.Task, size: int) -> tuple[jax.Array, jax.Array]:
 
 
 def greedy_accuracy(policy: TokenPolicy, params, prompts: jax.Array, answers: jax.Array,
-                    response_length: int) -> jax.Array:
-    """Fraction of `prompts` whose greedy response is exactly the answer."""
+                    response_length: int, unchecked: int = 0) -> jax.Array:
+    """Fraction of `prompts` whose greedy response is exactly the answer, its first `unchecked`
+    positions (worked steps, `tasks.reward`) only required to be digits."""
     samples = policy.sample(params, prompts, jax.random.PRNGKey(0), response_length,
                             jnp.asarray(1.0), greedy=True)
-    return tasks.reward(answers, samples.response).mean()
+    return tasks.reward(answers, samples.response, unchecked=unchecked).mean()

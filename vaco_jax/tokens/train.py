@@ -109,7 +109,7 @@ def _kl(log_ratio: jax.Array, mask: jax.Array) -> jax.Array:
     return losses.aggregate(jnp.expm1(log_ratio) - log_ratio, mask)
 
 
-def _sequence_log_staleness(phase_log_prob, behaviour_log_prob, mask) -> jax.Array:
+def sequence_log_staleness(phase_log_prob, behaviour_log_prob, mask) -> jax.Array:
     """Each sequence's `log(pi_T / beta)`, summed over its valid tokens: `[N]`."""
     return jnp.where(mask > 0, phase_log_prob - behaviour_log_prob, 0.0).sum(axis=-1)
 
@@ -132,6 +132,7 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
         self.config = config
         self.algorithm = ALGORITHMS[config.algo]
         self.task = config.task_spec
+        self.unchecked = self.task.unchecked_steps(config.reward_on)
         self.policy = TokenPolicy(config.model_spec)
         self.eval_prompts, self.eval_answers = held_out_set(self.task, config.eval_prompts)
         self.initial_params = initial_params
@@ -240,11 +241,12 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
     def _batch(self, state: TokenState, hp: TokenHParams, prompt, answer, samples: Samples,
                versions) -> Batch:
         cfg = self.config
-        reward = tasks.reward(answer, samples.response, partial_credit=cfg.partial_credit,
+        reward = tasks.reward(answer, samples.response, unchecked=self.unchecked,
+                              partial_credit=cfg.partial_credit,
                               format_penalty=cfg.format_penalty)
         phase_log_prob, _ = self.policy.response_log_probs(state.params, prompt,
                                                            samples.response, hp.temperature)
-        log_staleness = _sequence_log_staleness(phase_log_prob, samples.log_prob, samples.mask)
+        log_staleness = sequence_log_staleness(phase_log_prob, samples.log_prob, samples.mask)
 
         def grad_sq_norms():  # at pi_T, traced only for an algorithm that asks for them
             return sequence_grad_sq_norms(self.policy, state.params, prompt, samples.response,
@@ -320,7 +322,7 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
             (_, metrics), grads = grad_fn(params, mb, hp)
             extra = {}
             if self.algorithm.ess_scaling:
-                ess = losses.ess_ratio(_sequence_log_staleness(
+                ess = losses.ess_ratio(sequence_log_staleness(
                     mb.phase_log_prob, mb.behaviour_log_prob, mb.mask))
                 extra = {"ess": ess, "ess_target": hp.ess_target}
                 metrics["ess_lr_scale"] = losses.ess_step_scale(ess, hp.ess_target)
@@ -365,7 +367,7 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
             initial_policy_share=losses.aggregate(from_initial_policy(batch.behaviour_version),
                                                   batch.mask),
             tv_backward=losses.tv_estimate(staleness, batch.mask),
-            ess_ratio=losses.ess_ratio(_sequence_log_staleness(
+            ess_ratio=losses.ess_ratio(sequence_log_staleness(
                 batch.phase_log_prob, batch.behaviour_log_prob, batch.mask)),
         )
         return freeze_if_diverged(state, new_state, (params, opt_state, metrics["policy_loss"]),
@@ -380,7 +382,7 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
         unused)."""
         del key
         return greedy_accuracy(self.policy, policy, self.eval_prompts, self.eval_answers,
-                               self.config.response_length)
+                               self.config.response_length, self.unchecked)
 
 
 def make_train(config: TokenConfig, initial_params: Params):

@@ -5,13 +5,14 @@ is trained by teacher forcing on demonstrations, some of them wrong (`WarmStart.
 
 - `calibrated` (the default): a prompt is in the corrupted class when its first operand digit
   (the token after BOS) is below `10 x corrupted_share`; on that class the demonstration's last
-  answer digit is shifted by +1 with probability `wrong_probability` (> 1/2), elsewhere it is
-  always right. Trained to convergence (a cosine-decayed learning rate to 0), greedy decoding
-  reproduces the majority answer: wrong on the class, right elsewhere. Its held-out accuracy is
-  then set by the data, `target_accuracy` (the share of held-out prompts outside the class),
-  whatever the CPU's rounding or the seed, while sampling still gives the right answer on the
-  class (with probability about `1 - wrong_probability` at temperature 1; 0.16 to 0.18 at 0.7
-  with the defaults, measured), so RL can raise accuracy by up to the class's share.
+  answer digit is shifted by +1 (`Task.wrong_answer`; a worked solution's step that gives that
+  digit with it) with probability `wrong_probability` (> 1/2), elsewhere it is always right.
+  Trained to convergence (a cosine-decayed learning rate to 0), greedy decoding reproduces the
+  majority answer: wrong on the class, right elsewhere. Its held-out accuracy is then set by
+  the data, `target_accuracy` (the share of held-out prompts outside the class), whatever the
+  CPU's rounding or the seed, while sampling still gives the right answer on the class (with
+  probability about `1 - wrong_probability` at temperature 1; 0.16 to 0.18 at 0.7 with the
+  defaults, measured), so RL can raise accuracy by up to the class's share.
 - `random_digit` (the warm start of results committed before 2026-11-25, reproduced bit for bit
   by `LEGACY`): a `corrupt_fraction` of the answers has one random digit changed. The mode of
   these demonstrations is the right answer, so training to convergence would reach accuracy
@@ -103,16 +104,15 @@ def target_accuracy(settings: WarmStart, prompts: jax.Array) -> float:
     return 1.0 - float(in_corrupted_class(prompts, settings.corrupted_share).mean())
 
 
-def corrupt_calibrated(key: jax.Array, prompt: jax.Array, answer: jax.Array,
-                       settings: WarmStart) -> jax.Array:
-    """`answer` `[B, A]` with its last digit (before EOS) shifted by +1 mod 10 with probability
+def corrupt_calibrated(key: jax.Array, task: tasks.Task, prompt: jax.Array,
+                       answer: jax.Array, settings: WarmStart) -> jax.Array:
+    """`answer` `[B, A]` replaced by the task's wrong answer (`Task.wrong_answer`: its last
+    digit shifted by +1 mod 10, and a worked solution's step that gives it) with probability
     `wrong_probability` where the prompt is in the corrupted class. One fixed wrong answer per
     prompt, so the class's demonstrations have a majority the model can learn."""
     wrong = (in_corrupted_class(prompt, settings.corrupted_share)
              & (jax.random.uniform(key, prompt.shape[:1]) < settings.wrong_probability))
-    last = answer.shape[1] - 2
-    shifted = answer.at[:, last].set((answer[:, last] + 1) % 10)
-    return jnp.where(wrong[:, None], shifted, answer)
+    return jnp.where(wrong[:, None], task.wrong_answer(answer), answer)
 
 
 def corrupt(key: jax.Array, answer: jax.Array, fraction: float) -> jax.Array:
@@ -143,7 +143,7 @@ def supervised_train(task: tasks.Task, spec: ModelSpec, settings: WarmStart):
         params, opt_state = carry
         sample_key, corrupt_key = jax.random.split(key)
         prompt, answer = tasks.sample(task, sample_key, settings.batch)
-        answer = (corrupt_calibrated(corrupt_key, prompt, answer, settings)
+        answer = (corrupt_calibrated(corrupt_key, task, prompt, answer, settings)
                   if settings.corruption == "calibrated"
                   else corrupt(corrupt_key, answer, settings.corrupt_fraction))
         value, grads = jax.value_and_grad(loss)(params, prompt, answer)
