@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from vaco_jax.report import markdown_diagnostics as diagnostics
 from vaco_jax.report.markdown_text import fmt, fmt_interval, fmt_kept, fmt_optional, table
+from vaco_jax.report.markdown_cell_rule import cell_rule_section
 from vaco_jax.report.markdown_tuning import tuning_section
 from vaco_jax.report.summary import (Interval, KeptGain, PooledKeptGain, Summary, TaskCell,
                                      TaskKeptGain)
@@ -351,6 +352,7 @@ def markdown(summary: Summary) -> str:
     sections = [
         [f"# {summary.title}", ""],
         _md_kept_gain(summary),
+        cell_rule_section(summary),
         _md_overview(summary),
         _md_normalisation(summary),
         _md_scores(summary),
