@@ -3,11 +3,13 @@ and still rises passes; one that saturates, one flat over the last quarter, one 
 seeds gain, and a lag scan whose kept gain is too high on one task fail, each for its reason."""
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from vaco_jax.cli import sweep as sweep_cli
 from vaco_jax.report import cell_rule, markdown, stats
 from vaco_jax.report import summary as report_summary
 from vaco_jax.report.summary import CellRule
@@ -169,9 +171,6 @@ def test_a_run_starting_at_its_reference_is_refused():
 
 
 def test_the_verdict_round_trips_through_the_summary_and_renders(capsys):
-    from vaco_jax.cli import sweep as sweep_cli
-    from pathlib import Path
-
     verdict = judged(lag_scan(0.8), LAG_RULE, {"add": REFERENCE, "chain": REFERENCE})
     quick = Path(__file__).parents[2] / "experiments" / "results" / "quick" / "summary.json"
     summary = dataclasses.replace(report_summary.loads(quick.read_text()), cell_rule=verdict)

@@ -75,8 +75,8 @@ def evaluate(runs: pd.DataFrame, rule: CellRule, *, score: Score = Score(),
 def verdict(table: pd.DataFrame, run_table: pd.DataFrame, rule: CellRule,
             reference_scores: Mapping[str, float] | None, reps: int,
             seed: int) -> CellRuleVerdict:
-    """``evaluate`` on the report's scored tables: ``table`` (``scoring.prepared``, one row per
-    evaluation) and ``run_table`` (``scoring.run_table``, one row per run)."""
+    """``evaluate`` on the report's scored tables: ``table`` (``scoring.with_scores``, one row
+    per evaluation) and ``run_table`` (``scoring.run_table``, one row per run)."""
     tasks = tuple(sorted(run_table["task"].astype(str).unique()))
     baseline = run_table[run_table["algo"].astype(str) == rule.baseline]
     sync = _normalised(baseline[baseline["lag"] == kept_gain.SYNC_LAG], table, rule,
