@@ -11,7 +11,7 @@ from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
                                  write_sweep_report)
 from vaco_jax.report.run_figures import write_run_figures
-from vaco_jax.report.summary import Summary
+from vaco_jax.report.summary import CellRuleVerdict, Summary
 from vaco_jax.run import distributed
 from vaco_jax.infra.run_folder import CONFIG_FILE
 from vaco_jax.run.trackers import Trackers
@@ -147,6 +147,22 @@ def _print_scores(summary: Summary, out: str) -> None:
         edge = f"; the grid's {choice.grid_edge}" if choice.grid_edge else ""
         print(f"  {choice.method:<32} {tuning.hparam} {choice.chosen:g} "
               f"({tuning.rule}, of {grid}{edge})")
+    if summary.cell_rule is not None:
+        print(_cell_rule_text(summary.cell_rule))
     print(f"report: {out}/report.md (tables in {out}/summary.json, runs in {out}/runs.parquet)")
     print("leaderboard: vaco-jax leaderboard --out board (every study committed in "
           "experiments/results, this one once it is there; then open board/index.html)")
+
+
+def _cell_rule_text(verdict: CellRuleVerdict) -> str:
+    """The cell rule's verdict, one line per task and one for every task."""
+    lines = [f"cell rule ({verdict.rule.baseline}'s synchronous cells, report.md's \"Cell "
+             f"rule\" for the numbers):"]
+    for task in verdict.tasks:
+        failing = [f"{c.variant} ({c.failures()})" for c in verdict.cells
+                   if c.task == task and not c.passed]
+        words = ([f"passes: {', '.join(verdict.passing[task])}"] if verdict.passing[task] else []
+                 ) + ([f"fails: {'; '.join(failing)}"] if failing else [])
+        lines.append(f"  {task:<32} {'; '.join(words) or 'no synchronous run'}")
+    lines.append(f"  {'on every task':<32} {', '.join(verdict.every_task) or 'no cell passes'}")
+    return "\n".join(lines)

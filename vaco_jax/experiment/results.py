@@ -180,7 +180,8 @@ def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
                             out_dir: str | os.PathLike, note: str | None = None) -> Summary:
     """Writes the report of `runs`, a runs table of `experiment`, into `out_dir`; `note` is
     added to the title in brackets. A task without runs yet (an unfinished or partial sweep)
-    loses its reference score rather than failing the report."""
+    loses its reference score rather than failing the report. With `[cell_rule]` the report
+    judges the study's runs by it (the tuning runs are not the study's cells)."""
     testbed = experiment.testbed
     present = set(runs["task"])
     references = {t: r for t, r in experiment.reference_scores.items() if t in present}
@@ -198,7 +199,8 @@ def write_experiment_report(experiment: Experiment, runs: pd.DataFrame,
                                                      testbed.steps_name),
                                   reference_scores=references or None,
                                   focus_algo=experiment.focus_algo, title=title,
-                                  mechanisms=testbed.mechanisms)
+                                  mechanisms=testbed.mechanisms,
+                                  cell_rule=experiment.cell_rule)
     if experiment.tune is None:
         return summary
     return tune_report.add_tuning(experiment, runs, out_dir, summary)

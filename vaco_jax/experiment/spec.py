@@ -28,14 +28,21 @@ from vaco_jax.core.lag_models import LAG_MODELS, LagModel
 from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
 from vaco_jax.experiment import compat
 from vaco_jax.experiment import tune as tuning
+from vaco_jax.report.summary import CellRule
 from vaco_jax.testbeds import Testbed
 
 REFERENCE_KEY = "reference_scores"
 TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "focus_algo",
-                  "lag", "forward", "config", "hparams", "overrides", "tune", REFERENCE_KEY)
+                  "lag", "forward", "config", "hparams", "overrides", "tune", "cell_rule",
+                  REFERENCE_KEY)
 LAG_KEYS = ("model", "preset", "levels")
 FORWARD_KEYS = ("epochs", "minibatches")
 OVERRIDE_KEYS = ("forward", "config", "hparams")
+CELL_RULE_BOUNDS = {"min_gain": (0.0, math.inf, False), "min_seed_share": (0.0, 1.0, True),
+                    "max_final": (0.0, math.inf, False), "rising_window": (0.0, 1.0, False),
+                    "max_kept_gain": (0.0, 1.0, True)}
+"""Each criterion's range: (above, up to, whether the upper end is allowed)."""
+CELL_RULE_KEYS = ("baseline", *CELL_RULE_BOUNDS)
 SET_ELSEWHERE = {"testbed": "the top-level testbed key", "algo": "algos",
                  "lag_model": "[lag] model", "lag_preset": "[lag] preset",
                  "epochs": "[forward] epochs",
@@ -123,6 +130,7 @@ class Experiment:
     groups: tuple[Group, ...]
     tune: tuning.Tune | None = None
     tuned_by: Mapping[str, str] = dataclasses.field(default_factory=dict)  # group -> its tuning
+    cell_rule: CellRule | None = None
     _partitions: dict[int, tuple[int, ...]] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False)
 
@@ -488,6 +496,9 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
         _check_num_runs(sum(_num_runs(settings[task, algo], lag, len(seeds))
                             for task in tasks for algo in algos for lag in lag_specs))
         tune = _tune(spec, testbed, settings)
+        with _context("[cell_rule]"):
+            cell_rule = (_cell_rule(spec["cell_rule"], algos, tasks, lag_specs, reference_scores)
+                         if "cell_rule" in spec else None)
         groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, axes, seeds,
                               settings[task, algo])
                        for task in tasks for algo in algos for lag in lag_specs
@@ -498,7 +509,7 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
     return Experiment(name=name, description=str(spec.get("description", "")), source=text,
                       testbed=testbed, focus_algo=focus_algo,
                       reference_scores=reference_scores, groups=groups, tune=tune,
-                      tuned_by=tuned_by)
+                      tuned_by=tuned_by, cell_rule=cell_rule)
 
 
 def _tune(spec: Mapping[str, Any], testbed: Testbed,
@@ -510,6 +521,52 @@ def _tune(spec: Mapping[str, Any], testbed: Testbed,
         tuning.check_not_fixed(tune, pair.hparams, f"[hparams], [overrides.{task}] and "
                                                    f"[overrides.{algo}]")
     return tune
+
+
+def _bounded_number(key: str, value: Any, low: float, high: float, closed: bool) -> float:
+    """A number above `low` and up to `high` (`closed`) or below it."""
+    if not _is_number(value) or not math.isfinite(value):
+        raise ValueError(f"{key} must be a number, got {value!r}")
+    if value <= low or value > high or (value == high and not closed):
+        raise ValueError(f"{key} must lie in ({low:g}, {high:g}{']' if closed else ')'}, "
+                         f"got {value!r}")
+    return float(value)
+
+
+def _cell_rule(table: Any, algos: Sequence[str], tasks: Sequence[str],
+               lag_specs: Sequence[_LagSpec], references: Mapping[str, float]) -> CellRule:
+    """The `[cell_rule]` table (its criteria: `vaco_jax.report.cell_rule`), refused where the
+    experiment cannot measure it: no synchronous level, no lag level above 0 for the lag
+    criterion, or no reference score for a task where a criterion is normalised."""
+    if not isinstance(table, dict):
+        raise ValueError(f"must be a table ([cell_rule]), got {table!r}")
+    _check_keys(table, CELL_RULE_KEYS)
+    baseline = table.get("baseline", algos[0])
+    if not isinstance(baseline, str):
+        raise ValueError(f"baseline must be one algorithm name, got {baseline!r}")
+    _check_names("baseline", [baseline], algos)
+    if "min_seed_share" in table and "min_gain" not in table:
+        raise ValueError("min_seed_share is the share of runs that must reach min_gain; set "
+                         "min_gain too")
+    criteria = {key: _bounded_number(key, table[key], *bounds)
+                for key, bounds in CELL_RULE_BOUNDS.items() if key in table}
+    if not criteria:
+        raise ValueError(f"needs at least one criterion of "
+                         f"{[k for k in CELL_RULE_BOUNDS if k != 'min_seed_share']}")
+    if "min_gain" in criteria:
+        criteria.setdefault("min_seed_share", 1.0)  # every run, unless a share is given
+    levels = {level for spec in lag_specs for level in spec.levels}
+    if 0 not in levels:
+        raise ValueError("the rule judges the baseline's synchronous runs, but no [lag] entry "
+                         "has level 0")
+    if "max_kept_gain" in criteria and max(levels) <= 0:
+        raise ValueError("max_kept_gain needs a [lag] level above 0 to measure the kept gain at")
+    rule = CellRule(baseline=baseline, **criteria)
+    missing = [t for t in tasks if t not in references]
+    if rule.normalised and missing:
+        raise ValueError(f"{', '.join(rule.normalised)} are normalised by [reference_scores], "
+                         f"which has no score for task(s) {missing}")
+    return rule
 
 
 def load_experiment(path: str | os.PathLike) -> Experiment:

@@ -4,9 +4,11 @@ report, for either testbed (a ``Score`` says what the evaluations measure).
 ``runs_table`` holds the table's schema and checks, ``scoring`` normalises evaluations into
 scores, ``cells`` pairs runs into (variant, lag) cells and bootstraps their summaries,
 ``kept_gain`` measures the share of its synchronous gain each method keeps under lag,
+``cell_rule`` judges an experiment's ``[cell_rule]`` on its runs,
 ``metrics`` summarises training metrics, ``figures``, ``figures_heatmap``, ``figures_kept_tv``
 and ``figures_runs`` draw, ``summary`` holds the summary as typed objects and writes and reads ``summary.json``,
-``markdown`` (with ``markdown_diagnostics`` and ``markdown_text``) writes ``report.md`` from it,
+``markdown`` (with ``markdown_diagnostics``, ``markdown_text``, ``markdown_tuning`` and
+``markdown_cell_rule``) writes ``report.md`` from it,
 ``collapse`` asks whether the ESS falls before the score collapses, ``stats`` holds the
 aggregates and bootstraps, and ``write`` runs it all: ``write_report``. ``run_figures`` draws the
 figures of a single run's folder instead (``vaco-jax report RUN_DIR``). ``compat`` reads runs

@@ -111,9 +111,11 @@ def _interval(estimate: tuple[float, float, float]) -> dict[str, float]:
     return {"point": point, "low": low, "high": high}
 
 
-def _bootstrap_interval(
+def bootstrap_interval(
     scores: np.ndarray, aggregate: stats.Aggregate, reps: int, seed: int
 ) -> dict[str, float]:
+    """``aggregate`` of ``scores`` ``[runs, tasks]`` with its stratified bootstrap interval at
+    ``CONFIDENCE``, as a JSON object (``point``, ``low``, ``high``)."""
     estimate = stats.stratified_bootstrap_ci(
         scores, aggregate, reps=reps, confidence=CONFIDENCE, seed=seed
     )
@@ -129,7 +131,7 @@ def _raw_by_task(
     return {
         task: {
             "initial": float(initial[:, m].mean()),
-            "iqm": _bootstrap_interval(raw_scores[:, [m]], stats.aggregate_iqm, reps, seed),
+            "iqm": bootstrap_interval(raw_scores[:, [m]], stats.aggregate_iqm, reps, seed),
         }
         for m, task in enumerate(tasks)
     }
@@ -146,10 +148,10 @@ def cell_summary(cell: Cell, tasks: Sequence[str], reps: int, seed: int) -> dict
         "runs_per_task": int(cell.scores.shape[0]),
         "num_diverged": cell.num_diverged,
         **{
-            key: _bootstrap_interval(cell.scores, aggregate, reps, seed)
+            key: bootstrap_interval(cell.scores, aggregate, reps, seed)
             for key, (_, aggregate) in AGGREGATES.items()
         },
-        "auc_iqm": _bootstrap_interval(cell.auc, stats.aggregate_iqm, reps, seed),
+        "auc_iqm": bootstrap_interval(cell.auc, stats.aggregate_iqm, reps, seed),
         "raw": _raw_by_task(cell.raw_scores, cell.raw_scores - cell.gains, tasks, reps, seed),
     }
 
@@ -179,11 +181,11 @@ def task_summaries(
             "lag": float(lag),
             "task": str(task),
             "runs": len(ordered),
-            "iqm": _bootstrap_interval(scores, stats.aggregate_iqm, reps, seed),
-            "mean": _bootstrap_interval(scores, stats.aggregate_mean, reps, seed),
-            "auc_iqm": _bootstrap_interval(auc, stats.aggregate_iqm, reps, seed),
+            "iqm": bootstrap_interval(scores, stats.aggregate_iqm, reps, seed),
+            "mean": bootstrap_interval(scores, stats.aggregate_mean, reps, seed),
+            "auc_iqm": bootstrap_interval(auc, stats.aggregate_iqm, reps, seed),
             "raw_initial": float(ordered["raw_initial"].mean()),
-            "raw_iqm": _bootstrap_interval(raw, stats.aggregate_iqm, reps, seed),
+            "raw_iqm": bootstrap_interval(raw, stats.aggregate_iqm, reps, seed),
         })
     return records
 

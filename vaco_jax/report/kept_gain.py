@@ -82,9 +82,11 @@ def synchronous_variants(run_table: pd.DataFrame) -> dict[str, str]:
     return {v: sync for v, sync in found.items() if sync is not None}
 
 
-def _kept_interval(
+def kept_interval(
     gains: np.ndarray, sync_gains: np.ndarray, reps: int, seed: int
 ) -> dict[str, float | None]:
+    """``stats.kept_gain`` of ``gains`` against ``sync_gains`` with its interval, both samples
+    resampled; call it where every task's synchronous IQM gain is positive (else NaN)."""
     point, low, high = stats.stratified_bootstrap_ci_pair(
         gains, sync_gains, stats.kept_gain, reps=reps, confidence=CONFIDENCE, seed=seed
     )
@@ -103,7 +105,7 @@ def _kept_shares(
     for key, column in MEASURES.items():
         sync_gain = stats.task_iqm(sync[column])
         if np.all(sync_gain > 0):
-            record[key] = _kept_interval(lagged[column], sync[column], reps, seed)
+            record[key] = kept_interval(lagged[column], sync[column], reps, seed)
         else:
             record[key] = None
             undefined.append(MEASURE_NAMES[key])

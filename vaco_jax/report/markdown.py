@@ -9,7 +9,8 @@ import math
 from collections.abc import Sequence
 
 from vaco_jax.report import markdown_diagnostics as diagnostics
-from vaco_jax.report.markdown_text import fmt, fmt_interval, fmt_optional, table
+from vaco_jax.report.markdown_text import fmt, fmt_interval, fmt_kept, fmt_optional, table
+from vaco_jax.report.markdown_cell_rule import cell_rule_section
 from vaco_jax.report.markdown_tuning import tuning_section
 from vaco_jax.report.summary import (Interval, KeptGain, PooledKeptGain, Summary, TaskCell,
                                      TaskKeptGain)
@@ -17,15 +18,6 @@ from vaco_jax.report.summary import (Interval, KeptGain, PooledKeptGain, Summary
 Ranked = TaskKeptGain | PooledKeptGain
 """A kept-gain record, which carries the lagged score and backward TV the ranking sets beside
 its kept gain."""
-
-
-def _fmt_kept(interval: Interval | None) -> str:
-    """A kept share, or why it has none: a ratio over no gain means nothing."""
-    if interval is None:
-        return "undefined (no synchronous gain)"
-    if interval.low is None or interval.high is None:
-        return f"{fmt(interval.point)} [unbounded]"
-    return fmt_interval(interval)
 
 
 def _span(values: Sequence[int]) -> str:
@@ -223,13 +215,13 @@ def _md_kept_gain(summary: Summary) -> list[str]:
               "raw synchronous gain", "kept gain [95% CI]", "AUC kept gain [95% CI]"]
     rows = [
         [r.task, r.variant, f"{r.lag:g}", r.runs, fmt(r.raw_initial),
-         fmt(r.raw_final_iqm), fmt(r.raw_sync_gain), _fmt_kept(r.kept),
-         _fmt_kept(r.auc_kept)]
+         fmt(r.raw_final_iqm), fmt(r.raw_sync_gain), fmt_kept(r.kept),
+         fmt_kept(r.auc_kept)]
         for r in sorted(kept.tasks or (), key=lambda r: r.task)
     ]
     pooled = [
-        [r.variant, f"{r.lag:g}", r.runs_per_task, _fmt_kept(r.kept),
-         _fmt_kept(r.auc_kept)]
+        [r.variant, f"{r.lag:g}", r.runs_per_task, fmt_kept(r.kept),
+         fmt_kept(r.auc_kept)]
         for r in kept.pooled or ()
     ]
     pooled_lines = [
@@ -309,7 +301,7 @@ def _ranking_table(records: Sequence[Ranked], lag: float, name: str) -> list[str
               f"kept gain {at} [95% CI]", "kept-gain rank", f"backward TV {at}"]
     score_places = ranks([r.normalised_iqm.point for r in records])
     kept_places = ranks([None if r.kept is None else r.kept.point for r in records])
-    rows = [[_fmt_rank(score), r.variant, fmt_interval(r.normalised_iqm), _fmt_kept(r.kept),
+    rows = [[_fmt_rank(score), r.variant, fmt_interval(r.normalised_iqm), fmt_kept(r.kept),
              _fmt_rank(kept), fmt_optional(r.tv_backward)]
             for r, score, kept in zip(records, score_places, kept_places)]
     return table(header, rows)
@@ -360,6 +352,7 @@ def markdown(summary: Summary) -> str:
     sections = [
         [f"# {summary.title}", ""],
         _md_kept_gain(summary),
+        cell_rule_section(summary),
         _md_overview(summary),
         _md_normalisation(summary),
         _md_scores(summary),

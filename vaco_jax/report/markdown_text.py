@@ -20,6 +20,15 @@ def fmt_interval(interval: Interval) -> str:
     return f"{fmt(interval.point)} [{fmt(interval.low)}, {fmt(interval.high)}]"
 
 
+def fmt_kept(interval: Interval | None) -> str:
+    """A kept share, or why it has none: a ratio over no gain means nothing."""
+    if interval is None:
+        return "undefined (no synchronous gain)"
+    if interval.low is None or interval.high is None:
+        return f"{fmt(interval.point)} [unbounded]"
+    return fmt_interval(interval)
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]

@@ -346,6 +346,102 @@ class Tuning:
 
 
 @dataclasses.dataclass(frozen=True)
+class CellRule:
+    """An experiment's `[cell_rule]`, as committed before its runs: the criteria the baseline's
+    synchronous runs of a cell must meet (``vaco_jax.report.cell_rule`` defines each); a
+    criterion left out is None and not checked."""
+
+    baseline: str
+    min_gain: float | None = absent_when_none()
+    min_seed_share: float | None = absent_when_none()
+    max_final: float | None = absent_when_none()
+    rising_window: float | None = absent_when_none()
+    max_kept_gain: float | None = absent_when_none()
+
+    @property
+    def normalised(self) -> tuple[str, ...]:
+        """The criteria measured in normalised scores, which need each task's reference."""
+        return tuple(name for name in ("min_gain", "max_final", "rising_window")
+                     if getattr(self, name) is not None)
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedShareCheck:
+    """How many of a cell's runs reached the rule's normalised gain."""
+
+    reaching: int
+    runs: int
+    passed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class IntervalCheck:
+    """A criterion measured as an IQM over a cell's runs, with its bootstrap interval."""
+
+    measured: Interval
+    passed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class LagCheck:
+    """The baseline's kept gain at the study's largest lag, against a cell's synchronous runs:
+    of ``variant`` (the cell's own, or one under a lag model run only above lag 0)."""
+
+    variant: str
+    lag: float
+    runs: int
+    kept: Interval | None  # None where the synchronous gain is not positive
+    passed: bool
+
+
+FAILURES = {"gain": "too few runs gain", "final": "saturated", "rising": "not rising",
+            "lag": "keeps too much under lag"}
+"""What a cell failing each criterion (``RuleCell.failed``) is, in words."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleCell:
+    """One cell: the baseline's synchronous runs of one variant (its setting) on one task, each
+    criterion of the rule measured on them (absent where the rule has no such criterion)."""
+
+    task: str
+    variant: str
+    runs: int
+    passed: bool
+    gain: SeedShareCheck | None = absent_when_none()
+    final: IntervalCheck | None = absent_when_none()
+    rising: IntervalCheck | None = absent_when_none()
+    lag: tuple[LagCheck, ...] | None = absent_when_none()  # empty: no run at the largest lag
+
+    def failed(self) -> list[str]:
+        """The names of the criteria the cell fails, in the rule's order."""
+        checks = {"gain": self.gain, "final": self.final, "rising": self.rising}
+        failed = [name for name, check in checks.items() if check is not None and not check.passed]
+        # No run at the largest lag measures no cost of lag: that fails too.
+        lag_passed = self.lag is None or (len(self.lag) > 0 and all(c.passed for c in self.lag))
+        return failed + ([] if lag_passed else ["lag"])
+
+    def failures(self) -> str:
+        """The criteria the cell fails, in words (``FAILURES``)."""
+        return ", ".join(FAILURES[name] for name in self.failed())
+
+
+@dataclasses.dataclass(frozen=True)
+class CellRuleVerdict:
+    """The rule as committed, every cell's verdict, per task the variants whose cell passes,
+    the variants whose cell passes on every task and, with ``max_kept_gain``, the largest lag
+    and the variants whose lag criterion passes on every task."""
+
+    rule: CellRule
+    tasks: tuple[str, ...]
+    cells: tuple[RuleCell, ...]
+    passing: dict[str, tuple[str, ...]]
+    every_task: tuple[str, ...]
+    largest_lag: float | None = absent_when_none()
+    lag_every_task: tuple[str, ...] | None = absent_when_none()
+
+
+@dataclasses.dataclass(frozen=True)
 class Summary:
     """Every number of a report."""
 
@@ -371,6 +467,7 @@ class Summary:
     figures: dict[str, FigureRecord]
     provenance: JsonObject
     tuning: Tuning | None = absent_when_none()  # a sweep's `[tune]`, where it has one
+    cell_rule: CellRuleVerdict | None = absent_when_none()  # an experiment's `[cell_rule]`
 
 
 def dumps(summary: Summary) -> str:

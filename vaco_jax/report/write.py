@@ -18,6 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from vaco_jax.report import (
+    cell_rule as rule_verdict,
     cells,
     collapse,
     compat,
@@ -31,7 +32,7 @@ from vaco_jax.report import (
 )
 from vaco_jax.report import markdown as report_markdown
 from vaco_jax.report import summary as report_summary
-from vaco_jax.report.summary import (CellSummary, DivergedRun, EssCollapse, FigureRecord,
+from vaco_jax.report.summary import (CellRule, CellSummary, DivergedRun, EssCollapse, FigureRecord,
                                      Improvement, IncompleteCell, KeptGain, Normalisation,
                                      RunOverview, Stabilisers, Summary, TaskCell, Variant,
                                      parsed)
@@ -231,6 +232,7 @@ def write_report(
     title: str | None = None,
     collapse_thresholds: collapse.Thresholds = collapse.Thresholds(),
     mechanisms: Callable[[str], Collection[str]] | None = None,
+    cell_rule: CellRule | None = None,
 ) -> Summary:
     """Scores a sweep's runs table and writes the report into ``out_dir``.
 
@@ -267,6 +269,8 @@ def write_report(
       mechanisms: the stabilisers each algorithm has (``algo`` -> its fraction metrics); the
         fractions of the others count as absent whatever the table holds
         (``compat.without_absent_mechanisms``). None: read from the table alone (NaN: absent).
+      cell_rule: an experiment's ``[cell_rule]``, judged on the runs (``cell_rule.verdict``)
+        into ``summary.json``'s ``cell_rule`` and its section of ``report.md``; None: none.
 
     Writes ``runs.parquet`` (``runs`` as given), ``summary.json``, ``report.md``
     and each figure as ``fig_*.png`` and ``fig_*.pdf``; a figure without data
@@ -355,6 +359,8 @@ def write_report(
         ess_collapse=parsed(EssCollapse, collapse.summary(events, collapse_thresholds)),
         figures=drawn_figures,
         provenance=provenance(),
+        cell_rule=None if cell_rule is None else rule_verdict.verdict(
+            table, run_table, cell_rule, reference_scores, reps, seed),
     )
     io.write_table(out / RUNS_FILE, runs)
     io.write_text(out / "summary.json", report_summary.dumps(summary))
