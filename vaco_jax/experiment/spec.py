@@ -10,14 +10,13 @@ and its allowed values.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import math
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -26,8 +25,9 @@ from vaco_jax import testbeds
 from vaco_jax.core.config import Config, ConfigAxis, axis_labels, check_seeds
 from vaco_jax.core.lag_models import LAG_MODELS, LagModel
 from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
-from vaco_jax.experiment import compat
+from vaco_jax.experiment import compat, fields
 from vaco_jax.experiment import tune as tuning
+from vaco_jax.experiment.cell_rule_spec import parse_cell_rule
 from vaco_jax.report.summary import CellRule
 from vaco_jax.testbeds import Testbed
 
@@ -38,11 +38,6 @@ TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "
 LAG_KEYS = ("model", "preset", "levels")
 FORWARD_KEYS = ("epochs", "minibatches")
 OVERRIDE_KEYS = ("forward", "config", "hparams")
-CELL_RULE_BOUNDS = {"min_gain": (0.0, math.inf, False), "min_seed_share": (0.0, 1.0, True),
-                    "max_final": (0.0, math.inf, False), "rising_window": (0.0, 1.0, False),
-                    "max_kept_gain": (0.0, 1.0, True)}
-"""Each criterion's range: (above, up to, whether the upper end is allowed)."""
-CELL_RULE_KEYS = ("baseline", *CELL_RULE_BOUNDS)
 SET_ELSEWHERE = {"testbed": "the top-level testbed key", "algo": "algos",
                  "lag_model": "[lag] model", "lag_preset": "[lag] preset",
                  "epochs": "[forward] epochs",
@@ -178,54 +173,6 @@ class Experiment:
         return sum(len(g.runs) for g in self.groups)
 
 
-@contextlib.contextmanager
-def _context(where: str) -> Iterator[None]:
-    """Prefixes a `ValueError` raised inside with where in the experiment it arose."""
-    try:
-        yield
-    except ValueError as error:
-        raise ValueError(f"{where}: {error}") from None
-
-
-def _check_keys(keys: Iterable[str], allowed: Sequence[str]) -> None:
-    unknown = sorted(set(keys) - set(allowed))
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown}; allowed: {list(allowed)}")
-
-
-def _table(spec: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = spec.get(key, {})
-    if not isinstance(value, dict):
-        raise ValueError(f"{key} must be a table ([{key}]), got {value!r}")
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _values(key: str, value: Any, kind: type | None = None,
-            allowed: Sequence[Any] | None = None) -> tuple[Any, ...]:
-    """A scalar or a non-empty list of distinct values as a tuple: numbers, or of type `kind`,
-    and (if given) from `allowed`."""
-    items = tuple(value) if isinstance(value, list) else (value,)
-    check = (lambda v: isinstance(v, kind) and not isinstance(v, bool)) if kind else _is_number
-    if not items or not all(check(v) for v in items):
-        what = kind.__name__ if kind else "number"
-        raise ValueError(f"{key} must be a {what} or a non-empty list of them, got {value!r}")
-    if len(set(items)) != len(items):
-        raise ValueError(f"{key} lists a value twice: {value!r}")
-    if allowed is not None:
-        _check_names(key, items, allowed)
-    return items
-
-
-def _check_names(key: str, names: Sequence[str], allowed: Sequence[str]) -> None:
-    unknown = [n for n in names if n not in allowed]
-    if unknown:
-        raise ValueError(f"{key}: unknown value(s) {unknown}; allowed: {', '.join(allowed)}")
-
-
 def _seeds(value: Any) -> tuple[int, ...]:
     """`seeds = N` means seeds 0..N-1; a list names them."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -237,7 +184,7 @@ def _seeds(value: Any) -> tuple[int, ...]:
         return tuple(range(value))
     if not isinstance(value, list):
         raise ValueError(f"seeds must be a positive count or a list of integers, got {value!r}")
-    return tuple(check_seeds(_values("seeds", value, int)))
+    return tuple(check_seeds(fields.values("seeds", value, int)))
 
 
 def _hparam_values(table: Mapping[str, Any],
@@ -251,7 +198,7 @@ def _hparam_values(table: Mapping[str, Any],
         # A name a field takes (`HParamsBase.named_values`) stands for its number.
         named = [testbed.hparams.value_of(name, v) if isinstance(v, str) else v
                  for v in (value if isinstance(value, list) else [value])]
-        return tuple(float(x) for x in _values(name, named if isinstance(value, list)
+        return tuple(float(x) for x in fields.values(name, named if isinstance(value, list)
                                                 else named[0]))
     return {n: numbers(n, v) if isinstance(v, list) else numbers(n, v)[0]
             for n, v in table.items()}
@@ -303,7 +250,7 @@ def _lag_spec(table: Any) -> _LagSpec:
     """`model` and `levels`, or `preset` and optionally `levels` (default: the preset's)."""
     if not isinstance(table, dict):
         raise ValueError(f"must be a table with keys {list(LAG_KEYS)}, got {table!r}")
-    _check_keys(table, LAG_KEYS)
+    fields.check_keys(table, LAG_KEYS)
     if ("model" in table) == ("preset" in table):
         raise ValueError("needs either model (with levels) or preset, not both")
     if "preset" in table:
@@ -315,8 +262,8 @@ def _lag_spec(table: Any) -> _LagSpec:
         raise ValueError(f"model must be one lag model name, got {model!r}")
     if model in LAG_PRESETS:
         raise ValueError(f"model: {model!r} is a lag preset; write preset = {model!r}")
-    _check_names("model", [model], tuple(LAG_MODELS))
-    return _LagSpec(model=LAG_MODELS[model], levels=_values("levels", table["levels"]))
+    fields.check_names("model", [model], tuple(LAG_MODELS))
+    return _LagSpec(model=LAG_MODELS[model], levels=fields.values("levels", table["levels"]))
 
 
 def _preset_spec(table: Mapping[str, Any]) -> _LagSpec:
@@ -324,9 +271,9 @@ def _preset_spec(table: Mapping[str, Any]) -> _LagSpec:
     name = table["preset"]
     if not isinstance(name, str):
         raise ValueError(f"preset must be one lag preset name, got {name!r}")
-    _check_names("preset", [name], tuple(LAG_PRESETS))
+    fields.check_names("preset", [name], tuple(LAG_PRESETS))
     preset = LAG_PRESETS[name]
-    levels = (_values("levels", table["levels"]) if "levels" in table
+    levels = (fields.values("levels", table["levels"]) if "levels" in table
               else (preset.choice().level,))
     return _LagSpec(model=type(preset.model), levels=levels, preset=preset)
 
@@ -334,14 +281,14 @@ def _preset_spec(table: Mapping[str, Any]) -> _LagSpec:
 def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
     """`[lag]`, one table, or `[[lag]]`, an array of tables of distinct models."""
     if isinstance(value, dict):
-        with _context("[lag]"):
+        with fields.context("[lag]"):
             return (_lag_spec(value),)
     if not isinstance(value, list) or not value:
         raise ValueError(f"[lag] must be a table ([lag]) or a non-empty array of tables "
                          f"([[lag]]), got {value!r}")
     specs = []
     for index, table in enumerate(value):
-        with _context(f"[lag][{index}]"):
+        with fields.context(f"[lag][{index}]"):
             specs.append(_lag_spec(table))
     # One entry per model: each model's runs are one group, their levels vmapped runs, and
     # the report tells its variants apart by model (two presets of one model are its levels).
@@ -356,8 +303,8 @@ def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
 
 
 def _forward_values(table: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    _check_keys(table, FORWARD_KEYS)
-    return {k: _values(k, v, int) for k, v in table.items()}
+    fields.check_keys(table, FORWARD_KEYS)
+    return {k: fields.values(k, v, int) for k, v in table.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,12 +332,12 @@ class _Settings:
                 for values in itertools.product(*(self.config[f] for f in fields))]
 
     def overridden(self, override: Mapping[str, Any]) -> "_Settings":
-        _check_keys(override, OVERRIDE_KEYS)
-        config = _config_values(_table(override, "config"), self.testbed)
-        hparams = _hparam_values(_table(override, "hparams"), self.testbed)
+        fields.check_keys(override, OVERRIDE_KEYS)
+        config = _config_values(fields.table(override, "config"), self.testbed)
+        hparams = _hparam_values(fields.table(override, "hparams"), self.testbed)
         return _Settings(testbed=self.testbed, config={**self.config, **config},
                          hparams={**self.hparams, **hparams},
-                         forward={**self.forward, **_forward_values(_table(override, "forward"))})
+                         forward={**self.forward, **_forward_values(fields.table(override, "forward"))})
 
 
 def _num_runs(settings: _Settings, lag: _LagSpec, num_seeds: int) -> int:
@@ -426,7 +373,7 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
     if not lag.model.takes_probabilities and any(s.model.takes_probabilities
                                                  for s in lag_specs):
         shared.pop("lag_probabilities", None)
-    with _context(f"group {name}"):
+    with fields.context(f"group {name}"):
         config = testbed.config.from_dict({**testbed.task_defaults(task), **shared,
                                            testbed.task_field: task, "algo": algo,
                                            "lag_model": lag.model.name,
@@ -441,7 +388,7 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
                          hparams=dict(zip(swept, point)))
                  for i, (level, point, seed) in enumerate(points))
     group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs, axes=axes)
-    with _context(f"group {name}"):
+    with fields.context(f"group {name}"):
         testbed.validate(config, group.hparams(range(len(runs))))
     return group
 
@@ -451,53 +398,55 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
 
     Raises `ValueError` naming the offending key and its allowed values.
     """
-    with _context(f"experiment {name!r}"):
+    with fields.context(f"experiment {name!r}"):
         try:
             spec = tomllib.loads(text)
         except tomllib.TOMLDecodeError as error:
             raise ValueError(f"not valid TOML: {error}") from None
-        _check_keys(compat.without_older_keys(spec), TOP_LEVEL_KEYS)
+        fields.check_keys(compat.without_older_keys(spec), TOP_LEVEL_KEYS)
         missing = [k for k in ("tasks", "algos", "seeds", "lag") if k not in spec]
         if missing:
             raise ValueError(f"missing required key(s) {missing}")
     name = spec.get("name", name)
-    with _context(f"experiment {name!r}"):
+    with fields.context(f"experiment {name!r}"):
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
-        testbed = testbeds.named(_values("testbed", spec.get("testbed", "control"), str)[0])
-        tasks = _values("tasks", spec["tasks"], str, testbed.tasks())
-        algos = _values("algos", spec["algos"], str, testbed.algorithms())
+        testbed = testbeds.named(fields.values("testbed", spec.get("testbed", "control"), str)[0])
+        tasks = fields.values("tasks", spec["tasks"], str, testbed.tasks())
+        algos = fields.values("algos", spec["algos"], str, testbed.algorithms())
         seeds = _seeds(spec["seeds"])
         focus_algo = spec.get("focus_algo", "vaco" if "vaco" in algos else algos[0])
-        _values("focus_algo", focus_algo, str, algos)
+        fields.values("focus_algo", focus_algo, str, algos)
         lag_specs = _lag_specs(spec["lag"])
         reference_key = compat.given_key(spec, REFERENCE_KEY)
-        references = _table(spec, reference_key)
-        with _context(f"[{reference_key}]"):
-            _check_names("task", list(references), tasks)
-            reference_scores = {t: float(_values(t, v)[0]) for t, v in references.items()}
-        with _context("[config]"):
-            config = _config_values(_table(spec, "config"), testbed)
-        with _context("[hparams]"):
-            hparams = _hparam_values(_table(spec, "hparams"), testbed)
-        with _context("[forward]"):
-            forward = _forward_values(_table(spec, "forward"))
+        references = fields.table(spec, reference_key)
+        with fields.context(f"[{reference_key}]"):
+            fields.check_names("task", list(references), tasks)
+            reference_scores = {t: float(fields.values(t, v)[0]) for t, v in references.items()}
+        with fields.context("[config]"):
+            config = _config_values(fields.table(spec, "config"), testbed)
+        with fields.context("[hparams]"):
+            hparams = _hparam_values(fields.table(spec, "hparams"), testbed)
+        with fields.context("[forward]"):
+            forward = _forward_values(fields.table(spec, "forward"))
         shared = _Settings(testbed=testbed, config=config, hparams=hparams, forward=forward)
-        overrides = _table(spec, "overrides")
-        with _context("[overrides]"):
-            _check_names("task or algorithm", list(overrides), tasks + algos)
+        overrides = fields.table(spec, "overrides")
+        with fields.context("[overrides]"):
+            fields.check_names("task or algorithm", list(overrides), tasks + algos)
         settings = {}
         for task in tasks:
-            with _context(f"[overrides.{task}]"):
-                per_task = shared.overridden(_table(overrides, task))
+            with fields.context(f"[overrides.{task}]"):
+                per_task = shared.overridden(fields.table(overrides, task))
             for algo in algos:
-                with _context(f"[overrides.{algo}]"):
-                    settings[task, algo] = per_task.overridden(_table(overrides, algo))
+                with fields.context(f"[overrides.{algo}]"):
+                    settings[task, algo] = per_task.overridden(fields.table(overrides, algo))
         _check_num_runs(sum(_num_runs(settings[task, algo], lag, len(seeds))
                             for task in tasks for algo in algos for lag in lag_specs))
         tune = _tune(spec, testbed, settings)
-        with _context("[cell_rule]"):
-            cell_rule = (_cell_rule(spec["cell_rule"], algos, tasks, lag_specs, reference_scores)
+        with fields.context("[cell_rule]"):
+            cell_rule = (parse_cell_rule(spec["cell_rule"], algos, tasks,
+                                         {lv for lag in lag_specs for lv in lag.levels},
+                                         reference_scores)
                          if "cell_rule" in spec else None)
         groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, axes, seeds,
                               settings[task, algo])
@@ -515,58 +464,12 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
 def _tune(spec: Mapping[str, Any], testbed: Testbed,
           settings: Mapping[tuple[str, str], _Settings]) -> tuning.Tune | None:
     """The `[tune]` table, if any, refused where the hyper-parameters also set its value."""
-    with _context("[tune]"):
+    with fields.context("[tune]"):
         tune = tuning.parse_tune(spec["tune"], testbed) if "tune" in spec else None
     for (task, algo), pair in settings.items() if tune else ():
         tuning.check_not_fixed(tune, pair.hparams, f"[hparams], [overrides.{task}] and "
                                                    f"[overrides.{algo}]")
     return tune
-
-
-def _bounded_number(key: str, value: Any, low: float, high: float, closed: bool) -> float:
-    """A number above `low` and up to `high` (`closed`) or below it."""
-    if not _is_number(value) or not math.isfinite(value):
-        raise ValueError(f"{key} must be a number, got {value!r}")
-    if value <= low or value > high or (value == high and not closed):
-        raise ValueError(f"{key} must lie in ({low:g}, {high:g}{']' if closed else ')'}, "
-                         f"got {value!r}")
-    return float(value)
-
-
-def _cell_rule(table: Any, algos: Sequence[str], tasks: Sequence[str],
-               lag_specs: Sequence[_LagSpec], references: Mapping[str, float]) -> CellRule:
-    """The `[cell_rule]` table (its criteria: `vaco_jax.report.cell_rule`), refused where the
-    experiment cannot measure it: no synchronous level, no lag level above 0 for the lag
-    criterion, or no reference score for a task where a criterion is normalised."""
-    if not isinstance(table, dict):
-        raise ValueError(f"must be a table ([cell_rule]), got {table!r}")
-    _check_keys(table, CELL_RULE_KEYS)
-    baseline = table.get("baseline", algos[0])
-    if not isinstance(baseline, str):
-        raise ValueError(f"baseline must be one algorithm name, got {baseline!r}")
-    _check_names("baseline", [baseline], algos)
-    if "min_seed_share" in table and "min_gain" not in table:
-        raise ValueError("min_seed_share is the share of runs that must reach min_gain; set "
-                         "min_gain too")
-    criteria = {key: _bounded_number(key, table[key], *bounds)
-                for key, bounds in CELL_RULE_BOUNDS.items() if key in table}
-    if not criteria:
-        raise ValueError(f"needs at least one criterion of "
-                         f"{[k for k in CELL_RULE_BOUNDS if k != 'min_seed_share']}")
-    if "min_gain" in criteria:
-        criteria.setdefault("min_seed_share", 1.0)  # every run, unless a share is given
-    levels = {level for spec in lag_specs for level in spec.levels}
-    if 0 not in levels:
-        raise ValueError("the rule judges the baseline's synchronous runs, but no [lag] entry "
-                         "has level 0")
-    if "max_kept_gain" in criteria and max(levels) <= 0:
-        raise ValueError("max_kept_gain needs a [lag] level above 0 to measure the kept gain at")
-    rule = CellRule(baseline=baseline, **criteria)
-    missing = [t for t in tasks if t not in references]
-    if rule.normalised and missing:
-        raise ValueError(f"{', '.join(rule.normalised)} are normalised by [reference_scores], "
-                         f"which has no score for task(s) {missing}")
-    return rule
 
 
 def load_experiment(path: str | os.PathLike) -> Experiment:

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax.core.lag_models import Fixed
-from vaco_jax.experiment import spec
+from vaco_jax.experiment import fields, spec
 from vaco_jax.report import scoring, stats
 from vaco_jax.testbeds import Testbed
 
@@ -92,20 +92,20 @@ def parse_tune(table: Any, testbed: Testbed) -> Tune:
     """The `[tune]` table, validated; errors name the field."""
     if not isinstance(table, dict):
         raise ValueError(f"must be a table ([tune]), got {table!r}")
-    spec._check_keys(table, TUNE_KEYS)
+    fields.check_keys(table, TUNE_KEYS)
     missing = [k for k in ("values", "rule", "seeds") if k not in table]
     if missing:
         raise ValueError(f"missing key(s) {missing}")
-    hparam = spec._values("hparam", table.get("hparam", DEFAULT_HPARAM), str)[0]
+    hparam = fields.values("hparam", table.get("hparam", DEFAULT_HPARAM), str)[0]
     if hparam == "lag":
         raise ValueError("hparam: lag is set by [lag] levels, it cannot be tuned")
     testbed.hparams.create(**{hparam: 0.0})  # refuses an unknown name, listing the known ones
     if isinstance(table["values"], list) and not table["values"]:
         raise ValueError("values: the grid is empty; give at least one value")
-    values = tuple(float(v) for v in spec._values("values", table["values"]))
+    values = tuple(float(v) for v in fields.values("values", table["values"]))
     if any(v <= 0 for v in values):
         raise ValueError(f"values must all be positive, got {list(values)}")
-    rule = spec._values("rule", table["rule"], str, tuple(RULES))[0]
+    rule = fields.values("rule", table["rule"], str, tuple(RULES))[0]
     return Tune(hparam=hparam, values=values, rule=RULES[rule], seeds=spec._seeds(table["seeds"]))
 
 
@@ -136,7 +136,7 @@ def _tuning_group(name: str, group: spec.Group, tune: Tune, testbed: Testbed) ->
                  for i, (value, point, seed) in enumerate(points))
     tuning = spec.Group(name=name, config=config, fixed=group.fixed,
                         swept=(tune.hparam, *group.swept), runs=runs, axes=group.axes)
-    with spec._context(f"group {name}"):
+    with fields.context(f"group {name}"):
         testbed.validate(config, tuning.hparams(range(len(runs))))
     return tuning
 
