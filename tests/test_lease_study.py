@@ -1,0 +1,216 @@
+"""The GPU lag study's slices (`benchmarks/lease_study.py`) on the CPU: a tiny study trained for a
+slice, packed, unpacked and continued equals the study run whole when episodes are carried,
+and stays within a stated tolerance when they restart; the pack's limits and the refusal of
+archives that reach outside their folder; the slice planning."""
+
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine_configs import TOY_EXPERIMENT
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
+
+from benchmarks import lease_study  # noqa: E402
+from benchmarks.lease_study import BatchInfo, Episodes, Slice  # noqa: E402
+
+# One group of 4 runs (2 lags x 2 seeds, one batch), 4 updates in 2 evaluation periods.
+TINY = TOY_EXPERIMENT.replace("tv_delta = [0.1, 0.3]", "tv_delta = 0.2")
+
+
+def _sweep(tmp: Path, name: str):
+    from vaco_jax.experiment import parse_experiment, start_sweep
+
+    return start_sweep(parse_experiment(TINY, name="tiny"), tmp / name)
+
+
+def _metrics(folder: Path) -> pd.DataFrame:
+    (batch,) = sorted((folder / "runs").iterdir())
+    return pd.read_parquet(batch / "metrics.parquet").sort_values(["run", "update"])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The study run whole, and run as slice, pack, unpack, continue (episodes carried and
+    restarted)."""
+    from vaco_jax.experiment import load_sweep, run_sweep
+
+    tmp = tmp_path_factory.mktemp("lease")
+    whole = _sweep(tmp, "whole")
+    run_sweep(whole, tmp / "whole", progress=False)
+    sliced = _sweep(tmp, "sliced")
+    run_sweep(sliced, tmp / "sliced", progress=False, until_updates=2)
+    names = [b.name for b in sliced.batches]
+    out = {}
+    for episodes in Episodes:
+        packed = tmp / f"pack-{episodes.value}"
+        manifest = lease_study.pack(tmp / "sliced", names, episodes, packed, {"next": None})
+        continued = tmp / f"continued-{episodes.value}"
+        lease_study.unpack(packed, continued)
+        run_sweep(load_sweep(continued), continued, progress=False)
+        out[episodes] = (manifest, continued, packed)
+    return {"tmp": tmp, "whole": tmp / "whole", "sliced": tmp / "sliced", **out}
+
+
+def test_a_slice_stops_at_its_updates(runs):
+    from vaco_jax.infra.run_folder import read_status
+
+    (batch,) = (runs["sliced"] / "runs").iterdir()
+    assert read_status(batch)["updates_done"] == 2 and not read_status(batch)["complete"]
+
+
+def test_carried_episodes_continue_bit_identically(runs):
+    manifest, continued, _ = runs[Episodes.CARRIED]
+    assert manifest["episodes"] == "carried" and set(manifest["updates"].values()) == {2}
+    whole, again = _metrics(runs["whole"]), _metrics(continued)
+    assert again["update"].max() == 4
+    pd.testing.assert_frame_equal(whole.reset_index(drop=True), again.reset_index(drop=True),
+                                  check_exact=True)
+
+
+def test_restarted_episodes_change_the_continuation_within_tolerance(runs):
+    """Tolerance: every run's final evaluation return within 30% of the whole run's (measured:
+    7 to 25% here, where the restart comes half-way, at update 2 of 4, with 40-step episodes:
+    a lease's restart comes after 50 updates or more, with 1,000-step episodes); the updates
+    before the restart bit-identical, and the ones after not, or the restart did not happen."""
+    _, continued, _ = runs[Episodes.RESTART]
+    whole, again = _metrics(runs["whole"]), _metrics(continued)
+    before = whole["update"] <= 2
+    pd.testing.assert_frame_equal(whole[before].reset_index(drop=True),
+                                  again[before].reset_index(drop=True), check_exact=True)
+    assert not whole.equals(again)
+    final = lambda m: m[m["update"] == 4]["eval_return"].to_numpy()  # noqa: E731
+    assert np.all(np.abs(final(whole) - final(again)) <= 0.3 * np.abs(final(whole)))
+
+
+def test_pack_respects_the_call_limits(runs, monkeypatch):
+    manifest, _, packed = runs[Episodes.CARRIED]
+    files = sorted(p.name for p in packed.iterdir())
+    assert files == sorted([*(p["name"] for p in manifest["parts"]), "study.json"])
+    assert len(manifest["parts"]) <= lease_study.MAX_PARTS < 8
+    assert all((packed / p["name"]).stat().st_size <= lease_study.PART_LIMIT
+               for p in manifest["parts"])
+    # A small limit splits the same pack into parts, which unpack joins again.
+    monkeypatch.setattr(lease_study, "PART_LIMIT", 4096)
+    split = lease_study.pack(runs["sliced"], [b.name for b in (runs["sliced"] / "runs").iterdir()],
+                             Episodes.CARRIED, runs["tmp"] / "split", {})
+    assert len(split["parts"]) > 1 and all(p["bytes"] <= 4096 for p in split["parts"])
+    monkeypatch.setattr(lease_study, "MAX_PARTS", 1)
+    with pytest.raises(ValueError, match="over 1 files"):
+        lease_study.pack(runs["sliced"], [b.name for b in (runs["sliced"] / "runs").iterdir()],
+                         Episodes.CARRIED, runs["tmp"] / "split2", {})
+
+
+def test_packed_state_leaves_out_environments_when_episodes_restart(runs):
+    from vaco_jax.experiment import load_sweep
+
+    plan = load_sweep(runs["sliced"])
+    (batch,) = plan.batches
+    folder = runs["sliced"] / "runs" / batch.name
+    _, carried = lease_study.batch_arrays(plan, batch, folder, Episodes.CARRIED)
+    _, restart = lease_study.batch_arrays(plan, batch, folder, Episodes.RESTART)
+    dropped = set(carried) - set(restart)
+    assert dropped and all(n.startswith("state/episodes/") for n in dropped)
+    assert {"state/update", "state/key", "state/params/actor/Dense_0/kernel"} <= set(restart) \
+        or any(n.startswith("state/buffer/") for n in restart)
+    assert any(n.startswith("state/opt_state/") for n in restart)
+    assert any(n.startswith("state/obs_stats/") for n in restart)
+    assert int(carried["state/update"][0]) == 2
+
+
+# ----------------------------------------------------------------------------- untrusted input
+def _forged(folder: Path, members: dict[str, bytes], link: str | None = None) -> Path:
+    import hashlib
+
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        for name, content in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+        if link:
+            info = tarfile.TarInfo("runs/evil")
+            info.type, info.linkname = tarfile.SYMTYPE, link
+            tar.addfile(info)
+    folder.mkdir(parents=True)
+    part = data.getvalue()
+    (folder / "study.tar.gz.00").write_bytes(part)
+    (folder / "study.json").write_text(json.dumps({"parts": [
+        {"name": "study.tar.gz.00", "bytes": len(part),
+         "sha256": hashlib.sha256(part).hexdigest()}]}))
+    return folder
+
+
+@pytest.mark.parametrize("members,link", [
+    ({"../escaped.txt": b"x"}, None),
+    ({"/tmp/absolute.txt": b"x"}, None),
+    ({"runs/../../escaped.txt": b"x"}, None),
+    ({"experiment.toml": b"x"}, "/etc/passwd"),
+])
+def test_unpack_refuses_archives_that_reach_outside(tmp_path, members, link):
+    returned = _forged(tmp_path / "returned", members, link)
+    target = tmp_path / "inside" / "target"
+    with pytest.raises(ValueError, match="refused"):
+        lease_study.unpack(returned, target)
+    assert not (tmp_path / "escaped.txt").exists() and not target.exists()
+    assert not (tmp_path / "inside" / "escaped.txt").exists()
+
+
+def test_unpack_refuses_altered_parts_and_existing_targets(tmp_path, runs):
+    _, _, packed = runs[Episodes.CARRIED]
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for p in packed.iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+    with pytest.raises(ValueError, match="exists"):
+        lease_study.unpack(copy, runs["whole"])
+    part = copy / "study.tar.gz.00"
+    data = part.read_bytes()
+    part.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(ValueError, match="size or digest"):
+        lease_study.unpack(copy, tmp_path / "target")
+    manifest = json.loads((copy / "study.json").read_text())
+    manifest["parts"][0]["name"] = "../study.tar.gz.00"
+    (copy / "study.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="must name"):
+        lease_study.unpack(copy, tmp_path / "target")
+
+
+# ----------------------------------------------------------------------------- planning
+def _info(name, task="ant", done=0, runs=8, carried=3_000_000, restart=1_500_000):
+    return BatchInfo(name, task, runs, done, 1550, 50, 65_536, carried, restart)
+
+
+def test_next_slice_takes_the_first_task_furthest_behind_within_budget_and_time():
+    batches = [_info("a1", done=50), _info("a2"), _info("a3"), _info("a4"), _info("h1", "humanoid")]
+    budget = 2 * 8 * 1_500_000 + 1
+    piece = lease_study.next_slice(batches, seconds=300, rates={"ant": 2e6}, budget=budget)
+    # 2e6 x 300 s = 600M steps over 16 runs x 3.28M steps a period: 11 periods.
+    assert piece == Slice(("a2", "a3"), 11 * 50, Episodes.RESTART)
+    roomy = lease_study.next_slice(batches, 300, {"ant": 2e6}, budget=10 ** 9)
+    assert roomy.episodes is Episodes.CARRIED and roomy.batches == ("a2", "a3", "a4")
+    slow = lease_study.next_slice(batches, 1, {"ant": 1.0}, budget=budget)
+    assert slow.until_updates == 50  # at least one period
+    done = [_info(f"a{i}", done=1550) for i in range(3)] + [_info("h1", "humanoid", done=100)]
+    assert lease_study.next_slice(done, 300, {}, budget).batches == ("h1",)
+    assert lease_study.next_slice([_info("a", done=1550)], 300, {}, budget) is None
+    with pytest.raises(ValueError, match="batch a1: one batch's state"):
+        lease_study.next_slice([_info("a1")], 300, {}, budget=100)
+
+
+def test_study_experiment_fits_a_batch_in_the_pack_budget():
+    from vaco_jax.experiment import load_experiment
+
+    study = load_experiment(lease_study.STUDY)
+    assert [g.config.env for g in study.groups][:5] == ["ant"] * 5
+    assert {g.config.algo for g in study.groups} == {
+        "ppo", "ppo_recompute", "vaco", "vaco_filter_only", "vaco_realign_only"}
+    assert {r.lag for r in study.groups[0].runs} == {0, 8, 16} and len(study.groups[0].runs) == 15
+    assert study.groups[0].config.total_steps == 100_000_000
