@@ -34,10 +34,12 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
+from benchmarks import lease_study  # noqa: E402  (after the path above)
+
 ROOT = Path(__file__).resolve().parent.parent
 PAPER_SWEEP = ROOT / "experiments" / "paper_lag_sweep.toml"
 DONE = ROOT / "benchmarks" / "results" / "gpu-campaign"  # the campaign's committed results
-BUDGET_S = 35 * 60  # device time the campaign's steps may take together
+BUDGET_S = 55 * 60  # device time the campaign's steps may take together (about 4 leases)
 MACHINE_START_S = 35  # a cold machine's start and the upload (33 s measured on the first lease)
 CALL_LIMIT_S = 560  # gpu_campaign.sh stops a call's steps there, then packs what they wrote
 # The steps grouped into one call: the limit less what their records' wall times leave out
@@ -56,6 +58,7 @@ class Sizes:
     sweep_groups: int  # the paper sweep's first groups run by `sweep_groups`
     sweep_overrides: dict[str, str]  # TOML values replaced in the paper sweep (shorter runs)
     plan_flags: tuple[str, ...]
+    study_overrides: dict[str, str]  # TOML values replaced in the GPU lag study
 
 
 SIZES = {
@@ -67,7 +70,7 @@ SIZES = {
         # after the first; the runs keep the paper's sizes, evaluation every 10 updates
         # instead of 50 (so evaluation weighs 5 times more in R than in the sweep itself).
         sweep_overrides={"total_steps": str(30 * 2048 * 32), "eval_every": "10"},
-        plan_flags=("--memory-budget", "70")),
+        plan_flags=("--memory-budget", "70"), study_overrides={}),
     "tiny": Sizes(
         name="tiny", preset="tiny", physics=(("toy_reach", (8, 16)),),
         brax_env="inverted_pendulum", sweep_groups=1,
@@ -76,7 +79,12 @@ SIZES = {
                          "num_envs": "8", "rollout_length": "4", "buffer_capacity": "3",
                          "episode_length": "20", "eval_every": "2", "num_eval_envs": "2",
                          "actor_hidden": "[8]", "critic_hidden": "[8]"},
-        plan_flags=()),
+        plan_flags=(),
+        study_overrides={"tasks": '["toy_reach"]', "algos": '["vaco"]', "seeds": "2",
+                         "levels": "[0, 2]", "total_steps": str(4 * 8 * 4),
+                         "num_envs": "8", "rollout_length": "4", "buffer_capacity": "3",
+                         "episode_length": "20", "eval_every": "2", "num_eval_envs": "2",
+                         "minibatches": "2", "actor_hidden": "[8]", "critic_hidden": "[8]"}),
 }
 
 
@@ -231,13 +239,67 @@ def _tokens(only: str, environment: dict[str, str] | None = None
 
 def shortened_sweep(sizes: Sizes) -> str:
     """The paper sweep's TOML with `sizes.sweep_overrides` put in place of its values."""
-    text = PAPER_SWEEP.read_text()
-    for key, value in sizes.sweep_overrides.items():
-        text, count = re.subn(rf"^{key}\s*=.*$", f"{key} = {value}", text, count=1,
-                              flags=re.MULTILINE)
-        if count != 1:
-            raise ValueError(f"{PAPER_SWEEP.name} has no line `{key} = ...` to override")
-    return text
+    return lease_study.with_values(PAPER_SWEEP.read_text(), sizes.sweep_overrides,
+                                   PAPER_SWEEP.name)
+
+
+# The study's call: its training stops here (the engine's own stop after the chunk under way),
+# leaving the call's last minute to packing and the call's start to the wheels and unpacking.
+STUDY_TRAIN_S = 420
+# Where the study's parts go: straight into the device's output folder when gpu_campaign.sh
+# names it (each part one of the call's returned files), not into the campaign's archive.
+STUDY_OUT = "CAMPAIGN_STUDY_OUT"
+
+
+def step_study(ctx: Context) -> dict[str, Any]:
+    """The GPU lag study's next slice (`benchmarks/lease_study.py`): continued from what the
+    last lease returned (`.lease/upload/`, carried), trained, packed for the next."""
+    import tempfile
+
+    from vaco_jax.experiment import parse_experiment
+
+    text = lease_study.with_values(lease_study.STUDY.read_text(), ctx.sizes.study_overrides,
+                                   lease_study.STUDY.name)
+    out = Path(os.environ.get(STUDY_OUT) or ctx.out / "study")
+    seconds = STUDY_TRAIN_S if ctx.sizes.name == "gpu" else 120
+    with tempfile.TemporaryDirectory() as work:
+        return lease_study.run_slice(parse_experiment(text, name="gpu_lag_study"),
+                                     lease_study.UPLOAD, out, Path(work), seconds)
+
+
+def step_peers(ctx: Context) -> dict[str, Any]:
+    """PureJaxRL's continuous PPO (its script, from a clone carried as `.purejaxrl/`) and
+    Brax's trainer timed beside vaco_jax's synchronous ppo in one call, at the settings of
+    `run.py`'s preset on `ant` (the dry run: the toy for PureJaxRL is not available: Brax's
+    task), as ratios. Brax's side is the `brax` suite, which times vaco_jax around it."""
+    brax = _suite("brax")(ctx)["result"]
+    ours = brax["vaco_jax_steps_per_s"]
+    checkout = ROOT / ".purejaxrl"
+    result: dict[str, Any] = {"brax": brax, "vaco_jax_steps_per_s": ours,
+                              "brax_steps_per_s": brax.get("steps_per_s")}
+    if not checkout.is_dir():
+        result["purejaxrl"] = "not run: no .purejaxrl/ clone carried (see benchmarks/README.md)"
+        return result
+    settings = brax["settings"]  # Brax's keyword arguments, as vaco_jax's settings map to them
+    config = {"ENV_NAME": ctx.sizes.brax_env or "ant", "NUM_ENVS": settings["num_envs"],
+              "NUM_STEPS": settings["unroll_length"],
+              "UPDATE_EPOCHS": settings["num_updates_per_batch"],
+              "NUM_MINIBATCHES": settings["num_minibatches"]}
+    config["TOTAL_TIMESTEPS"] = 8 * config["NUM_ENVS"] * config["NUM_STEPS"]
+    out = ctx.out / "peers_purejaxrl.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.purejaxrl", "--script",
+                           "continuous", "--checkout", str(checkout), "--seeds", "1",
+                           "--config", json.dumps(config), "--out", str(out)], cwd=ROOT)
+    if done.returncode != 0 or not out.exists():
+        result["purejaxrl"] = f"failed ({done.returncode})"
+        return result
+    pure = json.loads(out.read_text())
+    result |= {"purejaxrl_steps_per_s": pure["steps_per_s"],
+               "purejaxrl_compile_s": pure["compile_s"], "purejaxrl_config": config,
+               "note": "PureJaxRL's rate includes its first update after compilation"}
+    result["vaco_jax_over_purejaxrl"] = ours / pure["steps_per_s"]
+    result["vaco_jax_over_brax"] = brax["ratio_vaco_jax_to_brax"]
+    return result
 
 
 def step_sweep_groups(ctx: Context) -> dict[str, Any]:
@@ -336,35 +398,43 @@ def roofline_check(rate: float, measured: dict[str, Any]) -> dict[str, Any] | No
 
 
 STEPS: tuple[Step, ...] = (
+    # In each lease's order: the study's slice, then the open steps (R beside the roofline, the
+    # token steps, the plan), then the peers; the steps done already after them.
     # expected_s: the wall time a lease measured where it ran the step, rounded up to 10 s:
     # the first lease's H100 (2026-11-26; wheel installation included in `setup`), the second's
     # H200 (2026-11-28) for `seeds` and `tokens`; the others are estimates.
     Step("setup", "install check, JAX version against pyproject.toml (warns), devices, imports",
          30, step_setup),
+    Step("study", "the GPU lag study's next slice (experiments/gpu_lag_study.toml): continued "
+         "from .lease/upload, trained for 420 s, packed into the call's returned files", 500,
+         step_study),
+    Step("seeds", "1, 4, 16, 64 vmapped seeds of ant (1,024 environments each), total steps/s",
+         170, _suite("seeds")),
+    Step("sweep_groups", "the paper sweep's first 2 groups (ant: ppo, ppo_recompute; 40 runs "
+         "of 2,048 environments each), 30 updates: R measured", 330, step_sweep_groups),
+    Step("tokens_seeds", "token testbed: 1 to 64 vmapped seeds, trained tokens/s (a count that "
+         "does not fit in the device's memory recorded as such)", 240,
+         _tokens("seeds", TOKENS_SEEDS_ENVIRONMENT)),
+    Step("tokens_capacity", "largest token model (width doubled) and batch (prompts doubled) "
+         "whose update fits, time-boxed", 200, _tokens("capacity")),
+    Step("sweep_plan", "`vaco-jax sweep paper_lag_sweep.toml --plan --steps-per-second R` and "
+         "the roofline's prediction beside R (needs no GPU: it can run on any machine once "
+         "sweep_groups.json is committed)", 240, step_sweep_plan, needs=("sweep_groups",)),
+    Step("peers", "PureJaxRL's continuous PPO and Brax's trainer beside vaco_jax's synchronous "
+         "ppo on ant 4,096 at equal settings, in one call, as ratios", 240, step_peers),
     Step("physics_ant", "raw MJX rate (random actions) and synchronous ppo, timed alternately: "
          "ant at 4,096 and 16,384 environments", 180, _physics(0)),
     Step("physics_humanoid", "raw MJX rate and synchronous ppo: humanoid at 4,096 environments",
          130, _physics(1)),
     Step("async_k16", "per-environment stale policies (vaco, uniform lags over K = 16, "
          "gather) against vaco synchronous, ant 4,096", 100, _suite("async")),
-    Step("seeds", "1, 4, 16, 64 vmapped seeds of ant (1,024 environments each), total steps/s",
-         170, _suite("seeds")),
     Step("brax", "Brax's PPO trainer on ant 4,096 at the same settings, against synchronous ppo",
          130, _suite("brax")),
     Step("tokens", "token testbed: forward, generated and trained tokens/s of synchronous and "
          "stale acting, MFU", 290, _tokens("throughput")),
-    Step("tokens_seeds", "token testbed: 1 to 64 vmapped seeds, trained tokens/s (a count that "
-         "does not fit in the device's memory recorded as such)", 240,
-         _tokens("seeds", TOKENS_SEEDS_ENVIRONMENT)),
-    Step("tokens_capacity", "largest token model (width doubled) and batch (prompts doubled) "
-         "whose update fits, time-boxed", 200, _tokens("capacity")),
-    Step("sweep_groups", "the paper sweep's first 2 groups (ant: ppo, ppo_recompute; 40 runs "
-         "of 2,048 environments each), 30 updates: R measured", 330, step_sweep_groups),
-    Step("sweep_plan", "`vaco-jax sweep paper_lag_sweep.toml --plan --steps-per-second R` and "
-         "the roofline's prediction beside R (needs no GPU: it can run on any machine once "
-         "sweep_groups.json is committed)", 240, step_sweep_plan, needs=("sweep_groups",)),
 )
 _STEP_NAMES = [s.name for s in STEPS]
+RECURRING = ("study",)  # run at every lease: never skipped as done, its history kept by the study
 
 
 def steps_for(sizes: Sizes) -> tuple[Step, ...]:
@@ -413,7 +483,7 @@ def done_steps(folder: Path) -> dict[str, float]:
     """The measured wall seconds of the step records in `folder` (the committed results); a
     record that does not parse or has no wall time is left out."""
     done = {}
-    for name in _STEP_NAMES:
+    for name in (n for n in _STEP_NAMES if n not in RECURRING):
         try:
             done[name] = float(json.loads((folder / f"{name}.json").read_text())["wall_s"])
         except (OSError, ValueError, KeyError, TypeError):
@@ -480,9 +550,12 @@ def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> lis
 
     if not returned.exists():
         raise ValueError(f"{returned} does not exist")
+    if returned.is_dir() and (returned / lease_study.MANIFEST).is_file():
+        collect_study(returned)
     packed = returned / "campaign.tar.gz" if returned.is_dir() else returned
     if packed.is_file():
-        loose = [p.name for p in returned.glob("*.json")] if returned.is_dir() else []
+        loose = [p.name for p in returned.glob("*.json")
+                 if p.name != lease_study.MANIFEST] if returned.is_dir() else []
         if loose:
             raise ValueError(f"{returned} holds campaign.tar.gz and loose results {loose}: "
                              "collect one of them")
@@ -506,6 +579,8 @@ def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> lis
     DONE.mkdir(parents=True, exist_ok=True)
     steps, copied = [], []
     for path in sorted(returned.iterdir()):
+        if path.stem in RECURRING or path.name == lease_study.MANIFEST:
+            continue  # the study's record and history are kept by `collect_study`
         if path.suffix in (".json", ".toml") or path.name == "campaign.log":
             target = DONE / path.name
             if path.name == "campaign.log" and target.exists():  # calls' logs one after another
@@ -522,6 +597,20 @@ def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> lis
         subprocess.run(["git", "commit", "-m", f"GPU campaign results: {', '.join(steps) or 'logs'}",
                         "--", folder], cwd=ROOT, check=True)
     return steps
+
+
+def collect_study(returned: Path, seconds: float = STUDY_TRAIN_S) -> dict[str, Any]:
+    """The study's returned slice merged into its folder (`.lease/gpu_lag_study`), its report
+    re-rendered in experiments/results/gpu_lag_study with the lease's device and the steps done,
+    and the next slice packed into `.lease/upload` for the next lease to carry."""
+    manifest = lease_study.merge(returned)
+    history = lease_study.write_report(lease=manifest)
+    piece = lease_study.prepare(lease_study.LOCAL, lease_study.UPLOAD,
+                                lease_study.SIZING_SHARE * seconds,
+                                lease_study.measured_rates(history))
+    print(f"study: slice {manifest['slice']} from {manifest['device']} merged; next: "
+          f"{piece.to_json() if piece else 'none, the study is complete'}", flush=True)
+    return history
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,7 @@ stand to a common number of updates that the call's time allows (`next_slice`, p
 training, `pack` writes the batches' folders (config, status, metrics) and each batch's newest
 checkpoint as arrays (parameters, optimiser, observation normaliser and reward scaling, the
 policy ring buffer, RNG keys, update counter, metrics) into `study.tar.gz.NN` parts and a
-`study.json` that lists them with their digests; `unpack` rebuilds the checkpoints there, so the
+`lease_study.json` that lists them with their digests; `unpack` rebuilds the checkpoints there, so the
 sweep engine resumes the batches as it resumes any interrupted sweep (`run_sweep(..., batches,
 until_updates)`).
 
@@ -45,13 +45,16 @@ MAX_PARTS = 7  # of the call's 8 files: the eighth is the campaign's own campaig
 # The slice's state before compression: under the 64 MiB returned less the campaign's archive
 # and slack, and what carries up with the 20 MB of wheels.
 PACK_BUDGET = 42 * 2 ** 20
-MANIFEST = "study.json"
+MANIFEST = "lease_study.json"
 PART_NAME = re.compile(r"study\.tar\.gz\.(\d{2})")
 # Steps/s of one batch of the study's runs before a lease measured one: `ant` from synchronous
 # ppo at 16,384 environments (2.18M on an H100), `humanoid` from 0.74M at 4,096 (both with a
 # 64x64 critic; the study's is 256x256, and vaco does more per update), rounded down.
 PRIOR_RATES = {"ant": 1.6e6, "humanoid": 0.8e6}
 PRIOR_RATE = 1e5  # any other task (the dry run's toy)
+# A slice is sized on this share of the call's training seconds: the first group's compilation
+# (25 to 40 s on an H100) and the unpacking come out of them.
+SIZING_SHARE = 0.8
 
 
 class Episodes(enum.Enum):
@@ -224,7 +227,7 @@ def pack(sweep_dir: Path, batches: Sequence[str], episodes: Episodes, out: Path,
          about: Mapping[str, Any]) -> dict[str, Any]:
     """Packs the sweep's files and the `batches`' folders with their state into `out`
     (`study.tar.gz.NN` parts of at most `PART_LIMIT` bytes, at most `MAX_PARTS`, and
-    `study.json`); refuses a pack over those limits. Returns the manifest."""
+    `lease_study.json`); refuses a pack over those limits. Returns the manifest."""
     from vaco_jax.experiment import load_sweep
     from vaco_jax.experiment.folder import EXPERIMENT_FILE, batch_dir
     from vaco_jax.experiment.plan import PLAN_FILE
@@ -271,7 +274,7 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def read_manifest(returned: Path) -> dict[str, Any]:
-    """`study.json` of a folder that vaco_jax did not just write: its parts named as `pack`
+    """`lease_study.json` of a folder that vaco_jax did not just write: its parts named as `pack`
     names them, each present, of its size and digest."""
     try:
         manifest = json.loads((returned / MANIFEST).read_text())
@@ -413,8 +416,10 @@ def train_slice(sweep_dir: Path, plan: Any, piece: Slice, seconds: float) -> dic
     try:
         run_sweep(plan, sweep_dir, progress=False, on_chunk=on_chunk,
                   batches=set(piece.batches), until_updates=piece.until_updates)
-    except Interrupted as stopped:  # the time ran out: what is saved is packed
-        print(f"[study] stopped at the call's limit: {stopped}", flush=True)
+    except (Interrupted, KeyboardInterrupt) as stopped:
+        # The time ran out (after a chunk: Interrupted; before the first: KeyboardInterrupt):
+        # what the checkpoints hold is packed.
+        print(f"[study] stopped at the call's limit: {stopped!r}", flush=True)
     finally:
         timer.cancel()
     rates: dict[str, list[float]] = {}
@@ -443,7 +448,8 @@ def run_slice(experiment: Any, upload: Path, out: Path, work: Path, seconds: flo
     else:
         plan = start_sweep(experiment, sweep_dir, overwrite=True,
                            max_runs_per_batch=max_runs_per_batch(experiment, budget))
-        piece = next_slice(batch_infos(plan, sweep_dir), seconds, PRIOR_RATES, budget)
+        piece = next_slice(batch_infos(plan, sweep_dir), SIZING_SHARE * seconds, PRIOR_RATES,
+                           budget)
     if piece is None:
         return {"done": True, "note": "every batch of the study has reached its length"}
     rates = train_slice(sweep_dir, plan, piece, seconds - (time.perf_counter() - began))
@@ -452,3 +458,85 @@ def run_slice(experiment: Any, upload: Path, out: Path, work: Path, seconds: flo
              "rates": rates, "wall_s": round(time.perf_counter() - began, 1)}
     manifest = pack(sweep_dir, piece.batches, piece.episodes, out, about)
     return {k: manifest[k] for k in ("slice", "device", "rates", "episodes", "updates", "parts")}
+
+
+# ----------------------------------------------------------------------------- back home
+def merge(returned: Path, local: Path = LOCAL) -> dict[str, Any]:
+    """Unpacks a returned pack and puts its batches into the whole study's folder `local`
+    (made from it the first time), each batch folder replaced by a rename; refuses a batch that
+    went backwards (a pack collected twice, or out of order). Returns the pack's manifest."""
+    from vaco_jax.infra.run_folder import read_status
+
+    local.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=local.parent, prefix=".collect.") as temporary:
+        fresh = Path(temporary) / "sweep"
+        manifest = unpack(returned, fresh)
+        if not local.exists():
+            fresh.rename(local)
+            return manifest
+        for name in manifest["updates"]:
+            new, old = fresh / "runs" / name, local / "runs" / name
+            before = (read_status(old) or {}).get("updates_done", -1) if old.is_dir() else -1
+            if read_status(new)["updates_done"] <= before:
+                raise ValueError(f"batch {name}: the pack holds {read_status(new)['updates_done']}"
+                                 f" updates, the study {before} already: not merged")
+        for name in manifest["updates"]:
+            new, old = fresh / "runs" / name, local / "runs" / name
+            if old.exists():
+                old.rename(Path(temporary) / f"old-{name}")
+            new.rename(old)
+    return manifest
+
+
+def write_report(local: Path = LOCAL, out: Path = REPORT, lease: Mapping[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """The study's report of every batch as far as it has trained (`batch_table` reads a
+    partial batch up to its updates done), its title naming the steps done; and `lease_study.json`:
+    each lease's device, slice and rates, and the steps done per batch."""
+    import pandas as pd
+
+    from vaco_jax.experiment import load_sweep
+    from vaco_jax.experiment.folder import batch_dir
+    from vaco_jax.experiment.results import batch_table, write_experiment_report
+    from vaco_jax.infra import io
+
+    plan = load_sweep(local)
+    tables = [t for t in (batch_table(plan.experiment, b, batch_dir(local, b))
+                          for b in plan.batches if batch_dir(local, b).is_dir()) if t is not None]
+    steps = {i.name: i.updates_done * i.steps_per_update for i in batch_infos(plan, local)}
+    full = plan.experiment.groups[0].config.num_updates * plan.experiment.groups[0].config.steps_per_update
+    note = (f"{min(steps.values()) / 1e6:.1f}M to {max(steps.values()) / 1e6:.1f}M of "
+            f"{full / 1e6:.1f}M steps per run so far")
+    write_experiment_report(plan.experiment, pd.concat(tables, ignore_index=True), out, note)
+    history = io.read_json(out / MANIFEST, "") if (out / MANIFEST).is_file() else {"leases": []}
+    if lease is not None:
+        history["leases"].append({k: lease.get(k) for k in ("device", "slice", "rates",
+                                                             "episodes", "wall_s")})
+    history["steps_per_run"] = steps
+    io.write_json(out / MANIFEST, history)
+    return history
+
+
+def measured_rates(history: Mapping[str, Any]) -> dict[str, float]:
+    """The newest rate measured per task, else the prior."""
+    rates = dict(PRIOR_RATES)
+    for lease in history.get("leases", []):
+        rates.update(lease.get("rates") or {})
+    return rates
+
+
+def prepare(local: Path, upload: Path, seconds: float, rates: Mapping[str, float],
+            budget: int = PACK_BUDGET) -> Slice | None:
+    """Writes into `upload` what the next call carries: the next slice, and its batches'
+    state where they have any (a batch not started yet starts on the GPU)."""
+    from vaco_jax.experiment import load_sweep
+
+    plan = load_sweep(local)
+    piece = next_slice(batch_infos(plan, local), seconds, rates, budget)
+    if upload.exists():
+        shutil.rmtree(upload)
+    if piece is None:
+        return None
+    started = [b for b in piece.batches if (local / "runs" / b / "checkpoint").is_dir()]
+    pack(local, started, piece.episodes, upload, {"next": piece.to_json()})
+    return piece

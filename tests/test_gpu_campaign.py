@@ -27,7 +27,7 @@ def test_plan_sums_the_steps_and_fits_the_budget():
     total = sum(s.expected_s for s in steps)
     text = gpu_campaign.plan_text(steps)
     assert "total" in text and f"{total}" in text and f"{total / 60:.1f} min" in text
-    assert total <= gpu_campaign.BUDGET_S <= 35 * 60
+    assert total <= gpu_campaign.BUDGET_S <= 55 * 60
     assert all(s.expected_s <= gpu_campaign.CALL_S for s in steps)
     gpu_campaign.check_budget(steps)
     script = (ROOT / "benchmarks" / "gpu_campaign.sh").read_text()

@@ -93,7 +93,7 @@ def test_restarted_episodes_change_the_continuation_within_tolerance(runs):
 def test_pack_respects_the_call_limits(runs, monkeypatch):
     manifest, _, packed = runs[Episodes.CARRIED]
     files = sorted(p.name for p in packed.iterdir())
-    assert files == sorted([*(p["name"] for p in manifest["parts"]), "study.json"])
+    assert files == sorted([*(p["name"] for p in manifest["parts"]), "lease_study.json"])
     assert len(manifest["parts"]) <= lease_study.MAX_PARTS < 8
     assert all((packed / p["name"]).stat().st_size <= lease_study.PART_LIMIT
                for p in manifest["parts"])
@@ -142,7 +142,7 @@ def _forged(folder: Path, members: dict[str, bytes], link: str | None = None) ->
     folder.mkdir(parents=True)
     part = data.getvalue()
     (folder / "study.tar.gz.00").write_bytes(part)
-    (folder / "study.json").write_text(json.dumps({"parts": [
+    (folder / "lease_study.json").write_text(json.dumps({"parts": [
         {"name": "study.tar.gz.00", "bytes": len(part),
          "sha256": hashlib.sha256(part).hexdigest()}]}))
     return folder
@@ -176,9 +176,9 @@ def test_unpack_refuses_altered_parts_and_existing_targets(tmp_path, runs):
     part.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     with pytest.raises(ValueError, match="size or digest"):
         lease_study.unpack(copy, tmp_path / "target")
-    manifest = json.loads((copy / "study.json").read_text())
+    manifest = json.loads((copy / "lease_study.json").read_text())
     manifest["parts"][0]["name"] = "../study.tar.gz.00"
-    (copy / "study.json").write_text(json.dumps(manifest))
+    (copy / "lease_study.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="must name"):
         lease_study.unpack(copy, tmp_path / "target")
 
@@ -214,3 +214,21 @@ def test_study_experiment_fits_a_batch_in_the_pack_budget():
         "ppo", "ppo_recompute", "vaco", "vaco_filter_only", "vaco_realign_only"}
     assert {r.lag for r in study.groups[0].runs} == {0, 8, 16} and len(study.groups[0].runs) == 15
     assert study.groups[0].config.total_steps == 100_000_000
+
+
+def test_plan_orders_each_lease_study_first_then_open_steps_then_peers():
+    from benchmarks import gpu_campaign
+
+    steps = gpu_campaign.steps_for(gpu_campaign.SIZES["gpu"])
+    names = [s.name for s in steps]
+    order = ["study", "seeds", "sweep_groups", "tokens_seeds", "tokens_capacity", "sweep_plan",
+             "peers"]
+    assert [n for n in names if n in order] == order
+    text = gpu_campaign.plan_text(steps, done={"setup": 8.0, "seeds": 166.0, "tokens": 287.0})
+    calls = [line for line in text.splitlines() if line.startswith("call:")]
+    assert calls[0] == "call: bash benchmarks/gpu_campaign.sh study"
+    listed = " ".join(calls).split()
+    assert [n for n in listed if n in order] == [n for n in order if n != "seeds"]
+    # The study runs at every lease: a record of it never marks it done.
+    assert "study" in gpu_campaign.RECURRING and "study" not in gpu_campaign.done_steps(
+        gpu_campaign.DONE)
