@@ -4,12 +4,11 @@ A lease gives one call of under 10 minutes to the study, and a call returns at m
 16 MiB (64 MiB in all); what the next lease needs travels up with the checkout beside the 20 MB
 of wheels. So a *slice* is the batches whose state fits `PACK_BUDGET`, trained from where they
 stand to a common number of updates that the call's time allows (`next_slice`, pure). After
-training, `pack` writes the batches' folders (config, status, metrics) and each batch's newest
-checkpoint as arrays (parameters, optimiser, observation normaliser and reward scaling, the
-policy ring buffer, RNG keys, update counter, metrics) into `study.tar.gz.NN` parts and a
-`lease_study.json` that lists them with their digests; `unpack` rebuilds the checkpoints there, so the
-sweep engine resumes the batches as it resumes any interrupted sweep (`run_sweep(..., batches,
-until_updates)`).
+training, `benchmarks/lease_pack.py` packs the batches' folders and newest checkpoints into the
+call's returned files and rebuilds them at the next lease, so the sweep engine resumes the
+batches as it resumes any interrupted sweep (`run_sweep(..., batches, until_updates)`). Back
+home, `merge` puts a returned slice into the whole study's folder, `write_report` renders its
+report and `prepare` packs the next slice for the next lease to carry.
 
 Episodes: when the slice's state with its environments' states fits, they are carried and a
 continuation equals an uninterrupted run bit for bit (`tests/test_lease_study.py`). At the
@@ -21,32 +20,24 @@ episodes restart: every environment starts again from the initial state it was f
 from __future__ import annotations
 
 import dataclasses
-import enum
-import hashlib
-import io as bytes_io
 import json
 import math
-import re
-import shutil
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from benchmarks.lease_pack import MANIFEST, Episodes, is_episode_leaf, named_leaves, pack, unpack
+
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = ROOT / "experiments" / "gpu_lag_study.toml"
 LOCAL = ROOT / ".lease" / "gpu_lag_study"  # the whole study's sweep folder, kept here (ignored)
 UPLOAD = ROOT / ".lease" / "upload"  # what the next call carries up: the next slice's pack
 REPORT = ROOT / "experiments" / "results" / "gpu_lag_study"
-PART_LIMIT = 16 * 2 ** 20  # bytes of one returned file
-MAX_PARTS = 7  # of the call's 8 files: the eighth is the campaign's own campaign.tar.gz
 # The slice's state before compression: under the 64 MiB returned less the campaign's archive
 # and slack, and what carries up with the 20 MB of wheels.
 PACK_BUDGET = 42 * 2 ** 20
-MANIFEST = "lease_study.json"
-PART_NAME = re.compile(r"study\.tar\.gz\.(\d{2})")
 # Steps/s of one batch of the study's runs before a lease measured one: `ant` from synchronous
 # ppo at 16,384 environments (2.18M on an H100), `humanoid` from 0.74M at 4,096 (both with a
 # 64x64 critic; the study's is 256x256, and vaco does more per update), rounded down.
@@ -55,11 +46,6 @@ PRIOR_RATE = 1e5  # any other task (the dry run's toy)
 # A slice is sized on this share of the call's training seconds: the first group's compilation
 # (25 to 40 s on an H100) and the unpacking come out of them.
 SIZING_SHARE = 0.8
-
-
-class Episodes(enum.Enum):
-    CARRIED = "carried"  # environment states packed: the continuation is exact
-    RESTART = "restart"  # environment states left behind: episodes start again
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,22 +112,6 @@ def next_slice(batches: Sequence[BatchInfo], seconds: float, rates: Mapping[str,
                  Episodes.CARRIED if carried else Episodes.RESTART)
 
 
-# ----------------------------------------------------------------------------- state as arrays
-def _leaf_name(path: tuple) -> str:
-    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
-                    for k in path)
-
-
-def _named(tree: Any) -> dict[str, Any]:
-    import jax
-
-    return {_leaf_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
-def is_episode_leaf(name: str) -> bool:
-    return name.split("/", 1)[0] == "episodes"
-
-
 def run_bytes(config: Any, hparams: Any) -> tuple[int, int]:
     """Packed bytes of one run of `config`, (with, without) its environments' states: its
     training state's abstract shapes (nothing computed) and its float32 metrics."""
@@ -152,210 +122,14 @@ def run_bytes(config: Any, hparams: Any) -> tuple[int, int]:
 
     testbed = testbeds.named(config.testbed)
     state = testbed.trainer(config).state_shapes(jax.ShapeDtypeStruct((2,), jnp.uint32), hparams)
-    sizes = {n: math.prod(x.shape) * np.dtype(x.dtype).itemsize for n, x in _named(state).items()}
+    sizes = {n: math.prod(x.shape) * np.dtype(x.dtype).itemsize
+             for n, x in named_leaves(state).items()}
     metrics = len(testbed.metrics) * (config.num_updates + 1) * 4
     restart = sum(v for n, v in sizes.items() if not is_episode_leaf(n)) + metrics
     return sum(sizes.values()) + metrics, restart
 
 
-def _driver(plan: Any, batch: Any) -> Any:
-    from vaco_jax.experiment.execute import _driver_arguments
-    from vaco_jax.run.driver import Driver
-
-    return Driver(*_driver_arguments(plan, batch))
-
-
-def _checkpoints(folder: Path, driver: Any) -> Any:
-    from vaco_jax.infra import run_folder
-    from vaco_jax.run.checkpoint import Checkpoints
-
-    record = driver.record.resumed(run_folder.saved_config(folder))
-    return Checkpoints(folder / run_folder.CHECKPOINT_DIR, record.identity), record
-
-
-def batch_arrays(plan: Any, batch: Any, folder: Path, episodes: Episodes
-                 ) -> tuple[int, dict[str, np.ndarray]]:
-    """The batch's newest checkpoint as named arrays (`state/...`, `metrics/...`), its
-    environments' states left out if episodes restart; and its periods done."""
-    driver = _driver(plan, batch)
-    checkpoints, record = _checkpoints(folder, driver)
-    like = driver.program.state_shapes(driver.seeds, driver.hparams)
-    metrics = {n: np.full((driver.num_runs, driver.config.num_updates + 1), np.nan, np.float32)
-               for n in driver.testbed.metrics}
-    restored = record.restore(checkpoints, like, metrics)
-    checkpoints.close()
-    if restored is None:
-        raise RuntimeError(f"batch {batch.name} has no checkpoint to pack")
-    periods, state, metrics = restored
-    arrays = {f"state/{n}": np.asarray(x) for n, x in _named(state).items()
-              if episodes is Episodes.CARRIED or not is_episode_leaf(n)}
-    return periods, arrays | {f"metrics/{n}": v for n, v in metrics.items()}
-
-
-def restore_batch(plan: Any, batch: Any, folder: Path, periods: int,
-                  arrays: Mapping[str, np.ndarray]) -> None:
-    """Writes checkpoint `periods` of the batch from `arrays` (`batch_arrays`), a state leaf
-    missing there (the environments' of a restart) taken from the runs' initial state."""
-    import jax
-
-    driver = _driver(plan, batch)
-    fresh, metrics = driver.program.initial(driver.seeds, driver.hparams)
-    names = list(_named(fresh))
-    leaves = [np.asarray(arrays.get(f"state/{n}", leaf)) for n, leaf in _named(fresh).items()]
-    for n, leaf in zip(names, leaves):
-        want = np.shape(_named(fresh)[n])
-        if leaf.shape != want:
-            raise ValueError(f"batch {batch.name}: packed leaf {n} has shape {leaf.shape}, "
-                             f"not {want}")
-    state = jax.tree.unflatten(jax.tree.structure(fresh), leaves)
-    metrics = {n: np.asarray(arrays[f"metrics/{n}"], np.float32) for n in metrics}
-    checkpoints, _ = _checkpoints(folder, driver)
-    checkpoints.save(periods, {"state": state, "metrics": metrics})
-    checkpoints.close()
-
-
-# ----------------------------------------------------------------------------- packing
-def _batch_files(folder: Path) -> list[Path]:
-    """A batch folder's files but its checkpoints (packed as arrays) and its lock."""
-    from vaco_jax.infra.lock import LOCK_FILE
-
-    return [p for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()
-            and "checkpoint" not in p.relative_to(folder).parts and p.name != LOCK_FILE]
-
-
-def pack(sweep_dir: Path, batches: Sequence[str], episodes: Episodes, out: Path,
-         about: Mapping[str, Any]) -> dict[str, Any]:
-    """Packs the sweep's files and the `batches`' folders with their state into `out`
-    (`study.tar.gz.NN` parts of at most `PART_LIMIT` bytes, at most `MAX_PARTS`, and
-    `lease_study.json`); refuses a pack over those limits. Returns the manifest."""
-    from vaco_jax.experiment import load_sweep
-    from vaco_jax.experiment.folder import EXPERIMENT_FILE, batch_dir
-    from vaco_jax.experiment.plan import PLAN_FILE
-    from vaco_jax.infra import io
-
-    plan = load_sweep(sweep_dir)
-    chosen = [b for b in plan.batches if b.name in batches]
-    buffer = bytes_io.BytesIO()
-    updates = {}
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name in (EXPERIMENT_FILE, PLAN_FILE):
-            tar.add(sweep_dir / name, arcname=name)
-        for batch in chosen:
-            folder = batch_dir(sweep_dir, batch)
-            for path in _batch_files(folder):
-                tar.add(path, arcname=str(path.relative_to(sweep_dir)))
-            periods, arrays = batch_arrays(plan, batch, folder, episodes)
-            updates[batch.name] = periods * plan.experiment.group(batch.group).config.updates_per_period
-            npz = bytes_io.BytesIO()
-            np.savez(npz, **arrays)
-            _add_bytes(tar, f"state/{batch.name}.npz", npz.getvalue())
-            _add_bytes(tar, f"state/{batch.name}.json", json.dumps({"periods": periods}).encode())
-    data = buffer.getvalue()
-    parts = [data[i:i + PART_LIMIT] for i in range(0, len(data), PART_LIMIT)]
-    if len(parts) > MAX_PARTS:
-        raise ValueError(f"the pack is {len(data):,} bytes: over {MAX_PARTS} files of "
-                         f"{PART_LIMIT:,} bytes")
-    out.mkdir(parents=True, exist_ok=True)
-    listed = []
-    for index, part in enumerate(parts):
-        name = f"study.tar.gz.{index:02d}"
-        io.atomic_write(out / name, lambda tmp, part=part: Path(tmp).write_bytes(part))
-        listed.append({"name": name, "bytes": len(part),
-                       "sha256": hashlib.sha256(part).hexdigest()})
-    manifest = {**about, "parts": listed, "episodes": episodes.value, "updates": updates}
-    io.write_json(out / MANIFEST, manifest)
-    return manifest
-
-
-def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, bytes_io.BytesIO(data))
-
-
-def read_manifest(returned: Path) -> dict[str, Any]:
-    """`lease_study.json` of a folder that vaco_jax did not just write: its parts named as `pack`
-    names them, each present, of its size and digest."""
-    try:
-        manifest = json.loads((returned / MANIFEST).read_text())
-        parts = manifest["parts"]
-        names = [p["name"] for p in parts]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{returned / MANIFEST}: not a study manifest ({error})") from None
-    if not 0 < len(names) <= MAX_PARTS or names != [f"study.tar.gz.{i:02d}" for i in
-                                                     range(len(names))]:
-        raise ValueError(f"{returned / MANIFEST}: `parts` must name study.tar.gz.00 onwards, "
-                         f"at most {MAX_PARTS}")
-    for part in parts:
-        path = returned / part["name"]
-        if path.is_symlink() or not path.is_file():
-            raise ValueError(f"{path}: missing or not a plain file")
-        if path.stat().st_size > PART_LIMIT or hashlib.sha256(
-                path.read_bytes()).hexdigest() != part["sha256"]:
-            raise ValueError(f"{path}: not the part {MANIFEST} lists (size or digest)")
-    return manifest
-
-
-def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """The archive's members, refused unless each is a plain file or folder whose name stays
-    inside the folder it is extracted to."""
-    members = tar.getmembers()
-    for member in members:
-        parts = Path(member.name).parts
-        if (not (member.isfile() or member.isdir()) or member.name.startswith(("/", "\\"))
-                or not parts or any(p in ("..", "") for p in parts) or "\\" in member.name):
-            raise ValueError(f"study archive: member {member.name!r} is not a plain file "
-                             f"inside the folder: refused")
-    return members
-
-
-def unpack(returned: Path, target: Path, *, overwrite: bool = False) -> dict[str, Any]:
-    """Rebuilds the sweep folder `target` from a pack in `returned` (validated first; nothing
-    is written outside `target`, which must not exist unless `overwrite`): the files, then each
-    batch's checkpoint. Written into a temporary folder beside `target`, renamed into place.
-    Returns the manifest."""
-    from vaco_jax.experiment import load_sweep
-    from vaco_jax.experiment.folder import batch_dir
-
-    manifest = read_manifest(returned)
-    if target.exists() and not overwrite:
-        raise ValueError(f"{target} exists: pass overwrite to replace it")
-    data = b"".join((returned / p["name"]).read_bytes() for p in manifest["parts"])
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as temporary:
-        folder = Path(temporary) / "sweep"
-        try:
-            with tarfile.open(fileobj=bytes_io.BytesIO(data), mode="r:gz") as tar:
-                tar.extractall(folder, members=_safe_members(tar), filter="data")
-        except tarfile.TarError as error:
-            raise ValueError(f"{returned}: not a readable study archive ({error})") from None
-        plan = load_sweep(folder)
-        for batch in plan.batches:
-            npz = folder / "state" / f"{batch.name}.npz"
-            if npz.is_file():
-                periods = json.loads((folder / "state" / f"{batch.name}.json").read_text())[
-                    "periods"]
-                with np.load(npz, allow_pickle=False) as arrays:
-                    restore_batch(plan, batch, batch_dir(folder, batch), int(periods),
-                                  dict(arrays))
-        shutil.rmtree(folder / "state")
-        if target.exists():
-            shutil.rmtree(target)
-        folder.rename(target)
-    return manifest
-
-
 # ----------------------------------------------------------------------------- the slice
-def with_values(text: str, overrides: Mapping[str, str], name: str) -> str:
-    """An experiment file's TOML with `overrides` put in place of its `key = ...` lines."""
-    for key, value in overrides.items():
-        text, count = re.subn(rf"^{key}\s*=.*$", f"{key} = {value}", text, count=1,
-                              flags=re.MULTILINE)
-        if count != 1:
-            raise ValueError(f"{name} has no line `{key} = ...` to override")
-    return text
-
-
 def max_runs_per_batch(experiment: Any, budget: int = PACK_BUDGET) -> int:
     """The most runs a batch may hold so that any group's batch packs within `budget`, its
     environments left out."""
@@ -457,7 +231,8 @@ def run_slice(experiment: Any, upload: Path, out: Path, work: Path, seconds: flo
     about = {"experiment": plan.experiment.name, "slice": piece.to_json(), "device": device,
              "rates": rates, "wall_s": round(time.perf_counter() - began, 1)}
     manifest = pack(sweep_dir, piece.batches, piece.episodes, out, about)
-    return {k: manifest[k] for k in ("slice", "device", "rates", "episodes", "updates", "parts")}
+    return {k: manifest[k] for k in ("slice", "device", "rates", "episodes", "updates",
+                                     "skipped_no_checkpoint", "parts")}
 
 
 # ----------------------------------------------------------------------------- back home
@@ -491,8 +266,9 @@ def merge(returned: Path, local: Path = LOCAL) -> dict[str, Any]:
 def write_report(local: Path = LOCAL, out: Path = REPORT, lease: Mapping[str, Any] | None = None
                  ) -> dict[str, Any]:
     """The study's report of every batch as far as it has trained (`batch_table` reads a
-    partial batch up to its updates done), its title naming the steps done; and `lease_study.json`:
-    each lease's device, slice and rates, and the steps done per batch."""
+    partial batch up to its updates done), its title naming the leases' devices and the steps
+    done (`progress_note`); and `lease_study.json`: each lease's device, slice and rates, and
+    the steps done per batch. Returns that history."""
     import pandas as pd
 
     from vaco_jax.experiment import load_sweep
@@ -501,20 +277,32 @@ def write_report(local: Path = LOCAL, out: Path = REPORT, lease: Mapping[str, An
     from vaco_jax.infra import io
 
     plan = load_sweep(local)
-    tables = [t for t in (batch_table(plan.experiment, b, batch_dir(local, b))
-                          for b in plan.batches if batch_dir(local, b).is_dir()) if t is not None]
-    steps = {i.name: i.updates_done * i.steps_per_update for i in batch_infos(plan, local)}
-    full = plan.experiment.groups[0].config.num_updates * plan.experiment.groups[0].config.steps_per_update
-    note = (f"{min(steps.values()) / 1e6:.1f}M to {max(steps.values()) / 1e6:.1f}M of "
-            f"{full / 1e6:.1f}M steps per run so far")
-    write_experiment_report(plan.experiment, pd.concat(tables, ignore_index=True), out, note)
     history = io.read_json(out / MANIFEST, "") if (out / MANIFEST).is_file() else {"leases": []}
     if lease is not None:
         history["leases"].append({k: lease.get(k) for k in ("device", "slice", "rates",
                                                              "episodes", "wall_s")})
-    history["steps_per_run"] = steps
+    infos = batch_infos(plan, local)
+    history["steps_per_run"] = {i.name: i.updates_done * i.steps_per_update for i in infos}
+    history["progress"] = progress_note(history, infos)
+    tables = [t for t in (batch_table(plan.experiment, b, batch_dir(local, b))
+                          for b in plan.batches if batch_dir(local, b).is_dir()) if t is not None]
+    if tables:
+        write_experiment_report(plan.experiment, pd.concat(tables, ignore_index=True), out,
+                                history["progress"])
+    else:  # every batch's first period is still to come: the report says so, nothing else
+        io.write_text(out / "report.md", f"# {plan.experiment.name}\n\n{history['progress']}: "
+                                         f"no batch has finished a period yet.\n")
     io.write_json(out / MANIFEST, history)
     return history
+
+
+def progress_note(history: Mapping[str, Any], infos: Sequence[BatchInfo]) -> str:
+    """The devices the leases ran on and the steps each run has done of its length."""
+    devices = sorted({str(lease.get("device")) for lease in history["leases"]})
+    done = [i.updates_done * i.steps_per_update for i in infos]
+    full = max(i.num_updates * i.steps_per_update for i in infos)
+    return (f"{len(history['leases'])} lease(s) on {', '.join(devices) or 'no device yet'}: "
+            f"{min(done):,} to {max(done):,} of {full:,} steps per run so far")
 
 
 def measured_rates(history: Mapping[str, Any]) -> dict[str, float]:
@@ -525,18 +313,38 @@ def measured_rates(history: Mapping[str, Any]) -> dict[str, float]:
     return rates
 
 
+def upload_refusal(upload: Path, returned: Mapping[str, Any]) -> str | None:
+    """Why `upload` may not be replaced unasked, or None: it is absent, or it named the slice
+    that `returned` (a returned pack's manifest) trained, so the lease it was carried to has
+    used it. Anything else (a slice no lease has run yet, an unreadable manifest) is refused."""
+    if not upload.exists():
+        return None
+    try:
+        named = json.loads((upload / MANIFEST).read_text()).get("next")
+    except (OSError, ValueError, AttributeError):
+        named = None
+    if named is not None and named == returned.get("slice"):
+        return None
+    return (f"{upload} holds the slice {named} that this pack did not train "
+            f"({returned.get('slice')}): pass --overwrite to replace it")
+
+
 def prepare(local: Path, upload: Path, seconds: float, rates: Mapping[str, float],
             budget: int = PACK_BUDGET) -> Slice | None:
     """Writes into `upload` what the next call carries: the next slice, and its batches'
-    state where they have any (a batch not started yet starts on the GPU)."""
+    state where they have any (a batch not started yet starts on the GPU; `pack` leaves it
+    out). Packed beside `upload` and renamed into place, so a failed pack keeps the old one."""
     from vaco_jax.experiment import load_sweep
 
     plan = load_sweep(local)
     piece = next_slice(batch_infos(plan, local), seconds, rates, budget)
-    if upload.exists():
-        shutil.rmtree(upload)
-    if piece is None:
-        return None
-    started = [b for b in piece.batches if (local / "runs" / b / "checkpoint").is_dir()]
-    pack(local, started, piece.episodes, upload, {"next": piece.to_json()})
+    upload.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=upload.parent, prefix=f".{upload.name}.") as temporary:
+        fresh = Path(temporary) / "upload"
+        if piece is not None:
+            pack(local, piece.batches, piece.episodes, fresh, {"next": piece.to_json()})
+        if upload.exists():
+            upload.rename(Path(temporary) / "old")
+        if piece is not None:
+            fresh.rename(upload)
     return piece

@@ -5,6 +5,7 @@ archives that reach outside their folder; the slice planning."""
 
 import io
 import json
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -18,8 +19,9 @@ from engine_configs import TOY_EXPERIMENT
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
-from benchmarks import lease_study  # noqa: E402
-from benchmarks.lease_study import BatchInfo, Episodes, Slice  # noqa: E402
+from benchmarks import lease_pack, lease_study  # noqa: E402
+from benchmarks.lease_pack import Episodes  # noqa: E402
+from benchmarks.lease_study import BatchInfo, Slice  # noqa: E402
 
 # One group of 4 runs (2 lags x 2 seeds, one batch), 4 updates in 2 evaluation periods.
 TINY = TOY_EXPERIMENT.replace("tv_delta = [0.1, 0.3]", "tv_delta = 0.2")
@@ -51,9 +53,9 @@ def runs(tmp_path_factory):
     out = {}
     for episodes in Episodes:
         packed = tmp / f"pack-{episodes.value}"
-        manifest = lease_study.pack(tmp / "sliced", names, episodes, packed, {"next": None})
+        manifest = lease_pack.pack(tmp / "sliced", names, episodes, packed, {"next": None})
         continued = tmp / f"continued-{episodes.value}"
-        lease_study.unpack(packed, continued)
+        lease_pack.unpack(packed, continued)
         run_sweep(load_sweep(continued), continued, progress=False)
         out[episodes] = (manifest, continued, packed)
     return {"tmp": tmp, "whole": tmp / "whole", "sliced": tmp / "sliced", **out}
@@ -94,17 +96,17 @@ def test_pack_respects_the_call_limits(runs, monkeypatch):
     manifest, _, packed = runs[Episodes.CARRIED]
     files = sorted(p.name for p in packed.iterdir())
     assert files == sorted([*(p["name"] for p in manifest["parts"]), "lease_study.json"])
-    assert len(manifest["parts"]) <= lease_study.MAX_PARTS < 8
-    assert all((packed / p["name"]).stat().st_size <= lease_study.PART_LIMIT
+    assert len(manifest["parts"]) <= lease_pack.MAX_PARTS < 8
+    assert all((packed / p["name"]).stat().st_size <= lease_pack.PART_LIMIT
                for p in manifest["parts"])
     # A small limit splits the same pack into parts, which unpack joins again.
-    monkeypatch.setattr(lease_study, "PART_LIMIT", 4096)
-    split = lease_study.pack(runs["sliced"], [b.name for b in (runs["sliced"] / "runs").iterdir()],
+    monkeypatch.setattr(lease_pack, "PART_LIMIT", 4096)
+    split = lease_pack.pack(runs["sliced"], [b.name for b in (runs["sliced"] / "runs").iterdir()],
                              Episodes.CARRIED, runs["tmp"] / "split", {})
     assert len(split["parts"]) > 1 and all(p["bytes"] <= 4096 for p in split["parts"])
-    monkeypatch.setattr(lease_study, "MAX_PARTS", 1)
+    monkeypatch.setattr(lease_pack, "MAX_PARTS", 1)
     with pytest.raises(ValueError, match="over 1 files"):
-        lease_study.pack(runs["sliced"], [b.name for b in (runs["sliced"] / "runs").iterdir()],
+        lease_pack.pack(runs["sliced"], [b.name for b in (runs["sliced"] / "runs").iterdir()],
                          Episodes.CARRIED, runs["tmp"] / "split2", {})
 
 
@@ -114,8 +116,8 @@ def test_packed_state_leaves_out_environments_when_episodes_restart(runs):
     plan = load_sweep(runs["sliced"])
     (batch,) = plan.batches
     folder = runs["sliced"] / "runs" / batch.name
-    _, carried = lease_study.batch_arrays(plan, batch, folder, Episodes.CARRIED)
-    _, restart = lease_study.batch_arrays(plan, batch, folder, Episodes.RESTART)
+    _, carried = lease_pack.batch_arrays(plan, batch, folder, Episodes.CARRIED)
+    _, restart = lease_pack.batch_arrays(plan, batch, folder, Episodes.RESTART)
     dropped = set(carried) - set(restart)
     assert dropped and all(n.startswith("state/episodes/") for n in dropped)
     assert {"state/update", "state/key", "state/params/actor/Dense_0/kernel"} <= set(restart) \
@@ -123,6 +125,60 @@ def test_packed_state_leaves_out_environments_when_episodes_restart(runs):
     assert any(n.startswith("state/opt_state/") for n in restart)
     assert any(n.startswith("state/obs_stats/") for n in restart)
     assert int(carried["state/update"][0]) == 2
+
+
+def test_pack_leaves_out_batches_without_a_checkpoint(runs, tmp_path, capsys):
+    """A batch whose call ran out of time before its first period ended, and one never started:
+    neither is packed, both are named in the manifest and the log, and the pack unpacks."""
+    from vaco_jax.infra.run_folder import CHECKPOINT_DIR
+
+    stopped = tmp_path / "stopped"
+    shutil.copytree(runs["sliced"], stopped)
+    (batch,) = (stopped / "runs").iterdir()
+    shutil.rmtree(batch / CHECKPOINT_DIR)
+    manifest = lease_pack.pack(stopped, [batch.name], Episodes.RESTART, tmp_path / "packed", {})
+    assert manifest["skipped_no_checkpoint"] == [batch.name] and manifest["updates"] == {}
+    assert json.loads((tmp_path / "packed" / "lease_study.json").read_text())[
+        "skipped_no_checkpoint"] == [batch.name]
+    assert f"no checkpoint yet (they start again from the beginning): {batch.name}" in \
+        capsys.readouterr().out
+    lease_pack.unpack(tmp_path / "packed", tmp_path / "unpacked")
+    assert not (tmp_path / "unpacked" / "runs" / batch.name).exists()
+    never = _sweep(tmp_path, "never")
+    names = [b.name for b in never.batches]
+    assert lease_pack.pack(tmp_path / "never", names, Episodes.RESTART, tmp_path / "packed2",
+                           {})["skipped_no_checkpoint"] == names
+
+
+def test_collect_merges_the_slice_reports_it_and_replaces_only_a_used_upload(
+        runs, tmp_path, monkeypatch, capsys):
+    """`--collect` of a returned slice: merged, its report naming the device and the steps
+    done, the next slice packed; collected again, the upload (which names the next slice, not
+    the returned one) is kept unless asked, in one line naming the flag."""
+    from benchmarks import gpu_campaign
+
+    for name in ("LOCAL", "UPLOAD", "REPORT"):
+        monkeypatch.setattr(lease_study, name, tmp_path / name.lower())
+    monkeypatch.setattr(gpu_campaign, "DONE", tmp_path / "done")
+    monkeypatch.setattr(gpu_campaign, "ROOT", tmp_path)
+    names = [b.name for b in (runs["sliced"] / "runs").iterdir()]
+    piece = Slice(tuple(names), 2, Episodes.RESTART)
+    returned = tmp_path / "returned"
+    lease_pack.pack(runs["sliced"], names, Episodes.RESTART, returned,
+                    {"slice": piece.to_json(), "device": "cpu", "rates": {}, "wall_s": 1.0})
+    lease_study.UPLOAD.mkdir()
+    (lease_study.UPLOAD / "lease_study.json").write_text(json.dumps({"next": piece.to_json()}))
+    assert gpu_campaign.collect(returned, commit=False) == []
+    report = (lease_study.REPORT / "report.md").read_text()
+    assert "1 lease(s) on cpu: 256 to 256 of 512 steps per run so far" in report
+    history = json.loads((lease_study.REPORT / "lease_study.json").read_text())
+    assert history["leases"][0]["device"] == "cpu"
+    assert history["progress"] in report and set(history["steps_per_run"].values()) == {256}
+    upload = json.loads((lease_study.UPLOAD / "lease_study.json").read_text())
+    assert upload["next"]["until_updates"] == 4 and upload["updates"] == {names[0]: 2}
+    with pytest.raises(ValueError, match=r"did not train .*: pass --overwrite to replace it"):
+        gpu_campaign.collect(returned, commit=False)
+    assert json.loads((lease_study.UPLOAD / "lease_study.json").read_text()) == upload
 
 
 # ----------------------------------------------------------------------------- untrusted input
@@ -158,7 +214,7 @@ def test_unpack_refuses_archives_that_reach_outside(tmp_path, members, link):
     returned = _forged(tmp_path / "returned", members, link)
     target = tmp_path / "inside" / "target"
     with pytest.raises(ValueError, match="refused"):
-        lease_study.unpack(returned, target)
+        lease_pack.unpack(returned, target)
     assert not (tmp_path / "escaped.txt").exists() and not target.exists()
     assert not (tmp_path / "inside" / "escaped.txt").exists()
 
@@ -170,17 +226,17 @@ def test_unpack_refuses_altered_parts_and_existing_targets(tmp_path, runs):
     for p in packed.iterdir():
         (copy / p.name).write_bytes(p.read_bytes())
     with pytest.raises(ValueError, match="exists"):
-        lease_study.unpack(copy, runs["whole"])
+        lease_pack.unpack(copy, runs["whole"])
     part = copy / "study.tar.gz.00"
     data = part.read_bytes()
     part.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     with pytest.raises(ValueError, match="size or digest"):
-        lease_study.unpack(copy, tmp_path / "target")
+        lease_pack.unpack(copy, tmp_path / "target")
     manifest = json.loads((copy / "lease_study.json").read_text())
     manifest["parts"][0]["name"] = "../study.tar.gz.00"
     (copy / "lease_study.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="must name"):
-        lease_study.unpack(copy, tmp_path / "target")
+        lease_pack.unpack(copy, tmp_path / "target")
 
 
 # ----------------------------------------------------------------------------- planning
