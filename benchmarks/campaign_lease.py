@@ -44,10 +44,12 @@ def step_study(ctx: Context) -> dict[str, Any]:
     text = with_values(lease_study.STUDY.read_text(), ctx.sizes.study_overrides,
                        lease_study.STUDY.name)
     out = Path(os.environ.get(STUDY_OUT) or ctx.out / "study")
-    seconds = STUDY_TRAIN_S if ctx.sizes.name == "gpu" else DRY_RUN_TRAIN_S
+    gpu = ctx.sizes.name == "gpu"
+    # The dry run's tiny study starts afresh: the real study's next slice is not its to train.
+    upload = lease_study.UPLOAD if gpu else ctx.out / "no-upload"
     with tempfile.TemporaryDirectory() as work:
-        return lease_study.run_slice(parse_experiment(text, name="gpu_lag_study"),
-                                     lease_study.UPLOAD, out, Path(work), seconds)
+        return lease_study.run_slice(parse_experiment(text, name="gpu_lag_study"), upload, out,
+                                     Path(work), STUDY_TRAIN_S if gpu else DRY_RUN_TRAIN_S)
 
 
 def collect_study(returned: Path, overwrite: bool = False,
