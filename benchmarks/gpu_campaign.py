@@ -14,30 +14,40 @@ campaign resumes step by step. Every step reuses the benchmark suites: `benchmar
 and `benchmarks/roofline.py`'s prediction. `--sizes tiny` runs the same steps at the presets
 `tiny` (the pure-JAX toy task, a one-layer token model, a toy sweep; Brax's trainer on
 `inverted_pendulum`, the cheapest MJX task, since Brax has no toy task), writing the same files.
+This module holds the list of steps, the plan, the runner and `--collect`; the steps are
+`benchmarks/campaign_steps.py`'s and, for the study and the peers, `benchmarks/campaign_lease.py`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
 import json
 import os
-import re
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Iterator, Sequence
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-ROOT = Path(__file__).resolve().parent.parent
-PAPER_SWEEP = ROOT / "experiments" / "paper_lag_sweep.toml"
-DONE = ROOT / "benchmarks" / "results" / "gpu-campaign"  # the campaign's committed results
-BUDGET_S = 35 * 60  # device time the campaign's steps may take together
+# After the path above.
+from benchmarks import campaign_lease, lease_study  # noqa: E402
+from benchmarks.campaign_lease import step_peers, step_study  # noqa: E402
+from benchmarks.campaign_steps import (DONE, ROOT, SIZES, TOKENS_SEEDS_ENVIRONMENT,  # noqa: E402
+                                       Context, Sizes, Step, StepUnavailable, physics,
+                                       step_setup, step_sweep_groups, step_sweep_plan, suite,
+                                       tokens)
+from benchmarks.lease_pack import MANIFEST  # noqa: E402
+
+BUDGET_S = 55 * 60  # device time the campaign's steps may take together (about 4 leases)
 MACHINE_START_S = 35  # a cold machine's start and the upload (33 s measured on the first lease)
 CALL_LIMIT_S = 560  # gpu_campaign.sh stops a call's steps there, then packs what they wrote
 # The steps grouped into one call: the limit less what their records' wall times leave out
@@ -45,326 +55,44 @@ CALL_LIMIT_S = 560  # gpu_campaign.sh stops a call's steps there, then packs wha
 CALL_S = CALL_LIMIT_S - 60
 
 
-@dataclasses.dataclass(frozen=True)
-class Sizes:
-    """What differs between the campaign (`gpu`) and its dry run (`tiny`)."""
-
-    name: str
-    preset: str  # of benchmarks/run.py and benchmarks/tokens.py
-    physics: tuple[tuple[str, tuple[int, ...]], ...]  # (task, environment counts) per step
-    brax_env: str | None  # None: the preset's task
-    sweep_groups: int  # the paper sweep's first groups run by `sweep_groups`
-    sweep_overrides: dict[str, str]  # TOML values replaced in the paper sweep (shorter runs)
-    plan_flags: tuple[str, ...]
-
-
-SIZES = {
-    "gpu": Sizes(
-        name="gpu", preset="gpu",
-        physics=(("ant", (4096, 16384)), ("humanoid", (4096,))), brax_env=None,
-        sweep_groups=2,
-        # 30 updates a run in 3 evaluation periods (chunks): the rate is read from the chunks
-        # after the first; the runs keep the paper's sizes, evaluation every 10 updates
-        # instead of 50 (so evaluation weighs 5 times more in R than in the sweep itself).
-        sweep_overrides={"total_steps": str(30 * 2048 * 32), "eval_every": "10"},
-        plan_flags=("--memory-budget", "70")),
-    "tiny": Sizes(
-        name="tiny", preset="tiny", physics=(("toy_reach", (8, 16)),),
-        brax_env="inverted_pendulum", sweep_groups=1,
-        sweep_overrides={"tasks": '["toy_reach"]', "seeds": "2", "levels": "[0, 2]",
-                         "epochs": "1", "minibatches": "2", "total_steps": str(3 * 2 * 8 * 4),
-                         "num_envs": "8", "rollout_length": "4", "buffer_capacity": "3",
-                         "episode_length": "20", "eval_every": "2", "num_eval_envs": "2",
-                         "actor_hidden": "[8]", "critic_hidden": "[8]"},
-        plan_flags=()),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-    name: str
-    measures: str
-    expected_s: int  # device seconds, compilations included (measured where a lease ran it)
-    run: Callable[["Context"], dict[str, Any]]
-    needs: tuple[str, ...] = ()  # steps whose JSON this one reads
-
-
-@dataclasses.dataclass
-class Context:
-    sizes: Sizes
-    out: Path
-    log: Callable[[str], None]
-
-    def read(self, step: str) -> dict[str, Any]:
-        """An earlier step's record: from this run's folder, else from the committed results
-        (a campaign resumed on a fresh machine)."""
-        for folder in (self.out, DONE):
-            if (folder / f"{step}.json").exists():
-                return json.loads((folder / f"{step}.json").read_text())["result"]
-        raise RuntimeError(f"step {step!r} has no result in {self.out} nor {DONE}: run it first")
-
-
-# ----------------------------------------------------------------------------------- steps
-def jax_check() -> dict[str, Any]:
-    """The JAX found against the package's tested range (pyproject.toml): outside it is a
-    warning, recorded, not a failure (the GPU image brings its own JAX)."""
-    import tomllib
-    from importlib import metadata
-
-    import jax
-
-    spec = next(d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "dependencies"] if re.match(r"jax[<>=]", d))
-    version = metadata.version("jax")
-    in_range, lower, upper = _in_range(version, spec)
-    warning = None if in_range else (
-        f"jax {version} is outside the tested range {spec!r} of pyproject.toml: results are "
-        f"recorded with this version, and any failure may be the version's")
-    if warning:
-        print(f"WARNING: {warning}", flush=True)
-    devices = [str(d) for d in jax.devices()]
-    print(f"jax {version}, backend {jax.default_backend()}, devices {devices}", flush=True)
-    return {"jax": version, "tested_range": spec, "in_tested_range": in_range,
-            "warning": warning, "backend": jax.default_backend(), "devices": devices,
-            "device_kind": jax.devices()[0].device_kind}
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
-
-
-def _in_range(version: str, spec: str) -> tuple[bool, str | None, str | None]:
-    """Whether `version` meets `spec` (`name>=A,<B`), and its bounds."""
-    lower = re.search(r">=\s*([\d.]+)", spec)
-    upper = re.search(r"<\s*([\d.]+)", spec)
-    v = _version(version)
-    ok = ((lower is None or v >= _version(lower.group(1)))
-          and (upper is None or v < _version(upper.group(1))))
-    return ok, lower and lower.group(1), upper and upper.group(1)
-
-
-def step_setup(ctx: Context) -> dict[str, Any]:
-    from benchmarks import harness
-
-    result = {"jax_check": jax_check(), "machine": harness.machine()}
-    try:
-        smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-        result["nvidia_smi"] = smi.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        result["nvidia_smi"] = None
-    import jax
-    import jax.numpy as jnp
-
-    x = jnp.ones((1024, 1024))
-    result["smoke_matmul"] = float(jax.block_until_ready(x @ x)[0, 0])
-    for module in ("brax", "mujoco", "mujoco.mjx", "vaco_jax"):
-        __import__(module)  # fails the step if the install did not take
-    return result
-
-
-def _suite_process(module: str, out: Path, *args: str,
-                   environment: dict[str, str] | None = None) -> dict[str, Any]:
-    """Runs a benchmark suite (`benchmarks.run`, `benchmarks.tokens`) in a process of its own,
-    so that each starts with the device's memory and the compilation cache to itself, and
-    returns its results file. `environment`: variables set for it where not already set."""
-    command = [sys.executable, "-m", module, "--out", str(out), "--overwrite", *args]
-    env = {**(environment or {}), **os.environ}
-    done = subprocess.run(command, cwd=ROOT, check=False, env=env)
-    if done.returncode != 0 or not out.exists():
-        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode})")
-    return json.loads(out.read_text())
-
-
-def _run_py(ctx: Context, name: str, *args: str) -> dict[str, Any]:
-    return _suite_process("benchmarks.run", ctx.out / f"{name}.run.json",
-                          "--preset", ctx.sizes.preset, *args)
-
-
-def _physics(task_index: int) -> Callable[[Context], dict[str, Any]]:
-    def step(ctx: Context) -> dict[str, Any]:
-        task, counts = ctx.sizes.physics[task_index]
-        rows = []
-        for n in counts:
-            results = _run_py(ctx, f"physics_{task}_{n}", "--only", "env", "--env", task,
-                              "--num-envs", str(n))
-            env = results["benchmarks"]["env"]
-            rows.append({"num_envs": n, "error": env.get("error"),
-                         "env_steps_per_s": env.get("steps_per_s"),
-                         "sync_ppo_steps_per_s": (env.get("paired_sync_ppo") or {}).get(
-                             "steps_per_s"),
-                         "sync_ppo_over_env": env.get("sync_ppo_over_env_limit"),
-                         "compile_s": {k: (env.get(k) or {}).get("compile_s") for k in
-                                       ("paired_sync_ppo",)} | {"env": env.get("compile_s")},
-                         "file": f"physics_{task}_{n}.run.json"})
-        return {"task": task, "rows": rows}
-    return step
-
-
-def _suite(only: str, *extra: str) -> Callable[[Context], dict[str, Any]]:
-    def step(ctx: Context) -> dict[str, Any]:
-        args = ["--only", only, *extra]
-        if only == "brax" and ctx.sizes.brax_env:
-            args += ["--env", ctx.sizes.brax_env]
-        results = _run_py(ctx, only, *args)
-        return {"file": f"{only}.run.json", "result": results["benchmarks"][only]}
-    return step
-
-
-# The token testbed's vmapped seeds: at 64 seeds one call's temporary buffer alone is 83.3 GiB
-# (H200, 2026-11-28), beside the 64 states' 5.7 GB and the smaller counts' states; JAX's
-# allocator stops at 75% of the device unless told more (112.6e9 of the H200's 150e9 bytes), so
-# this step lets it take 90%. A count that still does not fit is recorded as not fitting
-# (`benchmarks/tokens.py`, `seeds`), the others are timed.
-TOKENS_SEEDS_ENVIRONMENT = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"}
-
-
-def _tokens(only: str, environment: dict[str, str] | None = None
-            ) -> Callable[[Context], dict[str, Any]]:
-    def step(ctx: Context) -> dict[str, Any]:
-        name = f"tokens_{only.split(',')[0]}"
-        results = _suite_process("benchmarks.tokens", ctx.out / f"{name}.tokens.json",
-                                 "--preset", ctx.sizes.preset, "--only", only,
-                                 environment=environment)
-        return {"file": f"{name}.tokens.json", "parts": results["parts"]}
-    return step
-
-
-def shortened_sweep(sizes: Sizes) -> str:
-    """The paper sweep's TOML with `sizes.sweep_overrides` put in place of its values."""
-    text = PAPER_SWEEP.read_text()
-    for key, value in sizes.sweep_overrides.items():
-        text, count = re.subn(rf"^{key}\s*=.*$", f"{key} = {value}", text, count=1,
-                              flags=re.MULTILINE)
-        if count != 1:
-            raise ValueError(f"{PAPER_SWEEP.name} has no line `{key} = ...` to override")
-    return text
-
-
-def step_sweep_groups(ctx: Context) -> dict[str, Any]:
-    """The first groups of the paper sweep, shortened, run by the sweep machinery itself; each
-    group's rate R from its chunks after the first (compilation and first-call set-up apart)."""
-    import shutil
-
-    from vaco_jax.experiment import parse_experiment, sweep
-    from vaco_jax.experiment.parts import NamedGroups
-
-    text = shortened_sweep(ctx.sizes)
-    (ctx.out / "sweep_shortened.toml").write_text(text)
-    experiment = parse_experiment(text, name="paper_lag_sweep_shortened")
-    groups = experiment.groups[:ctx.sizes.sweep_groups]
-    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"vaco_jax_campaign_sweep_{os.getpid()}"
-    shutil.rmtree(folder, ignore_errors=True)
-    chunks: dict[str, list[tuple[float, int]]] = {}
-    batches: dict[str, Any] = {}
-    started = time.perf_counter()
-
-    def on_chunk(batch, result) -> None:
-        batches[batch.name] = batch
-        chunks.setdefault(batch.name, []).append((time.perf_counter(), result.updates_done))
-
-    sweep(folder, experiment, part=NamedGroups(tuple(g.name for g in groups)), progress=False,
-          on_chunk=on_chunk)
-    rows = []
-    for name, batch in batches.items():
-        group = experiment.group(batch.group)
-        marks = chunks[name]
-        per_update = group.config.steps_per_update * batch.size
-        row = {"group": batch.group, "batch": name, "runs": batch.size,
-               "num_envs_per_run": group.config.num_envs, "chunks": len(marks),
-               "updates": marks[-1][1]}
-        if len(marks) >= 2:
-            (t0, u0), (t1, u1) = marks[0], marks[-1]
-            row["steps_per_s"] = (u1 - u0) * per_update / (t1 - t0)
-        rows.append(row)
-    shutil.rmtree(folder, ignore_errors=True)
-    rates = [r["steps_per_s"] for r in rows if "steps_per_s" in r]
-    return {"experiment": "paper_lag_sweep, shortened (sweep_shortened.toml)",
-            "overrides": ctx.sizes.sweep_overrides, "rows": rows,
-            "steps_per_s": sum(rates) / len(rates) if rates else None,
-            "wall_s": round(time.perf_counter() - started, 1),
-            "note": "R counts the environment steps of all runs of a batch together, evaluation "
-                    "included (every eval_every updates as overridden), compilation excluded"}
-
-
-def step_sweep_plan(ctx: Context) -> dict[str, Any]:
-    """`vaco-jax sweep ... --plan --steps-per-second R` of the whole paper sweep (the shortened
-    toy sweep in the dry run), R from `sweep_groups`; beside it the roofline's prediction."""
-    measured = ctx.read("sweep_groups")
-    rate = measured["steps_per_s"]
-    if not rate:
-        raise RuntimeError("sweep_groups measured no rate")
-    experiment = (str(PAPER_SWEEP) if ctx.sizes.name == "gpu"
-                  else str(ctx.out / "sweep_shortened.toml"))
-    command = [sys.executable, "-m", "vaco_jax.cli", "sweep", experiment, "--plan",
-               "--steps-per-second", f"{rate:.0f}", *ctx.sizes.plan_flags]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
-    plan = done.stdout.strip()
-    hours = re.search(r"= ([\d.,]+) (d|h|min|s),", plan)
-    return {"command": " ".join(["vaco-jax"] + command[3:]), "steps_per_s": rate,
-            "plan": plan.splitlines(), "estimate": hours.group(0) if hours else None,
-            "prediction": roofline_check(rate, measured)}
-
-
-def roofline_check(rate: float, measured: dict[str, Any]) -> dict[str, Any] | None:
-    """The roofline's predicted end-to-end rate of the measured groups' task (from
-    `benchmarks/results/roofline/roofline.json`, for this device) beside the measured R per run."""
-    path = ROOT / "benchmarks" / "results" / "roofline" / "roofline.json"
-    if not path.exists():
-        return None
-    import jax
-
-    from benchmarks import hardware, roofline
-
-    results = json.loads(path.read_text())
-    peak = hardware.peak_for(jax.devices()[0].device_kind)
-    hw = next((k for k, v in hardware.HARDWARE.items() if v is peak), None)
-    if hw not in ("h100", "h200"):  # predicted for those GPUs only (the dry run: none)
-        return None
-    predicted = [{"env": row["env"], "physics_device": p["device"],
-                  "predicted_steps_per_s_per_run": p["steps_per_s"]}
-                 for row in (results.get("predictions") or roofline.predictions(results))[
-                     "control"] if row["hardware"] == hw for p in row["physics"]]
-    runs = measured["rows"][0]["runs"] if measured["rows"] else 1
-    return {"device_rates": hw, "measured_steps_per_s": rate, "runs_per_batch": runs,
-            "predicted": predicted,
-            "note": "the prediction is a device rate (the physics at its published rate, "
-                    "the floor of vaco's learner per 65,536 steps), so it compares with the "
-                    "measured R of a batch of runs directly; the groups measured are ppo and "
-                    "ppo_recompute, whose learners do less than vaco's"}
-
-
 STEPS: tuple[Step, ...] = (
+    # In each lease's order: the study's slice, then the open steps (R beside the roofline, the
+    # token steps, the plan), then the peers; the steps done already after them.
     # expected_s: the wall time a lease measured where it ran the step, rounded up to 10 s:
     # the first lease's H100 (2026-11-26; wheel installation included in `setup`), the second's
     # H200 (2026-11-28) for `seeds` and `tokens`; the others are estimates.
     Step("setup", "install check, JAX version against pyproject.toml (warns), devices, imports",
          30, step_setup),
-    Step("physics_ant", "raw MJX rate (random actions) and synchronous ppo, timed alternately: "
-         "ant at 4,096 and 16,384 environments", 180, _physics(0)),
-    Step("physics_humanoid", "raw MJX rate and synchronous ppo: humanoid at 4,096 environments",
-         130, _physics(1)),
-    Step("async_k16", "per-environment stale policies (vaco, uniform lags over K = 16, "
-         "gather) against vaco synchronous, ant 4,096", 100, _suite("async")),
+    Step("study", "the GPU lag study's next slice (experiments/gpu_lag_study.toml): continued "
+         "from .lease/upload, trained for 420 s, packed into the call's returned files", 500,
+         step_study),
     Step("seeds", "1, 4, 16, 64 vmapped seeds of ant (1,024 environments each), total steps/s",
-         170, _suite("seeds")),
-    Step("brax", "Brax's PPO trainer on ant 4,096 at the same settings, against synchronous ppo",
-         130, _suite("brax")),
-    Step("tokens", "token testbed: forward, generated and trained tokens/s of synchronous and "
-         "stale acting, MFU", 290, _tokens("throughput")),
-    Step("tokens_seeds", "token testbed: 1 to 64 vmapped seeds, trained tokens/s (a count that "
-         "does not fit in the device's memory recorded as such)", 240,
-         _tokens("seeds", TOKENS_SEEDS_ENVIRONMENT)),
-    Step("tokens_capacity", "largest token model (width doubled) and batch (prompts doubled) "
-         "whose update fits, time-boxed", 200, _tokens("capacity")),
+         170, suite("seeds")),
     Step("sweep_groups", "the paper sweep's first 2 groups (ant: ppo, ppo_recompute; 40 runs "
          "of 2,048 environments each), 30 updates: R measured", 330, step_sweep_groups),
+    Step("tokens_seeds", "token testbed: 1 to 64 vmapped seeds, trained tokens/s (a count that "
+         "does not fit in the device's memory recorded as such)", 240,
+         tokens("seeds", TOKENS_SEEDS_ENVIRONMENT)),
+    Step("tokens_capacity", "largest token model (width doubled) and batch (prompts doubled) "
+         "whose update fits, time-boxed", 200, tokens("capacity")),
     Step("sweep_plan", "`vaco-jax sweep paper_lag_sweep.toml --plan --steps-per-second R` and "
          "the roofline's prediction beside R (needs no GPU: it can run on any machine once "
          "sweep_groups.json is committed)", 240, step_sweep_plan, needs=("sweep_groups",)),
+    Step("peers", "PureJaxRL's continuous PPO and Brax's trainer beside vaco_jax's synchronous "
+         "ppo on ant 4,096 at equal settings, in one call, as ratios", 240, step_peers),
+    Step("physics_ant", "raw MJX rate (random actions) and synchronous ppo, timed alternately: "
+         "ant at 4,096 and 16,384 environments", 180, physics(0)),
+    Step("physics_humanoid", "raw MJX rate and synchronous ppo: humanoid at 4,096 environments",
+         130, physics(1)),
+    Step("async_k16", "per-environment stale policies (vaco, uniform lags over K = 16, "
+         "gather) against vaco synchronous, ant 4,096", 100, suite("async")),
+    Step("brax", "Brax's PPO trainer on ant 4,096 at the same settings, against synchronous ppo",
+         130, suite("brax")),
+    Step("tokens", "token testbed: forward, generated and trained tokens/s of synchronous and "
+         "stale acting, MFU", 290, tokens("throughput")),
 )
 _STEP_NAMES = [s.name for s in STEPS]
+RECURRING = ("study",)  # run at every lease: never skipped as done, its history kept by the study
 
 
 def steps_for(sizes: Sizes) -> tuple[Step, ...]:
@@ -413,7 +141,7 @@ def done_steps(folder: Path) -> dict[str, float]:
     """The measured wall seconds of the step records in `folder` (the committed results); a
     record that does not parse or has no wall time is left out."""
     done = {}
-    for name in _STEP_NAMES:
+    for name in (n for n in _STEP_NAMES if n not in RECURRING):
         try:
             done[name] = float(json.loads((folder / f"{name}.json").read_text())["wall_s"])
         except (OSError, ValueError, KeyError, TypeError):
@@ -434,7 +162,8 @@ def check_budget(steps: Sequence[Step], budget_s: int = BUDGET_S) -> None:
 # ----------------------------------------------------------------------------------- main
 def run_step(step: Step, ctx: Context, overwrite: bool = False) -> dict[str, Any] | None:
     """Runs `step` unless its JSON exists (then None); writes `STEP.json` with its wall time,
-    or `STEP.failed.json` with the error or interruption that stopped it (and re-raises)."""
+    or `STEP.failed.json` with the error or interruption that stopped it (and re-raises; a step
+    unavailable here re-raises without a record)."""
     from vaco_jax.infra import io
 
     path = ctx.out / f"{step.name}.json"
@@ -447,6 +176,8 @@ def run_step(step: Step, ctx: Context, overwrite: bool = False) -> dict[str, Any
                               "sizes": ctx.sizes.name, "expected_s": step.expected_s}
     try:
         record["result"] = step.run(ctx)
+    except StepUnavailable:
+        raise  # it stopped before measuring anything: no record to keep or collect
     except (Exception, KeyboardInterrupt) as error:  # KeyboardInterrupt: the call's time ran out
         record["error"] = f"{type(error).__name__}: {error}"
         record["traceback"] = traceback.format_exc()[-4000:]
@@ -472,28 +203,50 @@ def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> lis
     """Copies what the GPU machine returned (`returned`: a folder, or the `campaign.tar.gz` that
     `gpu_campaign.sh` packs, or a folder holding only it; step records, suite results, the
     shortened sweep, the log) into `benchmarks/results/gpu-campaign/` and commits them there, so
-    a later call skips the steps done. Refuses the files of a dry run and, unless `overwrite`, a
-    step already collected. Returns the steps collected."""
-    import shutil
-    import tarfile
-    import tempfile
-
+    a later call skips the steps done. A folder with the study's `lease_study.json` also has its
+    slice merged, its report committed in `experiments/results/gpu_lag_study/` and the next
+    slice packed into `.lease/upload/` (`campaign_lease.collect_study`). Refuses the files of a
+    dry run and, unless `overwrite`, a step already collected or an upload the study's pack did
+    not use up; every refusal comes before anything is written. Returns the steps collected."""
     if not returned.exists():
         raise ValueError(f"{returned} does not exist")
+    with _records(returned) as folder:
+        _check_records(folder, overwrite)
+        if returned.is_dir() and (returned / MANIFEST).is_file():
+            history = campaign_lease.collect_study(returned, overwrite)
+            if commit:
+                _commit(lease_study.REPORT, f"GPU lag study: {history['progress']}")
+        steps, copied = _copy_records(folder)
+    if commit and copied:  # the folder whole: the files copied and the failed records removed
+        _commit(DONE, f"GPU campaign results: {', '.join(steps) or 'logs'}")
+    return steps
+
+
+@contextlib.contextmanager
+def _records(returned: Path) -> Iterator[Path]:
+    """The folder of the campaign's files in `returned`: its `campaign.tar.gz` (or `returned`,
+    that archive) extracted into a temporary folder, else `returned` itself."""
     packed = returned / "campaign.tar.gz" if returned.is_dir() else returned
-    if packed.is_file():
-        loose = [p.name for p in returned.glob("*.json")] if returned.is_dir() else []
-        if loose:
-            raise ValueError(f"{returned} holds campaign.tar.gz and loose results {loose}: "
-                             "collect one of them")
-        with tempfile.TemporaryDirectory() as folder:
-            try:
-                with tarfile.open(packed) as tar:
-                    tar.extractall(folder, filter="data")
-            except tarfile.TarError as error:
-                raise ValueError(f"{packed} is not a readable archive ({error})") from error
-            return collect(Path(folder), commit, overwrite)
-    for path in sorted(returned.glob("*.json")):
+    if not packed.is_file():
+        yield returned
+        return
+    loose = [p.name for p in returned.glob("*.json")
+             if p.name != MANIFEST] if returned.is_dir() else []
+    if loose:
+        raise ValueError(f"{returned} holds campaign.tar.gz and loose results {loose}: "
+                         "collect one of them")
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            with tarfile.open(packed) as tar:
+                tar.extractall(folder, filter="data")
+        except tarfile.TarError as error:
+            raise ValueError(f"{packed} is not a readable archive ({error})") from error
+        yield Path(folder)
+
+
+def _check_records(folder: Path, overwrite: bool) -> None:
+    """Refuses a dry run's files and, unless `overwrite`, a step already collected."""
+    for path in sorted(folder.glob("*.json")):
         try:
             sizes = _sizes_of(json.loads(path.read_text()))
         except ValueError as error:
@@ -503,9 +256,16 @@ def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> lis
                              "campaign's 'gpu': not collected")
         if path.stem in _STEP_NAMES and (DONE / path.name).exists() and not overwrite:
             raise ValueError(f"{DONE / path.name} exists: pass --overwrite to replace it")
+
+
+def _copy_records(folder: Path) -> tuple[list[str], list[str]]:
+    """Copies the step records, suite results and the log of `folder` into `DONE`; returns
+    the steps collected and the files copied."""
     DONE.mkdir(parents=True, exist_ok=True)
     steps, copied = [], []
-    for path in sorted(returned.iterdir()):
+    for path in sorted(folder.iterdir()):
+        if path.stem in RECURRING or path.name == MANIFEST:
+            continue  # the study's record and history are kept by `collect_study`
         if path.suffix in (".json", ".toml") or path.name == "campaign.log":
             target = DONE / path.name
             if path.name == "campaign.log" and target.exists():  # calls' logs one after another
@@ -516,12 +276,14 @@ def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> lis
             if path.suffix == ".json" and path.stem in _STEP_NAMES:
                 steps.append(path.stem)
                 (DONE / f"{path.stem}.failed.json").unlink(missing_ok=True)  # an earlier try's
-    if commit and copied:  # the folder whole: the files copied and the failed records removed
-        folder = str(DONE.relative_to(ROOT))
-        subprocess.run(["git", "add", "-A", "--", folder], cwd=ROOT, check=True)
-        subprocess.run(["git", "commit", "-m", f"GPU campaign results: {', '.join(steps) or 'logs'}",
-                        "--", folder], cwd=ROOT, check=True)
-    return steps
+    return steps, copied
+
+
+def _commit(folder: Path, message: str) -> None:
+    """Commits `folder` whole (files written and removed there), and nothing else."""
+    path = str(folder.relative_to(ROOT))
+    subprocess.run(["git", "add", "-A", "--", path], cwd=ROOT, check=True)
+    subprocess.run(["git", "commit", "-m", message, "--", path], cwd=ROOT, check=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -536,10 +298,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="gpu: the campaign; tiny: its dry run on a CPU")
     p.add_argument("--out", default=None, help="results folder (one JSON per step)")
     p.add_argument("--overwrite", action="store_true",
-                   help="run steps already done again (with --collect: replace steps collected)")
+                   help="run steps already done again (with --collect: replace steps collected "
+                        "and a .lease/upload/ that the returned study did not use up)")
     p.add_argument("--collect", default=None, metavar="DIR",
                    help="copy the files a GPU call returned (DIR, or its campaign.tar.gz) into "
-                        "benchmarks/results/gpu-campaign/ and commit them, then exit")
+                        "benchmarks/results/gpu-campaign/ and commit them (the study's slice: "
+                        "merged, its report committed, the next slice packed), then exit")
     p.add_argument("--no-commit", action="store_true", help="with --collect: copy only")
     args = p.parse_args(argv)
     if args.collect:
@@ -568,7 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = Context(sizes, out, log)
     chosen = steps if args.all else [s for s in steps if s.name in args.step]
     for step in chosen:
-        run_step(step, ctx, overwrite=args.overwrite)
+        try:
+            run_step(step, ctx, overwrite=args.overwrite)
+        except StepUnavailable as missing:
+            print(f"{step.name}: {missing}", file=sys.stderr, flush=True)
+            return 2
     return 0
 
 

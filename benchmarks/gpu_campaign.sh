@@ -24,6 +24,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ "${1:-}" = "--plan" ]; then exec "$PY" -m benchmarks.gpu_campaign --plan; fi
 if [ -n "${OUT:-}" ]; then
   DEST=$(mktemp -d)
+  export CAMPAIGN_STUDY_OUT="$OUT"  # the study's parts: each one of the call's returned files
   trap 'mkdir -p "$OUT" && tar czf "$OUT/campaign.tar.gz" -C "$DEST" . &&
         echo "[campaign] packed into $OUT/campaign.tar.gz"' EXIT
 else

@@ -17,7 +17,7 @@ from engine_configs import TOY
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
-from benchmarks import gpu_campaign, roofline  # noqa: E402
+from benchmarks import campaign_lease, campaign_steps, gpu_campaign, roofline  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------- the plan
@@ -27,7 +27,7 @@ def test_plan_sums_the_steps_and_fits_the_budget():
     total = sum(s.expected_s for s in steps)
     text = gpu_campaign.plan_text(steps)
     assert "total" in text and f"{total}" in text and f"{total / 60:.1f} min" in text
-    assert total <= gpu_campaign.BUDGET_S <= 35 * 60
+    assert total <= gpu_campaign.BUDGET_S <= 55 * 60
     assert all(s.expected_s <= gpu_campaign.CALL_S for s in steps)
     gpu_campaign.check_budget(steps)
     script = (ROOT / "benchmarks" / "gpu_campaign.sh").read_text()
@@ -64,11 +64,11 @@ def test_dry_run_runs_one_physics_step_on_the_toy_task():
 
 def test_jax_version_check_reads_the_tested_range():
     spec = "jax>=0.10.2,<0.12"
-    assert gpu_campaign._in_range("0.10.2", spec)[0]
-    assert gpu_campaign._in_range("0.11.2", spec)[0]
-    assert not gpu_campaign._in_range("0.12.0", spec)[0]  # a newer image's: warned, not failed
-    assert not gpu_campaign._in_range("0.9.9", spec)[0]
-    check = gpu_campaign.jax_check()
+    assert campaign_steps.in_range("0.10.2", spec)
+    assert campaign_steps.in_range("0.11.2", spec)
+    assert not campaign_steps.in_range("0.12.0", spec)  # a newer image's: warned, not failed
+    assert not campaign_steps.in_range("0.9.9", spec)
+    check = campaign_steps.jax_check()
     assert check["jax"] == jax.__version__ and check["devices"]
     assert check["in_tested_range"] == (check["warning"] is None)
 
@@ -76,13 +76,13 @@ def test_jax_version_check_reads_the_tested_range():
 def test_shortened_sweeps_keep_the_paper_sizes_or_shrink_them_all():
     from vaco_jax.experiment import load_experiment, parse_experiment
 
-    paper = load_experiment(gpu_campaign.PAPER_SWEEP)
-    gpu = parse_experiment(gpu_campaign.shortened_sweep(gpu_campaign.SIZES["gpu"]))
+    paper = load_experiment(campaign_steps.PAPER_SWEEP)
+    gpu = parse_experiment(campaign_steps.shortened_sweep(gpu_campaign.SIZES["gpu"]))
     assert [g.name for g in gpu.groups] == [g.name for g in paper.groups]
     first, paper_first = gpu.groups[0].config, paper.groups[0].config
     assert first.num_updates == 30 and first.eval_every == 10
     assert first.replace(total_steps=paper_first.total_steps, eval_every=50) == paper_first
-    tiny = parse_experiment(gpu_campaign.shortened_sweep(gpu_campaign.SIZES["tiny"]))
+    tiny = parse_experiment(campaign_steps.shortened_sweep(gpu_campaign.SIZES["tiny"]))
     assert {g.config.env for g in tiny.groups} == {"toy_reach"}
     assert tiny.groups[0].config.num_envs == 8 and len(tiny.groups[0].runs) == 2 * 2
 
@@ -171,8 +171,13 @@ def test_recorded_roofline_renders_its_tables():
 def test_dry_run_writes_every_steps_json(tmp_path):
     """Every step end to end at the `tiny` sizes on the CPU (the toy task; Brax's trainer on
     inverted_pendulum), so that the campaign cannot rot before a GPU runs it."""
-    assert gpu_campaign.main(["--all", "--sizes", "tiny", "--out", str(tmp_path)]) == 0
     steps = gpu_campaign.steps_for(gpu_campaign.SIZES["tiny"])
+    # `peers` needs PureJaxRL's clone: without one it stops at once (its own test), and the
+    # dry run runs the other steps; with one, every step.
+    clone = (campaign_lease.PUREJAXRL / campaign_lease.PUREJAXRL_SCRIPT).is_file()
+    run = ["--all"] if clone else [a for s in steps if s.name != "peers" for a in ("--step", s.name)]
+    assert gpu_campaign.main([*run, "--sizes", "tiny", "--out", str(tmp_path)]) == 0
+    steps = [s for s in steps if clone or s.name != "peers"]
     records = {s.name: json.loads((tmp_path / f"{s.name}.json").read_text()) for s in steps}
     for name, record in records.items():
         assert record["step"] == name and record["sizes"] == "tiny" and "error" not in record
@@ -197,10 +202,35 @@ def test_dry_run_writes_every_steps_json(tmp_path):
     assert r["sweep_groups"]["steps_per_s"] > 0
     assert r["sweep_plan"]["steps_per_s"] == r["sweep_groups"]["steps_per_s"]
     assert any("estimated time" in line for line in r["sweep_plan"]["plan"])
+    if clone:
+        assert r["peers"]["vaco_jax_over_purejaxrl"] > 0 and r["peers"]["vaco_jax_over_brax"] > 0
     # Resumable: a second pass skips every step whose JSON exists.
     before = {p.name: p.stat().st_mtime for p in tmp_path.glob("*.json")}
-    assert gpu_campaign.main(["--all", "--sizes", "tiny", "--out", str(tmp_path)]) == 0
+    assert gpu_campaign.main([*run, "--sizes", "tiny", "--out", str(tmp_path)]) == 0
     assert {p.name: p.stat().st_mtime for p in tmp_path.glob("*.json")} == before
+
+
+def test_peers_without_a_clone_stops_at_once_with_one_line_saying_how_to_get_it(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(campaign_lease, "PUREJAXRL", tmp_path / ".purejaxrl")
+    out = tmp_path / "out"
+    assert gpu_campaign.main(["--step", "peers", "--sizes", "tiny", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("peers: no PureJaxRL clone") and campaign_lease.GET_PUREJAXRL in line
+    assert "carry .purejaxrl" in line and not list(out.iterdir())  # nothing ran, no record
+
+
+def test_peers_take_brax_s_settings_and_give_ratios_to_vaco_jax():
+    settings = {"num_envs": 8, "unroll_length": 4, "num_updates_per_batch": 1,
+                "num_minibatches": 2}
+    assert campaign_lease.purejaxrl_config(settings, "inverted_pendulum") == {
+        "ENV_NAME": "inverted_pendulum", "NUM_ENVS": 8, "NUM_STEPS": 4, "UPDATE_EPOCHS": 1,
+        "NUM_MINIBATCHES": 2, "TOTAL_TIMESTEPS": 8 * 8 * 4}
+    brax = {"vaco_jax_steps_per_s": 300.0, "steps_per_s": 200.0, "ratio_vaco_jax_to_brax": 1.5}
+    assert campaign_lease.peer_ratios(brax, None) == {
+        "vaco_jax_steps_per_s": 300.0, "brax_steps_per_s": 200.0, "vaco_jax_over_brax": 1.5}
+    ratios = campaign_lease.peer_ratios(brax, {"steps_per_s": 600.0, "compile_s": 9.0})
+    assert ratios["vaco_jax_over_purejaxrl"] == 0.5 and ratios["purejaxrl_compile_s"] == 9.0
 
 
 def test_tokens_seeds_gives_the_allocator_more_of_the_device_unless_told(tmp_path, monkeypatch):
@@ -236,6 +266,14 @@ def test_readme_lists_every_step_with_its_expected_seconds():
     assert listed == {s.name: s.expected_s for s in gpu_campaign.STEPS}
     for step in gpu_campaign.STEPS:  # the commands at the top run every step
         assert re.search(rf"gpu_campaign\.sh [\w ]*\b{step.name}\b", readme), step.name
+    # The first screen is a lease's commands: the clone that `peers` needs, and what each call
+    # carries (at most 8 paths).
+    first = readme.split("\n## ", 2)[1].split("```", 2)[1]
+    assert campaign_lease.GET_PUREJAXRL in first
+    for call in re.findall(r"^# on the GPU.*$", first, re.MULTILINE):
+        assert "carrying" in call
+    assert re.search(r"carrying \.wheels and \.purejaxrl.*\n.*gpu_campaign\.sh [\w ]*\bpeers\b",
+                     first)
 
 
 def test_collect_copies_step_records_and_the_log(tmp_path, monkeypatch):

@@ -93,8 +93,11 @@ def _batch_steps(plan: Plan, batch: Batch, updates: int) -> int:
 
 def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
               on_chunk: Callable[[Batch, TrainingResult], None] | None = None,
-              trackers: Trackers | None = None, groups: Collection[str] | None = None) -> None:
-    """Runs every unfinished batch of `plan` (of its `groups`, if given) in `out_dir`,
+              trackers: Trackers | None = None, groups: Collection[str] | None = None,
+              batches: Collection[str] | None = None, until_updates: int | None = None) -> None:
+    """Runs every unfinished batch of `plan` (of its `groups` and `batches`, if given) in
+    `out_dir`, each only to `until_updates` updates if given (a slice of the sweep, continued by
+    a later call),
     continuing a partial batch from its checkpoint and rebuilding the results of a finished one
     that cannot be read from its checkpoint. `on_chunk(batch, result)` runs after each chunk (written and checkpointed), and
     so do `trackers` (of `out_dir`), which log each real run of the batch (`logged_runs`).
@@ -104,7 +107,8 @@ def run_sweep(plan: Plan, out_dir: str | os.PathLike, *, progress: bool = True,
         if is_writer():
             record_sweep(out_dir, plan, new=False)
         _run_batches(plan, out_dir, _Programs(), progress=progress, on_chunk=on_chunk,
-                     trackers=trackers, groups=groups)
+                     trackers=trackers, groups=groups, batches=batches,
+                     until_updates=until_updates)
 
 
 def _writer_lock(out_dir: str | os.PathLike) -> contextlib.AbstractContextManager:
@@ -149,13 +153,16 @@ def _progress_so_far(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
 
 def _run_batches(plan: Plan, out_dir: str | os.PathLike, programs: _Programs, *, progress: bool,
                  on_chunk: Callable[[Batch, TrainingResult], None] | None,
-                 trackers: Trackers | None, groups: Collection[str] | None) -> None:
+                 trackers: Trackers | None, groups: Collection[str] | None,
+                 batches: Collection[str] | None = None,
+                 until_updates: int | None = None) -> None:
     steps = {b.name: _batch_steps(plan, b, plan.experiment.group(b.group).config.num_updates)
              for b in plan.batches}
     so_far = from_process_0(lambda: _progress_so_far(plan, out_dir))
     done = so_far["done"]
     pending = [b for b in plan.batches if b.name in so_far["pending"]
-               and (groups is None or b.group in groups)]
+               and (groups is None or b.group in groups)
+               and (batches is None or b.name in batches)]
     # The sweep's bar counts every run's steps together (a run's own bar counts per seed).
     with tqdm(total=sum(steps.values()), initial=sum(done.values()),
               unit=f" {plan.experiment.testbed.steps_name}", unit_scale=True, dynamic_ncols=True,
@@ -187,7 +194,8 @@ def _run_batches(plan: Plan, out_dir: str | os.PathLike, programs: _Programs, *,
             start = time.perf_counter()
             try:
                 result = driver.run(folder, resume=resume, overwrite=not resume,
-                                    progress=progress, on_chunk=chunk_done)
+                                    until_updates=until_updates, progress=progress,
+                                    on_chunk=chunk_done)
             except Interrupted as stopped:
                 raise Interrupted(stopped.signum, f"{_finished_count(plan, out_dir)} of "
                                   f"{len(plan.batches)} batches finished; batch {batch.name} "

@@ -132,7 +132,8 @@ class Driver:
                              _chunk_periods(self.config.num_periods, chunk_periods))
 
     def run(self, out_dir: str | os.PathLike | None = None, *, chunk_periods: int | None = None,
-            max_chunks: int | None = None, resume: bool = False, overwrite: bool = False,
+            max_chunks: int | None = None, until_updates: int | None = None,
+            resume: bool = False, overwrite: bool = False,
             keep: Sequence[str] = (), keep_checkpoints: int | None = None, progress: bool = True,
             on_chunk: Callable[[TrainingResult], None] | None = None,
             on_start: Callable[[], None] | None = None) -> TrainingResult:
@@ -142,7 +143,9 @@ class Driver:
         refusing a folder that holds files vaco_jax did not write but the `keep` ones.
         `on_chunk` sees the result after each chunk (written and checkpointed), `on_start` is
         called once the folder is accepted, before compiling. A resumed run takes the chunk
-        length and checkpoint count it was started with unless given."""
+        length and checkpoint count it was started with unless given. `until_updates` stops the
+        runs once they reach that many updates (a slice of a longer run, continued later by a
+        resume), rounded up to whole chunks."""
         out = None if out_dir is None else Path(out_dir)
         writes = out is not None and is_writer()
         with folder_lock(out) if writes else contextlib.nullcontext():
@@ -150,11 +153,13 @@ class Driver:
                 io.prepare_output_dir(out, overwrite=overwrite, keep=keep,
                                       writes=run_folder.RUN_WRITES)
             return self._run_in(out, resume=resume, chunk_periods=chunk_periods,
-                                max_chunks=max_chunks, keep_checkpoints=keep_checkpoints,
+                                max_chunks=max_chunks, until_updates=until_updates,
+                                keep_checkpoints=keep_checkpoints,
                                 progress=progress, on_chunk=on_chunk, on_start=on_start)
 
     def _run_in(self, out: Path | None, *, resume: bool, chunk_periods: int | None,
-                max_chunks: int | None, keep_checkpoints: int | None, progress: bool,
+                max_chunks: int | None, until_updates: int | None,
+                keep_checkpoints: int | None, progress: bool,
                 on_chunk: Callable[[TrainingResult], None] | None,
                 on_start: Callable[[], None] | None) -> TrainingResult:
         cfg, record, program = self.config, self.record, self.program
@@ -212,6 +217,9 @@ class Driver:
             _say(f"compiled in {compile_seconds:.1f} s")
         raise_if_interrupted()
         updates_before = periods_done * cfg.updates_per_period
+        if until_updates is not None:
+            max_chunks = _chunks_until(until_updates, cfg.updates_per_period, periods_done,
+                                       per_chunk, max_chunks)
         observers: list[ChunkObserver] = [ProgressBar(self.testbed, cfg, shown=progress),
                                           DivergenceMessages(self.seeds)]
         if on_chunk is not None:
@@ -226,6 +234,15 @@ class Driver:
                 raise Interrupted(signum, record.saved(result, checkpoints))
         return dataclasses.replace(result, timing=Timing(
             compile_seconds, time.perf_counter() - start, result.updates_done - updates_before))
+
+
+def _chunks_until(until_updates: int, updates_per_period: int, periods_done: int,
+                  per_chunk: int, max_chunks: int | None) -> int:
+    """The chunks that take runs at `periods_done` to `until_updates` updates (none if there
+    already), no more than `max_chunks`."""
+    periods_left = max(0, -(-until_updates // updates_per_period) - periods_done)
+    chunks = -(-periods_left // per_chunk)
+    return chunks if max_chunks is None else min(chunks, max_chunks)
 
 
 def _record(testbed: testbeds.AnyTestbed, config: Config, hparams: HParamsBase,
