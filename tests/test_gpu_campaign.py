@@ -167,43 +167,94 @@ def test_recorded_roofline_renders_its_tables():
 
 
 # ----------------------------------------------------------------------------------- dry run
-@pytest.mark.slow
-def test_dry_run_writes_every_steps_json(tmp_path):
-    """Every step end to end at the `tiny` sizes on the CPU (the toy task; Brax's trainer on
-    inverted_pendulum), so that the campaign cannot rot before a GPU runs it."""
-    steps = gpu_campaign.steps_for(gpu_campaign.SIZES["tiny"])
-    # `peers` needs PureJaxRL's clone: without one it stops at once (its own test), and the
-    # dry run runs the other steps; with one, every step.
-    clone = (campaign_lease.PUREJAXRL / campaign_lease.PUREJAXRL_SCRIPT).is_file()
-    run = ["--all"] if clone else [a for s in steps if s.name != "peers" for a in ("--step", s.name)]
-    assert gpu_campaign.main([*run, "--sizes", "tiny", "--out", str(tmp_path)]) == 0
-    steps = [s for s in steps if clone or s.name != "peers"]
-    records = {s.name: json.loads((tmp_path / f"{s.name}.json").read_text()) for s in steps}
-    for name, record in records.items():
-        assert record["step"] == name and record["sizes"] == "tiny" and "error" not in record
-        assert record["wall_s"] >= 0 and "result" in record
-    r = {name: record["result"] for name, record in records.items()}
-    assert r["setup"]["jax_check"]["jax"] == jax.__version__
-    assert [row["num_envs"] for row in r["physics_ant"]["rows"]] == [8, 16]
+# Every step end to end at the `tiny` sizes on the CPU (the toy task; Brax's trainer on
+# inverted_pendulum), so that the campaign cannot rot before a GPU runs it. One test a step (with
+# the steps it reads, in one folder), so that the pytest workers share the dry run's minutes.
+# `peers` needs PureJaxRL's clone: without one it stops at once (its own test, below).
+DRY_STEPS = gpu_campaign.steps_for(gpu_campaign.SIZES["tiny"])
+NEEDED = {need for s in DRY_STEPS for need in s.needs}
+
+
+def _check_setup(r):
+    assert r["jax_check"]["jax"] == jax.__version__
+
+
+def _check_physics(r):
+    assert [row["num_envs"] for row in r["rows"]] == [8, 16]
     assert all(row["env_steps_per_s"] > 0 and row["sync_ppo_steps_per_s"] > 0
-               for row in r["physics_ant"]["rows"])
-    assert r["async_k16"]["result"]["rows"][0]["buffer_capacity"] == 4
-    assert [row["seeds"] for row in r["seeds"]["result"]["rows"]] == [1, 2]
-    assert r["brax"]["result"]["steps_per_s"] > 0
-    throughput = r["tokens"]["parts"]["throughput"]
+               for row in r["rows"])
+
+
+def _check_tokens(r):
+    throughput = r["parts"]["throughput"]
     assert throughput["forward"]["xla_flops_per_call"] > 0
     assert not throughput["forward"]["loops_counted_once"]
-    assert list(r["tokens_seeds"]["parts"]["seeds"]["rows"])[0] == "1"
-    capacity = r["tokens_capacity"]["parts"]["capacity"]
+
+
+def _check_capacity(r):
+    capacity = r["parts"]["capacity"]
     assert capacity["model"]["largest_fitting"] and capacity["batch"]["largest_fitting"]
     # The preset's own size heads both ladders and is compiled and timed once.
     assert capacity["model"]["tries"][0] | {"prompts": 2} == \
         capacity["batch"]["tries"][0] | {"width": 16}
-    assert r["sweep_groups"]["steps_per_s"] > 0
-    assert r["sweep_plan"]["steps_per_s"] == r["sweep_groups"]["steps_per_s"]
-    assert any("estimated time" in line for line in r["sweep_plan"]["plan"])
-    if clone:
-        assert r["peers"]["vaco_jax_over_purejaxrl"] > 0 and r["peers"]["vaco_jax_over_brax"] > 0
+
+
+def _check_async(r):
+    assert r["result"]["rows"][0]["buffer_capacity"] == 4
+
+
+def _check_seeds(r):
+    assert [row["seeds"] for row in r["result"]["rows"]] == [1, 2]
+
+
+def _check_brax(r):
+    assert r["result"]["steps_per_s"] > 0
+
+
+def _check_tokens_seeds(r):
+    assert list(r["parts"]["seeds"]["rows"])[0] == "1"
+
+
+def _check_sweep_groups(r):
+    assert r["steps_per_s"] > 0
+
+
+def _check_peers(r):
+    assert r["vaco_jax_over_purejaxrl"] > 0 and r["vaco_jax_over_brax"] > 0
+
+
+DRY_CHECKS = {"setup": _check_setup, "physics_ant": _check_physics, "async_k16": _check_async,
+              "seeds": _check_seeds, "brax": _check_brax, "tokens": _check_tokens,
+              "tokens_seeds": _check_tokens_seeds, "tokens_capacity": _check_capacity,
+              "sweep_groups": _check_sweep_groups, "peers": _check_peers}
+"""What each step's record must hold; `study` is checked by tests/test_lease_study.py and
+`sweep_plan` beside the `sweep_groups` it reads."""
+
+
+def test_every_campaign_step_has_its_dry_run_check():
+    assert set(DRY_CHECKS) | {"study", "sweep_plan"} == {s.name for s in DRY_STEPS}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", [s for s in DRY_STEPS if s.name not in NEEDED],
+                         ids=lambda s: s.name)
+def test_dry_run_writes_each_steps_json(step, tmp_path):
+    if step.name == "peers" and not (
+            campaign_lease.PUREJAXRL / campaign_lease.PUREJAXRL_SCRIPT).is_file():
+        pytest.skip("no PureJaxRL clone: peers stops at once without one (tested below)")
+    chain = [*step.needs, step.name]
+    run = [a for name in chain for a in ("--step", name)]
+    assert gpu_campaign.main([*run, "--sizes", "tiny", "--out", str(tmp_path)]) == 0
+    records = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in chain}
+    for name, record in records.items():
+        assert record["step"] == name and record["sizes"] == "tiny" and "error" not in record
+        assert record["wall_s"] >= 0 and "result" in record
+    r = {name: record["result"] for name, record in records.items()}
+    for name in chain:
+        DRY_CHECKS.get(name, lambda _: None)(r[name])
+    if step.name == "sweep_plan":
+        assert r["sweep_plan"]["steps_per_s"] == r["sweep_groups"]["steps_per_s"]
+        assert any("estimated time" in line for line in r["sweep_plan"]["plan"])
     # Resumable: a second pass skips every step whose JSON exists.
     before = {p.name: p.stat().st_mtime for p in tmp_path.glob("*.json")}
     assert gpu_campaign.main([*run, "--sizes", "tiny", "--out", str(tmp_path)]) == 0
