@@ -121,10 +121,14 @@ def cond_in_every_run(flag: jax.Array, if_true, if_false, operand):
     """`if_true(operand)` where `flag` holds, else `if_false(operand)`, for a cheap `if_true`
     that must give bit for bit the same result whatever runs share the `vmap`.
 
-    When `flag` holds in every vmapped run only `if_true` runs; otherwise both do and each run
-    keeps its own branch's result, so a run's numbers never depend on its neighbours.
+    When `flag` holds in every vmapped run only `if_true` runs, when it holds in none only
+    `if_false`; otherwise both do and each run keeps its own branch's result, so a run's numbers
+    never depend on its neighbours.
     """
     def each_run_its_own(x):
         return jax.lax.cond(flag, if_true, if_false, x)
 
-    return jax.lax.cond(in_every_run(flag), if_true, each_run_its_own, operand)
+    def not_in_every_run(x):  # without this, a run where `flag` never holds pays for both
+        return jax.lax.cond(in_every_run(~flag), if_false, each_run_its_own, x)
+
+    return jax.lax.cond(in_every_run(flag), if_true, not_in_every_run, operand)
