@@ -232,6 +232,41 @@ def test_a_shared_cache_draws_each_response_from_its_generator_s_versions():
     np.testing.assert_array_equal(alone.response, batch.response[rows])
 
 
+@pytest.mark.parametrize("in_flight_cache", ["shared", "per_snapshot"])
+def test_in_flight_collection_of_a_run_does_not_depend_on_its_neighbours(in_flight_cache):
+    """Vmapped beside another run in flight, a run decodes in flight alone; beside a run at lag
+    0 (whose versions never change) both decodings run and each run keeps its own. Its batch is
+    the same bit for bit either way, and the one it collects alone, compiled or not, up to the
+    rounding of a program batched differently."""
+    config = TINY.replace(lag_model=InFlight(), in_flight_cache=in_flight_cache, prompts=8)
+    trainer = TokenTrainer(config, PARAMS)
+    state = _stale_buffer_state(trainer, lagged(3.0))
+
+    def collect(key, hp):
+        return trainer.collect(state, key, hp)[1]
+
+    keys = jnp.stack([jax.random.PRNGKey(9), jax.random.PRNGKey(10)])
+    together = jax.jit(jax.vmap(collect))
+    beside_in_flight = together(keys, _stack(lagged(3.0), lagged(2.0)))
+    beside_lag_zero = together(keys, _stack(lagged(3.0), lagged(0.0)))
+    first = lambda batch: jax.tree.map(lambda x: x[0], batch)
+    versions = np.asarray(first(beside_in_flight).behaviour_version)
+    assert np.any(versions != versions[:, :1])  # it does change versions mid-decoding
+    jax.tree.map(np.testing.assert_array_equal, first(beside_in_flight),
+                 first(beside_lag_zero))
+    for alone in (jax.jit(collect)(keys[0], lagged(3.0)), collect(keys[0], lagged(3.0))):
+        _assert_same_draws(alone, first(beside_in_flight))
+
+
+def _assert_same_draws(batch, expected):
+    """The same responses and versions, and the same log-probs up to float rounding."""
+    for name in ("response", "mask", "behaviour_version"):
+        np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), name)
+    for name in ("behaviour_log_prob", "phase_log_prob"):
+        np.testing.assert_allclose(getattr(batch, name), getattr(expected, name), atol=2e-5,
+                                   err_msg=name)
+
+
 @pytest.mark.parametrize("lag_model,lag,probabilities,allowed", [
     ("bounded", 2.0, (), {0, 1, 2}), ("empirical", 0.0, (0.5, 0.0, 0.5), {0, 2}),
     ("in_flight", 2.0, (), {0, 1, 2})])
