@@ -31,7 +31,7 @@ HP = TokenHParams.create(learning_rate=3e-3)
     ({"group_unit": "token"}, None, "group_unit='token' .* allowed values: prompt, sample"),
     ({"lag_model": "poisson"}, None, "lag_model='poisson' .* bounded, in_flight, empirical"),
     ({"in_flight_cache": "engine"}, None,
-     "in_flight_cache='engine' .* allowed values: per_snapshot, shared"),
+     "in_flight_cache='engine' .* allowed values: shared, per_snapshot"),
     ({"reward_on": "steps"}, None,
      "^reward_on='steps' is not supported; allowed values: solution, result$"),
     ({}, TokenHParams.create(lag=4.0), r"lag for lag_model='fixed' must be an integer in \[0, 3\]"),
@@ -113,8 +113,9 @@ def test_lag_zero_equals_on_policy_bit_for_bit(train_stale):
     assert np.isnan(evals[::2]).all() and np.isfinite(evals[1::2]).all()
 
 
-@pytest.mark.parametrize("changes", [dict(lag_model=Bounded()), dict(lag_model=InFlight()),
+@pytest.mark.parametrize("changes", [dict(lag_model=Bounded()),
                                      dict(lag_model=InFlight(), in_flight_cache="shared"),
+                                     dict(lag_model=InFlight(), in_flight_cache="per_snapshot"),
                                      dict(lag_model=Empirical((1.0,)))])
 def test_lag_zero_of_every_other_model_is_fixed_zero_bit_for_bit(train_stale, changes):
     key = jax.random.PRNGKey(0)
@@ -182,7 +183,10 @@ def _stale_buffer_state(trainer, hp):
 
 @pytest.mark.parametrize("lag_model", ["uniform", "in_flight"])
 def test_each_token_records_the_log_prob_of_its_own_version(lag_model):
-    config = TINY.replace(lag_model=named(lag_model), group_unit="sample", prompts=8)
+    """Each token's behaviour log-prob is its version's teacher-forced one (in flight: with
+    every snapshot's own cache; a shared cache records the engine's, tested beside it)."""
+    config = TINY.replace(lag_model=named(lag_model), in_flight_cache="per_snapshot",
+                          group_unit="sample", prompts=8)
     trainer = TokenTrainer(config, PARAMS)
     hp = TokenHParams.create(lag=3.0, temperature=1.2)
     state = _stale_buffer_state(trainer, hp)
