@@ -106,7 +106,9 @@ TOKEN_RUNS = {
                               "uniform:2", "--epochs", "2"],
     "tokens_tis_sequence": ["--algo", "tis", "--is-level", "sequence", "--lag", "bounded:1",
                             "--group-unit", "sample"],
-    "tokens_in_flight": ["--algo", "grpo", "--lag", "in_flight:2"],
+    # The default before `shared`: fingerprints stay comparable.
+    "tokens_in_flight": ["--algo", "grpo", "--lag", "in_flight:2", "--in-flight-cache",
+                         "per_snapshot"],
 }
 
 

@@ -57,10 +57,11 @@ BASELINE = "fixed:0"
 ACTINGS = ((BASELINE, {"lag_model": Fixed()}, False),
            ("uniform per prompt group", {"lag_model": Uniform(), "group_unit": "prompt"}, True),
            ("uniform per sample", {"lag_model": Uniform(), "group_unit": "sample"}, True),
-           ("in_flight per prompt group", {"lag_model": InFlight(), "group_unit": "prompt"},
-            True),
            ("in_flight per prompt group, shared cache",
             {"lag_model": InFlight(), "group_unit": "prompt", "in_flight_cache": "shared"},
+            True),
+           ("in_flight per prompt group, per-snapshot caches",
+            {"lag_model": InFlight(), "group_unit": "prompt", "in_flight_cache": "per_snapshot"},
             True))
 
 

@@ -9,7 +9,8 @@ from vaco_jax.control.envs import make_env
 from vaco_jax.control.envs.episodes import reset_episodes
 from vaco_jax.control.networks import ActorCritic, Policy, init_stats
 from vaco_jax.core.lag_models import Fixed, Geometric, PerActor, Uniform, in_flight_lags
-from vaco_jax.core.policy_buffer import effective_lags, init_buffer, make_behaviour, newest, push
+from vaco_jax.core.policy_buffer import (cond_in_every_run, effective_lags, init_buffer,
+                                         make_behaviour, newest, push)
 from vaco_jax.control.rollout import rollout
 
 NUM_ENVS = 8
@@ -118,3 +119,24 @@ def test_gather_and_select_strategies_agree(setup):
                        jax.random.PRNGKey(2), length=5, episode_length=40, acting=acting)[1]
                for acting in ("gather", "select")]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), *outputs)
+
+
+@pytest.mark.parametrize("flags,ran", [((False, False), {"if_false"}), ((True, True), {"if_true"}),
+                                       ((True, False), {"if_true", "if_false"})])
+def test_cond_in_every_run_runs_a_branch_only_where_some_run_takes_it(flags, ran):
+    """Both branches run only when the vmapped runs disagree; each run keeps its own either
+    way. (Stale token runs paid for a synchronous decoding they threw away before this.)"""
+    calls = set()
+
+    def branch(name, shift):
+        def run(x):
+            jax.debug.callback(lambda: calls.add(name))
+            return x + shift
+        return run
+
+    choose = jax.jit(jax.vmap(lambda flag, x: cond_in_every_run(
+        flag, branch("if_true", 1.0), branch("if_false", 2.0), x)))
+    out = choose(jnp.array(flags), jnp.zeros(len(flags)))
+    jax.effects_barrier()
+    np.testing.assert_array_equal(out, [1.0 if f else 2.0 for f in flags])
+    assert calls == ran

@@ -189,6 +189,7 @@ def test_tokens_in_flight_compares_lag_models_at_equal_mean_staleness():
     assert levels == {"fixed": {0.0, 8.0}, "uniform": {16.0}, "in_flight": {23.0}}
     assert {g.config.algo for g in experiment.groups} == {"grpo", "tis", "vcpo"}
     config = experiment.groups[0].config
+    assert config.in_flight_cache == "per_snapshot"  # as its committed results ran
     # The version gap is measured over a well-formed response's tokens, up to its EOS.
     length, valid = config.response_length, config.task_spec.answer_length
     staleness = [Fixed().mean_lag(8, length), Uniform().mean_lag(16, length),

@@ -111,10 +111,10 @@ def test_a_bad_warm_start_is_reported_before_any_work(tmp_path, capsys):
 def test_the_in_flight_cache_is_chosen_on_the_command_line(capsys):
     parser = argparse.ArgumentParser()
     tokens_cli.add_arguments(parser)
-    assert tokens_cli.build(parser.parse_args([]))[0].in_flight_cache == "per_snapshot"
+    assert tokens_cli.build(parser.parse_args([]))[0].in_flight_cache == "shared"
     config, _ = tokens_cli.build(parser.parse_args(["--lag", "in_flight:2",
-                                                    "--in-flight-cache", "shared"]))
-    assert (config.lag_model, config.in_flight_cache) == (InFlight(), "shared")
+                                                    "--in-flight-cache", "per_snapshot"]))
+    assert (config.lag_model, config.in_flight_cache) == (InFlight(), "per_snapshot")
     with pytest.raises(SystemExit):
         main(["tokens", "--in-flight-cache", "engine"])
     err = capsys.readouterr().err

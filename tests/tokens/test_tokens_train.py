@@ -31,7 +31,7 @@ HP = TokenHParams.create(learning_rate=3e-3)
     ({"group_unit": "token"}, None, "group_unit='token' .* allowed values: prompt, sample"),
     ({"lag_model": "poisson"}, None, "lag_model='poisson' .* bounded, in_flight, empirical"),
     ({"in_flight_cache": "engine"}, None,
-     "in_flight_cache='engine' .* allowed values: per_snapshot, shared"),
+     "in_flight_cache='engine' .* allowed values: shared, per_snapshot"),
     ({"reward_on": "steps"}, None,
      "^reward_on='steps' is not supported; allowed values: solution, result$"),
     ({}, TokenHParams.create(lag=4.0), r"lag for lag_model='fixed' must be an integer in \[0, 3\]"),
@@ -113,8 +113,9 @@ def test_lag_zero_equals_on_policy_bit_for_bit(train_stale):
     assert np.isnan(evals[::2]).all() and np.isfinite(evals[1::2]).all()
 
 
-@pytest.mark.parametrize("changes", [dict(lag_model=Bounded()), dict(lag_model=InFlight()),
+@pytest.mark.parametrize("changes", [dict(lag_model=Bounded()),
                                      dict(lag_model=InFlight(), in_flight_cache="shared"),
+                                     dict(lag_model=InFlight(), in_flight_cache="per_snapshot"),
                                      dict(lag_model=Empirical((1.0,)))])
 def test_lag_zero_of_every_other_model_is_fixed_zero_bit_for_bit(train_stale, changes):
     key = jax.random.PRNGKey(0)
@@ -182,7 +183,10 @@ def _stale_buffer_state(trainer, hp):
 
 @pytest.mark.parametrize("lag_model", ["uniform", "in_flight"])
 def test_each_token_records_the_log_prob_of_its_own_version(lag_model):
-    config = TINY.replace(lag_model=named(lag_model), group_unit="sample", prompts=8)
+    """Each token's behaviour log-prob is its version's teacher-forced one (in flight: with
+    every snapshot's own cache; a shared cache records the engine's, tested beside it)."""
+    config = TINY.replace(lag_model=named(lag_model), in_flight_cache="per_snapshot",
+                          group_unit="sample", prompts=8)
     trainer = TokenTrainer(config, PARAMS)
     hp = TokenHParams.create(lag=3.0, temperature=1.2)
     state = _stale_buffer_state(trainer, hp)
@@ -230,6 +234,41 @@ def test_a_shared_cache_draws_each_response_from_its_generator_s_versions():
         state.buffer.policies, jnp.asarray(generator_versions % config.buffer_capacity),
         batch.prompt[rows], keys[g], config.response_length, hp.temperature)
     np.testing.assert_array_equal(alone.response, batch.response[rows])
+
+
+@pytest.mark.parametrize("in_flight_cache", ["shared", "per_snapshot"])
+def test_in_flight_collection_of_a_run_does_not_depend_on_its_neighbours(in_flight_cache):
+    """Vmapped beside another run in flight, a run decodes in flight alone; beside a run at lag
+    0 (whose versions never change) both decodings run and each run keeps its own. Its batch is
+    the same bit for bit either way, and the one it collects alone, compiled or not, up to the
+    rounding of a program batched differently."""
+    config = TINY.replace(lag_model=InFlight(), in_flight_cache=in_flight_cache, prompts=8)
+    trainer = TokenTrainer(config, PARAMS)
+    state = _stale_buffer_state(trainer, lagged(3.0))
+
+    def collect(key, hp):
+        return trainer.collect(state, key, hp)[1]
+
+    keys = jnp.stack([jax.random.PRNGKey(9), jax.random.PRNGKey(10)])
+    together = jax.jit(jax.vmap(collect))
+    beside_in_flight = together(keys, _stack(lagged(3.0), lagged(2.0)))
+    beside_lag_zero = together(keys, _stack(lagged(3.0), lagged(0.0)))
+    first = lambda batch: jax.tree.map(lambda x: x[0], batch)
+    versions = np.asarray(first(beside_in_flight).behaviour_version)
+    assert np.any(versions != versions[:, :1])  # it does change versions mid-decoding
+    jax.tree.map(np.testing.assert_array_equal, first(beside_in_flight),
+                 first(beside_lag_zero))
+    for alone in (jax.jit(collect)(keys[0], lagged(3.0)), collect(keys[0], lagged(3.0))):
+        _assert_same_draws(alone, first(beside_in_flight))
+
+
+def _assert_same_draws(batch, expected):
+    """The same responses and versions, and the same log-probs up to float rounding."""
+    for name in ("response", "mask", "behaviour_version"):
+        np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), name)
+    for name in ("behaviour_log_prob", "phase_log_prob"):
+        np.testing.assert_allclose(getattr(batch, name), getattr(expected, name), atol=2e-5,
+                                   err_msg=name)
 
 
 @pytest.mark.parametrize("lag_model,lag,probabilities,allowed", [

@@ -76,10 +76,10 @@ def _flags() -> dict[str, Flag]:
                             choices=losses.AGGREGATIONS),
         "bf16_behaviour": Flag("behaviour log-probs computed in bfloat16 (sampler/trainer "
                                "mismatch)"),
-        "in_flight_cache": Flag("in_flight decoding: per_snapshot (each snapshot its own "
-                                "key-value cache, exact per-snapshot log-probs, K times the cost) "
-                                "or shared (one cache across weight updates, as PipelineRL's "
-                                "engines keep it)",
+        "in_flight_cache": Flag("in_flight decoding: shared (one cache across weight updates, "
+                                "as PipelineRL's engines keep it, at one policy's cost) or "
+                                "per_snapshot (each snapshot its own key-value cache, exact "
+                                "per-snapshot log-probs, K times the cost)",
                                 choices=IN_FLIGHT_CACHES),
         "reward_on": Flag("what the verifier compares, also in the held-out evaluation: the "
                           "whole answer (solution) or its final result alone (result: the worked "

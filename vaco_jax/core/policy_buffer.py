@@ -118,13 +118,19 @@ def _in_every_run_vmap(axis_size: int, in_batched: list[bool], flag: jax.Array):
 
 
 def cond_in_every_run(flag: jax.Array, if_true, if_false, operand):
-    """`if_true(operand)` where `flag` holds, else `if_false(operand)`, for a cheap `if_true`
-    that must give bit for bit the same result whatever runs share the `vmap`.
+    """`if_true(operand)` where `flag` holds, else `if_false(operand)`, bit for bit the same
+    result whatever runs share the `vmap`.
 
-    When `flag` holds in every vmapped run only `if_true` runs; otherwise both do and each run
-    keeps its own branch's result, so a run's numbers never depend on its neighbours.
+    A branch runs only when `flag` takes it in some vmapped run, so runs that all agree pay for
+    one branch; each run then keeps its own branch's result. Each branch is always a `lax.cond`
+    branch of its own, never inlined beside the other (as a `cond` with a batched predicate
+    would be), so XLA compiles and rounds it alike whichever runs share the `vmap`.
     """
-    def each_run_its_own(x):
-        return jax.lax.cond(flag, if_true, if_false, x)
+    def unless(skip, branch):
+        shapes = jax.eval_shape(branch, operand)
+        nothing = lambda _: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return jax.lax.cond(skip, nothing, branch, operand)
 
-    return jax.lax.cond(in_every_run(flag), if_true, each_run_its_own, operand)
+    taken = unless(in_every_run(~flag), if_true)
+    not_taken = unless(in_every_run(flag), if_false)
+    return jax.tree.map(lambda t, f: jnp.where(flag, t, f), taken, not_taken)

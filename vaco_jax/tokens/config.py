@@ -20,7 +20,7 @@ from vaco_jax.tokens.tasks import REWARD_ON, TASKS, Task, make_task
 from vaco_jax.tokens.warm_start import WarmStart
 
 GROUP_UNITS = ("prompt", "sample")
-IN_FLIGHT_CACHES = ("per_snapshot", "shared")
+IN_FLIGHT_CACHES = ("shared", "per_snapshot")
 OPTIMIZERS = ("adam", "adamw")
 
 
@@ -86,12 +86,13 @@ class TokenConfig(Config):
     optimizer: str = "adam"
     aggregation: str = "token-mean"
     bf16_behaviour: bool = False
-    # `in_flight` decoding, when a generator's version changes mid-response: `per_snapshot`
-    # (every buffered snapshot decodes every row with its own cache, so each token's behaviour
-    # log-prob is one snapshot's over the whole prefix; K times one policy's cost) or `shared`
-    # (one cache, each position's keys and values from the snapshot that decoded it, the
-    # engine's own log-prob recorded: PipelineRL's engines, about one policy's cost).
-    in_flight_cache: str = "per_snapshot"
+    # `in_flight` decoding, when a generator's version changes mid-response: `shared` (one
+    # cache, each position's keys and values from the snapshot that decoded it, the engine's own
+    # log-prob recorded: PipelineRL's engines, so the default, at one policy's cost) or
+    # `per_snapshot` (every buffered snapshot decodes every row with its own cache, so each
+    # token's behaviour log-prob is one snapshot's over the whole prefix; K times the cost; the
+    # committed `tokens_in_flight` study ran it).
+    in_flight_cache: str = "shared"
     # What the verifier compares (`tasks.REWARD_ON`): the whole answer (`solution`), or only its
     # final result (`result`; the worked steps of `add_steps` and `chain` need only be digits).
     # It scores the held-out evaluation too.

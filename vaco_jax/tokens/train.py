@@ -231,10 +231,9 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
             return self.policy.sample_per_token(policies, jnp.repeat(slots, per_generator, axis=0),
                                                 prompt, key, cfg.response_length, hp.temperature)
 
-        # Decoding with every snapshot costs `K` times one model, and a shared cache gathers a
-        # snapshot per token, so either is paid only when some sequence changes version
-        # mid-decoding (never at lag 0 nor before the first pushes), and lag 0 stays bit for bit
-        # the computation of `fixed:0`.
+        # Decoding with every snapshot costs `K` times one model, so either decoding runs only
+        # when some sequence changes version mid-decoding (never at lag 0 nor before the first
+        # pushes), and lag 0 stays bit for bit the computation of `fixed:0`.
         unchanged = jnp.all(versions == versions[:, :1])
         return cond_in_every_run(unchanged, per_sequence, per_token, None)
 
