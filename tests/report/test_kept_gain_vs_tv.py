@@ -13,6 +13,7 @@ from vaco_jax.report import figures_kept_tv
 from vaco_jax.report.figures import variant_styles
 from vaco_jax.report.markdown import ranks
 
+from test_kept_gain import pooled_record, task_record
 from test_report import drawn_figures, panels, write_report
 
 STEPS = (0, 50, 100)  # final_fraction 0.1: the last evaluation is the final score
@@ -73,18 +74,6 @@ def report(tmp_path_factory):
     with drawn_figures(figures):
         summary = write_report(make_runs(), out, final_fraction=0.1, reps=REPS, seed=0)
     return out, summary, figures
-
-
-def task_record(summary, variant, task, lag):
-    (found,) = [r for r in summary["kept_gain"]["tasks"]
-                if (r["variant"], r["task"], r["lag"]) == (variant, task, lag)]
-    return found
-
-
-def pooled_record(summary, variant, lag):
-    (found,) = [r for r in summary["kept_gain"]["pooled"]
-                if (r["variant"], r["lag"]) == (variant, lag)]
-    return found
 
 
 def fmt_interval(interval):
