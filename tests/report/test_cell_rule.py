@@ -188,3 +188,14 @@ def test_the_verdict_round_trips_through_the_summary_and_renders(capsys):
     assert "  add                              passes: grpo\n" in out
     assert "  chain                            fails: grpo (keeps too much under lag)\n" in out
     assert "  on every task                    no cell passes\n" in out
+
+
+def test_a_rule_without_the_lag_criterion_renders_without_a_lag_column():
+    """A calibration of synchronous runs only: no largest lag, no kept-gain column."""
+    verdict = judged(cell_rows("add", [0.5] * 10))
+    assert verdict.largest_lag is None
+    quick = Path(__file__).parents[2] / "experiments" / "results" / "quick" / "summary.json"
+    summary = dataclasses.replace(report_summary.loads(quick.read_text()), cell_rule=verdict)
+    report = markdown.markdown(summary)
+    assert "## Cell rule" in report and "kept gain at lag" not in report
+    assert "| add | grpo | 10 | 10 of 10 (pass) |" in report

@@ -64,21 +64,21 @@ Column = tuple[str, Callable[[RuleCell], str]]
 
 
 def _columns(verdict: CellRuleVerdict, name: str) -> list[Column]:
-    """A column per criterion the rule sets: its header and each cell's entry."""
+    """A column per criterion the rule sets: its header and each cell's entry (a header is
+    formatted only where its criterion is set: an unset one has no value to show)."""
     rule = verdict.rule
-    columns: list[tuple[bool, Column]] = [
-        (rule.min_gain is not None,
-         (f"runs reaching gain {rule.min_gain:g}", lambda c: _seed_share(c.gain))),
-        (rule.max_final is not None,
-         (f"normalised final {name} IQM [95% CI]", lambda c: _interval(c.final))),
-        (rule.rising_window is not None,
-         (f"rise over the last {_percent(rule.rising_window)} [95% CI]",
-          lambda c: _interval(c.rising))),
-        (rule.max_kept_gain is not None,
-         (f"kept gain at lag {verdict.largest_lag:g} [95% CI]",
-          lambda c: _lag(c.lag, c.variant))),
-    ]
-    return [column for wanted, column in columns if wanted]
+    columns: list[Column] = []
+    if rule.min_gain is not None:
+        columns.append((f"runs reaching gain {rule.min_gain:g}", lambda c: _seed_share(c.gain)))
+    if rule.max_final is not None:
+        columns.append((f"normalised final {name} IQM [95% CI]", lambda c: _interval(c.final)))
+    if rule.rising_window is not None:
+        columns.append((f"rise over the last {_percent(rule.rising_window)} [95% CI]",
+                        lambda c: _interval(c.rising)))
+    if rule.max_kept_gain is not None:
+        columns.append((f"kept gain at lag {verdict.largest_lag:g} [95% CI]",
+                        lambda c: _lag(c.lag, c.variant)))
+    return columns
 
 
 def _listed(variants: tuple[str, ...]) -> str:
