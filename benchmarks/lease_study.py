@@ -240,21 +240,29 @@ def merge(returned: Path, local: Path = LOCAL) -> dict[str, Any]:
     """Unpacks a returned pack and puts its batches into the whole study's folder `local`
     (made from it the first time), each batch folder replaced by a rename; refuses a batch that
     went backwards (a pack collected twice, or out of order). Returns the pack's manifest."""
+    from vaco_jax.experiment import load_sweep
     from vaco_jax.infra.run_folder import read_status
 
     local.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=local.parent, prefix=".collect.") as temporary:
         fresh = Path(temporary) / "sweep"
         manifest = unpack(returned, fresh)
+        # The manifest came back from another machine: the folders it names are renamed here,
+        # so each must be a batch of the study (a name like `../x` would reach outside it).
+        unknown = sorted(set(manifest["updates"]) - {b.name for b in load_sweep(fresh).batches})
+        if unknown:
+            raise ValueError(f"{returned / MANIFEST}: `updates` names {unknown}, not batches of "
+                             f"the study: not merged")
         if not local.exists():
             fresh.rename(local)
             return manifest
         for name in manifest["updates"]:
             new, old = fresh / "runs" / name, local / "runs" / name
             before = (read_status(old) or {}).get("updates_done", -1) if old.is_dir() else -1
-            if read_status(new)["updates_done"] <= before:
-                raise ValueError(f"batch {name}: the pack holds {read_status(new)['updates_done']}"
-                                 f" updates, the study {before} already: not merged")
+            done = read_status(new)["updates_done"]
+            if done <= before:
+                raise ValueError(f"batch {name}: the pack holds {done} updates, the study "
+                                 f"{before} already: not merged")
         for name in manifest["updates"]:
             new, old = fresh / "runs" / name, local / "runs" / name
             if old.exists():

@@ -239,6 +239,26 @@ def test_unpack_refuses_altered_parts_and_existing_targets(tmp_path, runs):
         lease_pack.unpack(copy, tmp_path / "target")
 
 
+def test_merge_refuses_a_manifest_naming_folders_outside_the_study(tmp_path, runs):
+    """The returned manifest's `updates` names the batch folders that merging renames: a name
+    that is not a batch of the study is refused, and nothing outside the study is touched."""
+    _, _, packed = runs[Episodes.CARRIED]
+    copy = tmp_path / "copy"
+    shutil.copytree(packed, copy)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    manifest = json.loads((copy / "lease_study.json").read_text())
+    manifest["updates"] = {"../../outside": 4}
+    (copy / "lease_study.json").write_text(json.dumps(manifest))
+    local = tmp_path / "study"
+    lease_pack.unpack(packed, local)  # the study exists: merging would rename folders in it
+    with pytest.raises(ValueError, match="not batches of the study: not merged"):
+        lease_study.merge(copy, local)
+    assert (outside / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "outside", "study"]
+
+
 # ----------------------------------------------------------------------------- planning
 def _info(name, task="ant", done=0, runs=8, carried=3_000_000, restart=1_500_000):
     return BatchInfo(name, task, runs, done, 1550, 50, 65_536, carried, restart)
