@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax.report import cells, kept_gain, scoring, stats
-from vaco_jax.report.runs_table import Score, check_runs
+from vaco_jax.report.runs_table import Score
 from vaco_jax.report.summary import (CellRule, CellRuleVerdict, Interval, IntervalCheck,
                                      LagCheck, RuleCell, SeedShareCheck, parsed)
 
@@ -61,13 +61,7 @@ def evaluate(runs: pd.DataFrame, rule: CellRule, *, score: Score = Score(),
     Raises ``ValueError`` where the rule has normalised criteria and a task of the baseline's
     synchronous runs has no reference score, or a run starts at or above its task's reference.
     """
-    check_runs(runs, score)
-    tasks = sorted(runs["task"].astype(str).unique())
-    scoring.check_options(tasks, reference_scores, final_fraction)
-    table = scoring.prepared(runs, score)
-    final = scoring.final_scores(table, final_fraction)
-    references = scoring.normalisation(table, final, reference_scores)
-    table = scoring.with_scores(table, references, score)
+    _, table, final, references = scoring.scored(runs, score, reference_scores, final_fraction)
     return verdict(table, scoring.run_table(table, final, references), rule,
                    reference_scores, reps, seed)
 

@@ -23,7 +23,23 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax.report import collapse, stats
-from vaco_jax.report.runs_table import Score, variant_names
+from vaco_jax.report.runs_table import Score, check_runs, variant_names
+
+
+def scored(
+    runs: pd.DataFrame, score: Score, reference_scores: Mapping[str, float] | None,
+    final_fraction: float,
+) -> tuple[list[str], pd.DataFrame, pd.Series, pd.DataFrame]:
+    """A runs table checked and scored as every report scores it: its tasks (sorted), its
+    evaluations with their normalised scores (``prepared``, then ``with_scores``), each run's
+    final score (``final_scores``) and each task's normalisation (``normalisation``)."""
+    check_runs(runs, score)
+    tasks = sorted(runs["task"].astype(str).unique())
+    check_options(tasks, reference_scores, final_fraction)
+    table = prepared(runs, score)
+    final = final_scores(table, final_fraction)
+    references = normalisation(table, final, reference_scores)
+    return tasks, with_scores(table, references, score), final, references
 
 
 def check_options(

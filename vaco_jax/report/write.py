@@ -36,8 +36,7 @@ from vaco_jax.report.summary import (CellRule, CellSummary, DivergedRun, EssColl
                                      Improvement, IncompleteCell, KeptGain, Normalisation,
                                      RunOverview, Stabilisers, Summary, TaskCell, Variant,
                                      parsed)
-from vaco_jax.report.runs_table import (RUNS_FILE, Score, assignments, check_runs,
-                                        setting_columns)
+from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, setting_columns
 from vaco_jax.infra import io
 from vaco_jax.infra.provenance import provenance
 
@@ -277,15 +276,10 @@ def write_report(
     is skipped and the report says why. Returns the summary written to
     ``summary.json`` (``vaco_jax.report.summary``).
     """
-    check_runs(runs, score)
-    tasks = sorted(runs["task"].astype(str).unique())
-    scoring.check_options(tasks, reference_scores, final_fraction)
-    table = scoring.prepared(runs, score)
+    tasks, table, final, references = scoring.scored(runs, score, reference_scores,
+                                                     final_fraction)
     if mechanisms is not None:
         table = compat.without_absent_mechanisms(table, mechanisms)
-    final = scoring.final_scores(table, final_fraction)
-    references = scoring.normalisation(table, final, reference_scores)
-    table = scoring.with_scores(table, references, score)
     off_policy_columns = metrics.off_policy_columns(table)
     run_table = (
         scoring.run_table(table, final, references)
