@@ -75,6 +75,7 @@ def test_vmap_over_seeds_and_hparams_equals_single_runs(ppo_vmapped):
                      batched_state.params, state.params)
 
 
+@pytest.mark.default_emitters
 @pytest.mark.parametrize("env", ["toy_reach", "toy_reach_discrete"])
 def test_lag_zero_is_synchronous_training_bit_for_bit(env):
     hp = ControlHParams.create(lag=0.0)
@@ -453,6 +454,7 @@ def test_a_fixed_kl_coefficient_need_not_lie_in_the_adaptive_range():
     validate(TOY.replace(algo="ppo_kl", adaptive_kl=False), ControlHParams.create(kl_coef=0.0))
 
 
+@pytest.mark.default_emitters
 def test_linear_learning_rate_schedule_falls_once_per_update_as_purejaxrls():
     config = TOY.replace(learning_rate_schedule="linear", epochs=2, minibatches=2)
     hp = ControlHParams.create(learning_rate=0.1)

@@ -292,6 +292,7 @@ def test_the_batch_carries_the_algorithms_advantages(fresh_batch):
     np.testing.assert_allclose(batch.advantages, (reward - others).ravel(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.default_emitters
 def test_ess_scaling_hook_shrinks_the_step_by_its_formula(fresh_batch):
     state, batch = fresh_batch
     # A stale batch: sequence log staleness 0, 0.5, ..., 7.5.

@@ -140,6 +140,7 @@ def ess_trainers():
     return (scaled, jax.jit(scaled.optimise)), (plain, jax.jit(plain.optimise)), batches
 
 
+@pytest.mark.default_emitters
 @pytest.mark.parametrize("which,ess_target", [("lag 0", 1.0), ("stale", 1.0), ("stale", 0.4)])
 def test_ess_only_step_is_the_unscaled_step_times_the_ess_factor(ess_trainers, which,
                                                                  ess_target):
