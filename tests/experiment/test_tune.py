@@ -11,7 +11,8 @@ from engine_configs import TOY_EXPERIMENT as TOY
 from vaco_jax import experiment as sweep
 from vaco_jax.experiment import tune
 from vaco_jax.report.markdown_tuning import tuning_section
-from vaco_jax.report.summary import Tuning, TuningCandidate, TuningChoice
+from vaco_jax.report.summary import (Tuning, TuningCandidate, TuningChoice, _to_json,
+                                     parsed)
 
 RATES = (1e-4, 3e-3)
 TUNE = f"""
@@ -104,6 +105,83 @@ def test_equal_scores_go_to_the_smaller_value_and_diverged_ones_last():
     rule = tune.RULES["best_sync_final"]
     assert rule.choose({3e-3: 1.0, 1e-3: 1.0}) == 1e-3
     assert rule.choose({1e-3: np.nan, 3e-3: -5.0}) == 3e-3
+
+
+IN_CELL = TUNED.replace("best_sync_auc", "best_sync_final_in_cell") + """
+[cell_rule]
+baseline = "ppo"
+max_final = 0.9
+rising_window = 0.5
+
+[reference_scores]
+toy_reach = 10.0
+"""
+
+
+def test_the_in_cell_rule_needs_a_cell_rule_with_a_synchronous_criterion():
+    cut = IN_CELL[:IN_CELL.index("[cell_rule]")]
+    for text in (cut, cut + '[cell_rule]\nbaseline = "ppo"\nmax_kept_gain = 0.7\n'):
+        with pytest.raises(ValueError, match=r"\[tune\] rule: best_sync_final_in_cell chooses "
+                                             r"among the values whose synchronous runs meet "
+                                             r"\[cell_rule\]'s min_gain, max_final or "
+                                             r"rising_window, and the experiment sets none"):
+            sweep.parse_experiment(text)
+
+
+def _saturating_rows(run_id, rate):
+    """The larger rate reaches the reference (10) by the middle and stays: the best final score,
+    but saturated and flat; the smaller one climbs to 6 to the end."""
+    if rate == RATES[1]:
+        return [{"run_id": run_id, "lag": 0.0, "env_steps": s, "eval_return": min(10.0, 5.0 * s)}
+                for s in range(5)]
+    return [{"run_id": run_id, "lag": 0.0, "env_steps": s, "eval_return": 1.5 * s}
+            for s in range(5)]
+
+
+@pytest.mark.parametrize("rule, chosen", [("best_sync_final", RATES[1]),
+                                          ("best_sync_final_in_cell", RATES[0])])
+def test_the_in_cell_rule_passes_over_a_value_that_saturates(rule, chosen):
+    experiment = sweep.parse_experiment(IN_CELL.replace("best_sync_final_in_cell", rule))
+    rows = [row for run in experiment.group(TUNING).runs
+            for row in _saturating_rows(run.run_id, run.hparams["learning_rate"])]
+    [made] = tune.choices(experiment, pd.DataFrame(rows), "eval_return")
+    assert made.chosen == chosen
+    assert [c.iqm for c in made.candidates] == pytest.approx([6.0, 10.0])
+    in_cell = rule.endswith("in_cell")
+    assert [c.in_cell for c in made.candidates] == ([True, False] if in_cell else [None, None])
+
+
+def test_the_in_cell_rule_chooses_among_all_values_when_none_meets_the_rule():
+    experiment = sweep.parse_experiment(IN_CELL)
+    rows = [row for run in experiment.group(TUNING).runs  # both flat at the reference
+            for row in _saturating_rows(run.run_id, RATES[1])]
+    [made] = tune.choices(experiment, pd.DataFrame(rows), "eval_return")
+    assert [c.in_cell for c in made.candidates] == [False, False]
+    assert made.chosen == RATES[0]  # equal finals: the smaller value
+    assert tune.RULES["best_sync_final_in_cell"].choose({1e-4: 1.0, 3e-3: 2.0},
+                                                        frozenset({1e-4})) == 1e-4
+
+
+def test_the_tuning_section_names_the_values_meeting_the_cell_rule():
+    def choice(method, in_cell):
+        return TuningChoice(method=method, group=f"tune-{method}", point={}, chosen=1e-4,
+                            candidates=tuple(TuningCandidate(value=v, iqm=1.0, low=0.5, high=2.0,
+                                                             runs=4, in_cell=k)
+                                             for v, k in zip((1e-4, 3e-4), in_cell)))
+    tuning = Tuning(hparam="learning_rate", rule="best_sync_final_in_cell",
+                    statistic="final score", seeds=(5,), column="tuned_learning_rate",
+                    choices=(choice("a", (True, False)), choice("b", (False, False))))
+    text = "\n".join(tuning_section(tuning))
+    assert "Only the values whose lag-0 runs meet the cell rule's" in text
+    assert "| method | learning_rate | IQM final score [95% CI] | runs | meets the cell rule | |" \
+        in text
+    assert "| a | 0.0001 | 1 [0.5, 2] | 4 | yes | **chosen** |" in text
+    assert "| a | 0.0003 | 1 [0.5, 2] | 4 | no |  |" in text
+    assert "No value meets the cell rule for: b; each was chosen among all its values." in text
+    for c in tuning.choices[0].candidates:  # summary.json carries it; None is left out
+        assert parsed(TuningCandidate, _to_json(c)) == c
+    assert "in_cell" not in _to_json(TuningCandidate(value=1.0, iqm=1.0, low=1.0, high=1.0,
+                                                     runs=1))
 
 
 def _choice(method, chosen, values=(3e-4, 1e-3, 3e-3)):

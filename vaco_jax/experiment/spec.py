@@ -448,6 +448,10 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
                                          {lv for lag in lag_specs for lv in lag.levels},
                                          reference_scores)
                          if "cell_rule" in spec else None)
+        if tune and tune.rule.in_cell and (cell_rule is None or not cell_rule.normalised):
+            raise ValueError(f"[tune] rule: {tune.rule.name} chooses among the values whose "
+                             f"synchronous runs meet [cell_rule]'s min_gain, max_final or "
+                             f"rising_window, and the experiment sets none of them")
         groups = tuple(_group(task, algo, epochs, minibatches, lag, lag_specs, axes, seeds,
                               settings[task, algo])
                        for task in tasks for algo in algos for lag in lag_specs

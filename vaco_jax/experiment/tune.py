@@ -11,7 +11,11 @@ lagged cells and the lag-0 cell) at that value. A method is an algorithm at one 
 other grids: each such point is tuned on its own.
 
 The rule is read from nothing but the tuning groups' runs, which are synchronous by
-construction, so no stale run can sway the choice.
+construction, so no stale run can sway the choice. A rule `..._in_cell` chooses only among the
+values whose synchronous runs meet the experiment's `[cell_rule]` criteria (gain, not
+saturated, still rising: `vaco_jax.report.cell_rule`), judged for each method on its own
+tuning runs as the rule judges the baseline, so that a method is not tuned into a saturated
+cell; where no value meets them, it chooses among all, and the report says so.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import pandas as pd
 
 from vaco_jax.core.lag_models import Fixed
 from vaco_jax.experiment import fields, spec
-from vaco_jax.report import scoring, stats
+from vaco_jax.report import cell_rule, scoring, stats
+from vaco_jax.report.summary import CellRule
 from vaco_jax.testbeds import Testbed
 
 TUNE_KEYS = ("hparam", "values", "rule", "seeds")
@@ -58,19 +63,24 @@ class Rule:
     """A selection rule: the grid value whose synchronous runs have the highest IQM of
     `run_scores` (in the testbed's units: one method on one task needs no normalisation).
     Equal IQMs go to the smaller value, the more cautious step; a value whose every run
-    diverged (IQM NaN) ranks below any other."""
+    diverged (IQM NaN) ranks below any other. With `in_cell`, only the values in `allowed`
+    (those meeting the cell rule) compete, unless none does."""
 
     name: str
     statistic: str
     run_scores: Callable[[pd.DataFrame, str], pd.Series]
+    in_cell: bool = False
 
-    def choose(self, iqms: Mapping[float, float]) -> float:
-        return min(iqms, key=lambda v: (-np.nan_to_num(iqms[v], nan=-np.inf), v))
+    def choose(self, iqms: Mapping[float, float], allowed: frozenset[float] = frozenset()
+               ) -> float:
+        competing = [v for v in iqms if v in allowed] or list(iqms)
+        return min(competing, key=lambda v: (-np.nan_to_num(iqms[v], nan=-np.inf), v))
 
 
 RULES = {rule.name: rule for rule in (
     Rule("best_sync_auc", "AUC", _auc_scores),
-    Rule("best_sync_final", "final score", _final_scores))}
+    Rule("best_sync_final", "final score", _final_scores),
+    Rule("best_sync_final_in_cell", "final score", _final_scores, in_cell=True))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,13 +167,15 @@ def tuning_groups(groups: tuple[spec.Group, ...], tune: Tune, testbed: Testbed
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """One grid value of one method: the IQM of its runs' scores and its 95% interval."""
+    """One grid value of one method: the IQM of its runs' scores and its 95% interval; with an
+    `in_cell` rule, whether its runs meet the cell rule."""
 
     value: float
     iqm: float
     low: float
     high: float
     runs: int
+    in_cell: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,10 +194,26 @@ class Choice:
         return self.group, tuple(self.point.values())
 
 
-def _candidate(value: float, scores: np.ndarray) -> Candidate:
+def _candidate(value: float, scores: np.ndarray, in_cell: bool | None) -> Candidate:
     iqm, low, high = stats.stratified_bootstrap_ci(scores[:, None], stats.aggregate_iqm)
     return Candidate(value=value, iqm=float(iqm), low=float(low), high=float(high),
-                     runs=len(scores))
+                     runs=len(scores), in_cell=in_cell)
+
+
+def _meets_cell_rule(rows: pd.DataFrame, column: str, rule: CellRule, task: str,
+                     reference: float) -> bool:
+    """Whether one method's synchronous runs at one value (`rows`: their evaluations) meet the
+    cell rule's criteria on `task`, each run normalised by its first evaluation and the task's
+    `reference`, as the rule judges the baseline's cells."""
+    filled = _filled(rows, column)
+    runs = filled.groupby("run_id")["filled_score"]
+    sync = pd.DataFrame({"raw_initial": runs.first(),
+                         "raw_final": scoring.final_scores(filled, FINAL_FRACTION)})
+    sync = sync.assign(gain=sync["raw_final"] - sync["raw_initial"], task=task).reset_index()
+    judged = cell_rule.judge_cell(
+        task, "", cell_rule.normalised(sync, filled, rule, {task: reference}), rule, None,
+        reps=2000, seed=0)
+    return judged.passed
 
 
 def choices(experiment: spec.Experiment, runs: pd.DataFrame, score: str) -> list[Choice]:
@@ -199,13 +227,21 @@ def choices(experiment: spec.Experiment, runs: pd.DataFrame, score: str) -> list
         if set(rows["run_id"]) != ids:
             continue
         scores = tune.rule.run_scores(rows, score)
+        task = experiment.testbed.task(group.config)
         for point in _grid_points(dataclasses.replace(group, swept=group.swept[1:])):
             named = dict(zip(group.swept[1:], point))
-            candidates = tuple(_candidate(value, np.array(
-                [scores[r.run_id] for r in group.runs if r.hparams[tune.hparam] == value
-                 and all(r.hparams[n] == v for n, v in named.items())]))
+
+            def run_ids(value):
+                return [r.run_id for r in group.runs if r.hparams[tune.hparam] == value
+                        and all(r.hparams[n] == v for n, v in named.items())]
+            candidates = tuple(_candidate(
+                value, np.array([scores[i] for i in run_ids(value)]),
+                _meets_cell_rule(rows[rows["run_id"].isin(run_ids(value))], score,
+                                 experiment.cell_rule, task, experiment.reference_scores[task])
+                if tune.rule.in_cell else None)
                 for value in tune.values)
-            chosen = tune.rule.choose({c.value: c.iqm for c in candidates})
+            chosen = tune.rule.choose({c.value: c.iqm for c in candidates},
+                                      frozenset(c.value for c in candidates if c.in_cell))
             made.append(Choice(group=group.name, point=named, candidates=candidates,
                                chosen=chosen))
     return made

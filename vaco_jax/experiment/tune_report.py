@@ -45,7 +45,8 @@ def summary(experiment: Experiment, made: list[tune.Choice]) -> Tuning:
             method=_method(experiment, c), group=c.group, point=dict(c.point), chosen=c.chosen,
             candidates=tuple(TuningCandidate(value=k.value, iqm=_defined(k.iqm),
                                              low=_defined(k.low), high=_defined(k.high),
-                                             runs=k.runs) for k in c.candidates))
+                                             runs=k.runs, in_cell=k.in_cell)
+                            for k in c.candidates))
             for c in made))
 
 

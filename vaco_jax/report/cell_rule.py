@@ -73,15 +73,16 @@ def verdict(table: pd.DataFrame, run_table: pd.DataFrame, rule: CellRule,
     per evaluation) and ``run_table`` (``scoring.run_table``, one row per run)."""
     tasks = tuple(sorted(run_table["task"].astype(str).unique()))
     baseline = run_table[run_table["algo"].astype(str) == rule.baseline]
-    sync = _normalised(baseline[baseline["lag"] == kept_gain.SYNC_LAG], table, rule,
-                       reference_scores)
+    sync = normalised(baseline[baseline["lag"] == kept_gain.SYNC_LAG], table, rule,
+                      reference_scores)
     largest, lagged = _largest_lag(baseline) if rule.max_kept_gain is not None else (None, None)
     judged = tuple(
-        _cell(str(task), str(variant), runs, rule,
-              None if lagged is None else _lag_checks(
-                  runs, lagged[(lagged["task"] == task) & (lagged["sync_variant"] == variant)],
-                  rule.max_kept_gain, reps, seed),
-              reps, seed)
+        judge_cell(str(task), str(variant), runs, rule,
+                   None if lagged is None else _lag_checks(
+                       runs,
+                       lagged[(lagged["task"] == task) & (lagged["sync_variant"] == variant)],
+                       rule.max_kept_gain, reps, seed),
+                   reps, seed)
         for (task, variant), runs in sync.groupby(["task", "variant"], sort=True))
     passing = {task: tuple(c.variant for c in judged if c.task == task and c.passed)
                for task in tasks}
@@ -102,8 +103,8 @@ def _largest_lag(baseline: pd.DataFrame) -> tuple[float, pd.DataFrame]:
     return largest, lagged.assign(sync_variant=lagged["variant"].map(sync_of))
 
 
-def _normalised(sync: pd.DataFrame, table: pd.DataFrame, rule: CellRule,
-                reference_scores: Mapping[str, float] | None) -> pd.DataFrame:
+def normalised(sync: pd.DataFrame, table: pd.DataFrame, rule: CellRule,
+               reference_scores: Mapping[str, float] | None) -> pd.DataFrame:
     """The synchronous runs with their normalised final score (``norm_final``) and, with
     ``rising_window``, its rise over the window (``norm_rise``), each on the run's own scale."""
     if not rule.normalised:
@@ -139,10 +140,10 @@ def _iqm(values: np.ndarray, reps: int, seed: int) -> Interval:
                                                      reps, seed))
 
 
-def _cell(task: str, variant: str, runs: pd.DataFrame, rule: CellRule,
-          lag: tuple[LagCheck, ...] | None, reps: int, seed: int) -> RuleCell:
-    """A cell's verdict on each criterion of ``rule``; ``lag``: its lag checks, measured
-    apart."""
+def judge_cell(task: str, variant: str, runs: pd.DataFrame, rule: CellRule,
+               lag: tuple[LagCheck, ...] | None, reps: int, seed: int) -> RuleCell:
+    """A cell's verdict on each criterion of ``rule`` (``runs``: one row per run, as
+    ``normalised`` gives them); ``lag``: its lag checks, measured apart."""
     gain = final = rising = None
     if rule.min_gain is not None:
         reaching = int((runs["norm_final"] >= rule.min_gain).sum())

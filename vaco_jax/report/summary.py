@@ -304,13 +304,15 @@ class FigureRecord:
 
 @dataclasses.dataclass(frozen=True)
 class TuningCandidate:
-    """One grid value of one tuned method: the rule's IQM over its synchronous runs."""
+    """One grid value of one tuned method: the rule's IQM over its synchronous runs and, for
+    a rule that chooses within the cell rule, whether they meet it."""
 
     value: float
     iqm: float | None
     low: float | None
     high: float | None
     runs: int
+    in_cell: bool | None = absent_when_none()
 
 
 @dataclasses.dataclass(frozen=True)
