@@ -230,19 +230,18 @@ def choices(experiment: spec.Experiment, runs: pd.DataFrame, score: str) -> list
         task = experiment.testbed.task(group.config)
         for point in _grid_points(dataclasses.replace(group, swept=group.swept[1:])):
             named = dict(zip(group.swept[1:], point))
-
-            def run_ids(value):
-                return [r.run_id for r in group.runs if r.hparams[tune.hparam] == value
-                        and all(r.hparams[n] == v for n, v in named.items())]
-            candidates = tuple(_candidate(
-                value, np.array([scores[i] for i in run_ids(value)]),
-                _meets_cell_rule(rows[rows["run_id"].isin(run_ids(value))], score,
-                                 experiment.cell_rule, task, experiment.reference_scores[task])
-                if tune.rule.in_cell else None)
-                for value in tune.values)
+            candidates = []
+            for value in tune.values:
+                ids = [r.run_id for r in group.runs if r.hparams[tune.hparam] == value
+                       and all(r.hparams[n] == v for n, v in named.items())]
+                in_cell = (_meets_cell_rule(rows[rows["run_id"].isin(ids)], score,
+                                            experiment.cell_rule, task,
+                                            experiment.reference_scores[task])
+                           if tune.rule.in_cell else None)
+                candidates.append(_candidate(value, np.array([scores[i] for i in ids]), in_cell))
             chosen = tune.rule.choose({c.value: c.iqm for c in candidates},
                                       frozenset(c.value for c in candidates if c.in_cell))
-            made.append(Choice(group=group.name, point=named, candidates=candidates,
+            made.append(Choice(group=group.name, point=named, candidates=tuple(candidates),
                                chosen=chosen))
     return made
 

@@ -37,9 +37,9 @@ def tuning_section(tuning: Tuning | None) -> list[str]:
             lines.append(f"| {choice.method} | {c.value:g} | {_number(c.iqm)} "
                          f"[{_number(c.low)}, {_number(c.high)}] | {c.runs} |{meets} {mark} |")
     if not tuning.choices:
-        lines.append("| (no tuning group has finished) | | | | |" + (" |" if in_cell else ""))
-    outside = [c.method for c in tuning.choices
-               if in_cell and not any(k.in_cell for k in c.candidates)]
+        lines.append("| (no tuning group has finished) | | | | |")  # so no cell column
+    outside = ([c.method for c in tuning.choices if not any(k.in_cell for k in c.candidates)]
+               if in_cell else [])
     if outside:
         lines += ["", f"No value meets the cell rule for: {', '.join(outside)}; each was chosen "
                   f"among all its values."]
