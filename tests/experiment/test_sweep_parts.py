@@ -386,10 +386,40 @@ def test_bad_merges_are_refused_naming_the_folder(parts, tmp_path, capsys, case)
     assert not (tmp_path / "merged").exists()
 
 
+def test_a_part_run_before_the_experiment_grew_merges_into_it(parts, tmp_path, capsys):
+    """`vaco` run alone, under the experiment before `ppo` joined it, merges with part 1/2 of the
+    grown experiment when that is named, into the report of the grown experiment run whole."""
+    whole, (part1, _) = parts
+    before = tmp_path / "before.toml"
+    before.write_text(TOY)
+    vaco_before = tmp_path / "vaco_before"
+    assert cli.main(["sweep", str(before), "--out", str(vaco_before),
+                     "--max-runs-per-batch", str(BATCH), "--no-progress"]) == 0
+    out, grown = tmp_path / "merged", str(tmp_path / "toy2.toml")
+    Path(grown).write_text(TOY2)
+    assert cli.main(["report", str(out), "--parts", str(part1), str(vaco_before)]) == 2
+    assert "or name the experiment that extends them (--experiment)" in capsys.readouterr().err
+    assert cli.main(["report", str(out), "--parts", str(part1), str(vaco_before),
+                     "--experiment", grown]) == 0
+    pd.testing.assert_frame_equal(runs(out), runs(whole), check_exact=True)
+    assert summary(out) == summary(whole) and (out / "experiment.toml").read_text() == TOY2
+
+    changed = tmp_path / "changed.toml"
+    changed.write_text(TOY2.replace("learning_rate = 1e-3", "learning_rate = 3e-4"))
+    assert cli.main(["report", str(tmp_path / "refused"), "--parts", str(part1),
+                     str(vaco_before), "--experiment", str(changed)]) == 2
+    err = capsys.readouterr().err
+    assert f"part folder {str(part1)!r} holds groups that 'toy' does not run alike: 'toy' runs " \
+           f"group '{PPO}' otherwise" in err and not (tmp_path / "refused").exists()
+
+
 def test_merge_options_need_parts(parts, capsys):
     whole, _ = parts
     assert cli.main(["report", str(whole), "--overwrite"]) == 2
     assert "apply only with --parts" in capsys.readouterr().err
+    assert cli.main(["report", str(whole), "--experiment", "toy.toml"]) == 2
+    assert "--experiment, --allow-incomplete, --overwrite and --keep apply only with --parts" \
+        in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- named groups

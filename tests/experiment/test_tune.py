@@ -128,6 +128,35 @@ def test_the_in_cell_rule_needs_a_cell_rule_with_a_synchronous_criterion():
             sweep.parse_experiment(text)
 
 
+def test_an_experiment_with_a_method_added_takes_the_groups_run_before():
+    part = sweep.parse_experiment(IN_CELL)
+    whole = sweep.parse_experiment(IN_CELL.replace('algos = ["ppo"]', 'algos = ["ppo", "spo"]'))
+    assert sweep.foreign_groups(part, whole, [TUNING, STUDIED]) == {}
+    added = ["tune-toy_reach-spo-e2m2", "toy_reach-spo-e2m2"]
+    assert sweep.foreign_groups(whole, part, [TUNING, STUDIED, *added]) == {
+        name: f"'toy' has no group {name!r}" for name in added}
+
+
+OTHERWISE, TUNE, CELL = ("otherwise (its runs or config)", "by another [tune]",
+                         "by another [cell_rule] or reference score of 'toy_reach'")
+
+
+@pytest.mark.parametrize("old, new, why_tuning, why_studied", [
+    ("rollout_length = 16", "rollout_length = 8", OTHERWISE, OTHERWISE),
+    ("seeds = [5, 6]", "seeds = [5, 7]", OTHERWISE, TUNE),  # the tuning runs alone differ
+    ("best_sync_final_in_cell", "best_sync_final", TUNE, TUNE),
+    ("rising_window = 0.5", "rising_window = 0.25", CELL, CELL),
+    ("toy_reach = 10.0", "toy_reach = 20.0", CELL, CELL),
+])
+def test_groups_an_experiment_would_run_or_tune_otherwise_are_foreign_to_it(
+        old, new, why_tuning, why_studied):
+    part, whole = sweep.parse_experiment(IN_CELL), sweep.parse_experiment(IN_CELL.replace(old, new))
+    foreign = sweep.foreign_groups(part, whole, [TUNING, STUDIED])
+    assert set(foreign) == {TUNING, STUDIED}
+    assert why_tuning in foreign[TUNING] and why_studied in foreign[STUDIED]
+    assert sweep.foreign_groups(part, part, [TUNING, STUDIED]) == {}
+
+
 def _saturating_rows(run_id, rate):
     """The larger rate reaches the reference (10) by the middle and stays: the best final score,
     but saturated and flat; the smaller one climbs to 6 to the end."""

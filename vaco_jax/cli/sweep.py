@@ -66,6 +66,10 @@ def add_parsers(subparsers) -> None:
     r.add_argument("--parts", nargs="+", metavar="PART_DIR", default=None,
                    help="merge these part folders (`vaco-jax sweep --part K/N`) of one "
                         "experiment into one report in DIR")
+    r.add_argument("--experiment", metavar="FILE", default=None,
+                   help="with --parts: the experiment of the merged report, when it grew after "
+                        "some parts ran (a task or a method added): each part's groups must be "
+                        "groups of FILE, run alike")
     r.add_argument("--allow-incomplete", action="store_true",
                    help="with --parts: report even if groups are missing or unfinished (the "
                         "report's title says so)")
@@ -118,10 +122,12 @@ def run_sweep(args) -> int:
 def run_report(args) -> int:
     if args.parts is not None:
         check_keep_flags(args)
+        experiment = load_experiment(args.experiment) if args.experiment else None
         summary = merge_parts(args.parts, args.out, allow_incomplete=args.allow_incomplete,
-                              overwrite=args.overwrite, keep=args.keep)
-    elif args.allow_incomplete or args.overwrite or args.keep:
-        raise ValueError("--allow-incomplete, --overwrite and --keep apply only with --parts")
+                              overwrite=args.overwrite, keep=args.keep, experiment=experiment)
+    elif args.allow_incomplete or args.overwrite or args.keep or args.experiment:
+        raise ValueError("--experiment, --allow-incomplete, --overwrite and --keep apply only "
+                         "with --parts")
     elif (Path(args.out) / CONFIG_FILE).is_file():  # a run's folder, not a sweep's
         print(f"figures of the run in {args.out}:")
         for path, shows in write_run_figures(args.out).items():

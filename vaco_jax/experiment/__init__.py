@@ -25,7 +25,7 @@ Modules, in the order a sweep uses them:
 from vaco_jax.experiment.execute import run_sweep, sweep
 from vaco_jax.experiment.folder import (EXPERIMENT_FILE, RUNS_DIR, batch_dir, batch_finished,
                                         load_sweep, load_sweep_to_resume, start_sweep)
-from vaco_jax.experiment.merge import merge_parts
+from vaco_jax.experiment.merge import foreign_groups, merge_parts
 from vaco_jax.experiment.parts import NamedGroups, Part, Selection, parse_part, selected_groups
 from vaco_jax.experiment.plan import (PLAN_FILE, Batch, Plan, batch_capacity, make_plan,
                                       plan_text, split_runs)
@@ -39,7 +39,7 @@ __all__ = [
     "EXPERIMENT_FILE", "PLAN_FILE", "RUNS_DIR",
     "Batch", "Experiment", "Group", "NamedGroups", "Part", "Plan", "RunSpec", "Selection",
     "balanced_parts", "batch_capacity", "batch_dir", "batch_finished", "batch_table",
-    "finished_batches_table", "group_steps", "load_experiment",
+    "finished_batches_table", "foreign_groups", "group_steps", "load_experiment",
     "load_sweep", "load_sweep_to_resume", "make_plan", "merge_parts", "parse_experiment",
     "parse_part", "plan_text", "run_sweep", "runs_table", "same_experiment",
     "selected_groups", "split_runs", "start_sweep", "sweep", "unfinished_groups",

@@ -9,6 +9,10 @@ the groups it merged finished, whose rows its `runs.parquet` keeps, so an incomp
 be completed after its part folders (and their checkpoints) are gone. The merged folder receives
 `experiment.toml`, the report, and `parts.json`, the record of which folders and parts were
 merged.
+
+An experiment that grew after some parts ran (a task or a method added) merges them too when it
+is named (`experiment`): each of their groups must be the group of that name in it, run alike
+(`foreign_groups`), so that their runs are the runs it would run.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ class _SweepFolder:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.plan = resolved_plan(load_sweep(folder), folder)  # the tuned groups at their values
+        declared = load_sweep(folder)
+        self.declared = declared.experiment  # as its file says, before any tuning's choice
+        self.plan = resolved_plan(declared, folder)  # the tuned groups at their values
         self.experiment = self.plan.experiment
         self.groups = [g.name for g in self.plan.groups]
         self.unfinished = unfinished_groups(self.plan, folder)
@@ -65,6 +71,7 @@ class _MergedReport:
         self.experiment = parse_experiment(
             (folder / EXPERIMENT_FILE).read_text(encoding="utf-8"),
             name=self.merged["experiment"])
+        self.declared = self.experiment
         unfinished = {g for names in self.merged["unfinished_groups"].values() for g in names}
         self.groups = [g for part in self.merged["parts"] for g in part["groups"]
                        if g not in unfinished]
@@ -135,15 +142,44 @@ def _merged_table(experiment: Experiment,
     return pd.concat(tables.values(), ignore_index=True)
 
 
+def foreign_groups(part: Experiment, whole: Experiment, names: Sequence[str]) -> dict[str, str]:
+    """Each of the groups `names`, declared by `part`, that `whole` would not run alike, with
+    why: `whole` has no group of its name, or one with other runs or another program, tuned by
+    another group, or chosen by another tuning (`[tune]`, and the `[cell_rule]` and the task's
+    reference score that an in-cell rule reads). Empty when every group joins `whole`."""
+    whole_groups = {group.name: group for group in whole.groups}
+    tuned = set(part.tuned_by) | set(part.tuned_by.values())
+    foreign = {}
+    for name in names:
+        group = part.group(name)
+        task = part.testbed.task(group.config)
+        if name not in whole_groups:
+            foreign[name] = f"{whole.name!r} has no group {name!r}"
+        elif whole_groups[name] != group:
+            foreign[name] = f"{whole.name!r} runs group {name!r} otherwise (its runs or config)"
+        elif whole.tuned_by.get(name) != part.tuned_by.get(name):
+            foreign[name] = f"{whole.name!r} tunes group {name!r} by another group"
+        elif name in tuned and whole.tune != part.tune:
+            foreign[name] = f"{whole.name!r} tunes group {name!r} by another [tune]"
+        elif name in tuned and part.tune.rule.in_cell and (
+                whole.cell_rule != part.cell_rule
+                or whole.reference_scores.get(task) != part.reference_scores.get(task)):
+            foreign[name] = (f"{whole.name!r} judges the tuning of group {name!r} by another "
+                             f"[cell_rule] or reference score of {task!r}")
+    return foreign
+
+
 def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
                 allow_incomplete: bool = False, overwrite: bool = False,
-                keep: Sequence[str] = ()) -> Summary:
+                keep: Sequence[str] = (), experiment: Experiment | None = None) -> Summary:
     """Writes the report of the experiment whose parts were run into `part_dirs` (sweep folders
     or merged reports) into `out_dir` (refused if it exists, unless `overwrite`), with
-    `experiment.toml` and `parts.json`; returns the report's summary.
+    `experiment.toml` and `parts.json`; returns the report's summary. The experiment is the
+    parts' own, or `experiment`, which may extend theirs (`foreign_groups`).
 
     Refuses, naming the folder: a folder that is neither a sweep folder nor a merged report, one
-    of another experiment (parsed `experiment.toml` differs), parts that overlap, and, unless
+    of another experiment (parsed `experiment.toml` differs; with `experiment`, a group it
+    would not run alike), parts that overlap, and, unless
     `allow_incomplete` (which marks the report's title), groups that no part holds or that are
     not finished, and a part folder that a live process writes. The runs of unfinished batches
     never enter the report. It holds the lock of `out_dir`; `overwrite` and `keep` are
@@ -159,18 +195,29 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         for folder in folders:
             for held in (folder, *manifest.nested_runs(folder)):
                 refuse_if_in_use(held)
-        return _merge(folders, out, allow_incomplete=allow_incomplete, keep=keep)
+        return _merge(folders, out, allow_incomplete=allow_incomplete, keep=keep,
+                      experiment=experiment)
 
 
-def _merge(folders: Sequence[Path], out: Path, *, allow_incomplete: bool,
-           keep: Sequence[str]) -> Summary:
+def _merge(folders: Sequence[Path], out: Path, *, allow_incomplete: bool, keep: Sequence[str],
+           experiment: Experiment | None) -> Summary:
     sources = [_source(folder) for folder in folders]
-    experiment = sources[0].experiment
-    for source in sources[1:]:
-        if not same_experiment(source.experiment, experiment):
-            raise ValueError(f"part folder {str(source.folder)!r} holds another experiment "
-                             f"({source.experiment.name!r}) than {str(folders[0])!r} "
-                             f"({experiment.name!r}); merge the parts of one experiment only")
+    if experiment is not None:
+        for source in sources:
+            foreign = foreign_groups(source.declared, experiment, source.groups)
+            if foreign:
+                raise ValueError(f"part folder {str(source.folder)!r} holds groups that "
+                                 f"{experiment.name!r} does not run alike: "
+                                 f"{'; '.join(foreign.values())}")
+    else:
+        experiment = sources[0].experiment
+        for source in sources[1:]:
+            if not same_experiment(source.experiment, experiment):
+                raise ValueError(f"part folder {str(source.folder)!r} holds another experiment "
+                                 f"({source.experiment.name!r}) than {str(folders[0])!r} "
+                                 f"({experiment.name!r}); merge the parts of one experiment "
+                                 f"only, or name the experiment that extends them "
+                                 f"(--experiment)")
     owners = _owners(sources)
     missing = [g.name for g in experiment.groups if g.name not in owners]
     unfinished = {str(s.folder): s.unfinished for s in sources if s.unfinished}
