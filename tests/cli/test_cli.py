@@ -1,4 +1,8 @@
-"""The `train` command's options reach the run's `ControlConfig`, and bad values are refused."""
+"""The `train` command's options reach the run's `ControlConfig`, bad values are refused, and the
+command line imports matplotlib only to draw."""
+
+import subprocess
+import sys
 
 import pytest
 
@@ -36,3 +40,14 @@ def test_train_refuses_an_unknown_value_naming_the_field(tmp_path, capsys, flag,
     assert cli.main([*ARGS, flag, "bogus", "--out", str(tmp_path / "run")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_command_line_imports_matplotlib_only_to_draw():
+    """matplotlib takes about a second to import: a command that writes no report or figure,
+    and every child process of a sweep, skips it; writing a report still finds it."""
+    code = ("import sys; import vaco_jax.cli; print('matplotlib' in sys.modules); "
+            "from vaco_jax import report; report.write_report; "
+            "print('matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True"]

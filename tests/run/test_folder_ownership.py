@@ -15,7 +15,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
-from vaco_jax.report.write import REPORT_WRITES
+from vaco_jax.report.runs_table import REPORT_WRITES
 from vaco_jax.infra import io, manifest, run_folder
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.infra.lock import LOCK_FILE, FolderInUse, folder_lock, refuse_if_in_use

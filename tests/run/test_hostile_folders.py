@@ -42,7 +42,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vaco_jax import cli
-from vaco_jax.report.write import REPORT_WRITES
+from vaco_jax.report.runs_table import REPORT_WRITES
 from vaco_jax.infra import io, manifest, run_folder
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.infra.lock import LOCK_FILE, folder_lock, refuse_if_in_use

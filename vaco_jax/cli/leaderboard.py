@@ -7,7 +7,6 @@ import sys
 
 from vaco_jax import testbeds
 from vaco_jax.cli.common import add_overwrite_flags, check_keep_flags
-from vaco_jax.leaderboard.site import build_site
 
 
 def add_parser(subparsers) -> None:
@@ -34,6 +33,9 @@ def plugin_algorithms() -> dict[tuple[str, str], str]:
 
 
 def run_leaderboard(args) -> int:
+    # Imported here: the board draws with matplotlib, a second's import that every other
+    # command (and each child process of a sweep) would pay.
+    from vaco_jax.leaderboard.site import build_site
     check_keep_flags(args)
     built = build_site(args.out, args.results, args.claims, args.card,
                        overwrite=args.overwrite, keep=args.keep, plugins=plugin_algorithms())

@@ -10,7 +10,6 @@ from vaco_jax.cli.common import (add_log, add_memory_budget, add_overwrite_flags
 from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
                                  write_sweep_report)
-from vaco_jax.report.run_figures import write_run_figures
 from vaco_jax.report.summary import CellRuleVerdict, Summary
 from vaco_jax.run import distributed
 from vaco_jax.infra.run_folder import CONFIG_FILE
@@ -129,6 +128,8 @@ def run_report(args) -> int:
         raise ValueError("--experiment, --allow-incomplete, --overwrite and --keep apply only "
                          "with --parts")
     elif (Path(args.out) / CONFIG_FILE).is_file():  # a run's folder, not a sweep's
+        # Imported here, as matplotlib is, only by the commands that draw.
+        from vaco_jax.report.run_figures import write_run_figures
         print(f"figures of the run in {args.out}:")
         for path, shows in write_run_figures(args.out).items():
             print(f"  {path}: {shows}")

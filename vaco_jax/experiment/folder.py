@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from vaco_jax.experiment.parts import Selection, selected_groups
 from vaco_jax.experiment.plan import PLAN_FILE, Batch, Plan, make_plan
 from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
-from vaco_jax.report.write import REPORT_WRITES
+from vaco_jax.report.runs_table import REPORT_WRITES
 from vaco_jax.infra import io, manifest
 from vaco_jax.infra.run_folder import read_status
 from vaco_jax.infra.lock import folder_lock

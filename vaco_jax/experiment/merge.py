@@ -31,7 +31,7 @@ from vaco_jax.experiment.results import (finished_batches_table, resolved_plan,
 from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
 from vaco_jax.infra import io, manifest
 from vaco_jax.report.summary import Summary
-from vaco_jax.report.write import REPORT_WRITES
+from vaco_jax.report.runs_table import REPORT_WRITES
 from vaco_jax.infra.lock import folder_lock, refuse_if_in_use
 
 PARTS_FILE = "parts.json"

@@ -25,7 +25,14 @@ from vaco_jax.report.runs_table import (
     required_columns,
     variant_names,
 )
-from vaco_jax.report.write import write_report
+
+def __getattr__(name: str):
+    # `write_report` draws with matplotlib, which takes about a second to import: a command that
+    # writes no report (`vaco-jax envs`, a training run, each child process of a sweep) skips it.
+    if name == "write_report":
+        from vaco_jax.report.write import write_report
+        return write_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CONFIG_PREFIX",

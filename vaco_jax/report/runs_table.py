@@ -27,6 +27,8 @@ CONFIG_PREFIX = "cfg_"
 SETTING_PREFIXES = (HP_PREFIX, CONFIG_PREFIX)
 """The prefixes of the swept settings' columns: hyper-parameters and config axes."""
 RUNS_FILE = "runs.parquet"
+REPORT_WRITES = (RUNS_FILE, "summary.json", "report.md", "fig_*.png", "fig_*.pdf")
+"""Glob patterns of the files a report (`write.write_report`) writes into its folder."""
 RUN_COORDINATES = ("task", "algo", "lag_model", "lag", "epochs", "minibatches", "seed")
 VARIANT_COORDINATES = ("lag_model", "epochs", "minibatches")
 """Run coordinates that name a variant when they vary within an algorithm (with ``hp_*``)."""

@@ -41,9 +41,6 @@ from vaco_jax.infra import io
 from vaco_jax.infra.provenance import provenance
 
 DEFAULT_TITLE = "Policy-lag benchmark report"
-REPORT_WRITES = (RUNS_FILE, "summary.json", "report.md", "fig_*.png", "fig_*.pdf")
-"""Glob patterns of the files a report writes into its folder."""
-
 
 @dataclasses.dataclass(frozen=True)
 class ReportData:
