@@ -156,6 +156,14 @@ def test_a_task_without_synchronous_baseline_runs_fails_every_task():
     assert verdict.every_task == ()
 
 
+def test_a_table_without_any_baseline_run_judges_no_cell():
+    # A part of a sweep that ran other methods only: its report still gets a verdict.
+    verdict = judged(cell_rows("add", [0.5] * 10, algo="ppo", lag=0)
+                     + cell_rows("add", [0.2] * 10, algo="ppo", lag=32), LAG_RULE)
+    assert verdict.cells == () and verdict.passing == {"add": ()}
+    assert verdict.every_task == () and verdict.largest_lag == 0.0
+
+
 def test_normalised_criteria_need_each_tasks_reference():
     with pytest.raises(ValueError, match=r"min_gain, max_final, rising_window are normalised "
                                          r"by each task's reference score; tasks \['chain'\]"):

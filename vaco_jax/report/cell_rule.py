@@ -107,7 +107,7 @@ def normalised(sync: pd.DataFrame, table: pd.DataFrame, rule: CellRule,
                reference_scores: Mapping[str, float] | None) -> pd.DataFrame:
     """The synchronous runs with their normalised final score (``norm_final``) and, with
     ``rising_window``, its rise over the window (``norm_rise``), each on the run's own scale."""
-    if not rule.normalised:
+    if not rule.normalised or sync.empty:  # empty: a part of a sweep without the baseline
         return sync
     references = dict(reference_scores or {})
     missing = sorted(set(sync["task"].astype(str)) - set(references))
