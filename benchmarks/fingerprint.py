@@ -29,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 RENAMED = {"final_return": "final_score", "filled_return": "filled_score"}
 """Old column name -> new one, for tables written before a column was renamed."""
-ADDED = ("initial_policy_share",)
+ADDED = ("initial_policy_share", "sequence_log_ratio")
 """Metrics added since: their columns are left out of a table when the other table lacks them,
 so that a fingerprint written before they existed still compares."""
 

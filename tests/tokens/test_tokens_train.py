@@ -109,6 +109,8 @@ def test_lag_zero_equals_on_policy_bit_for_bit(train_stale):
     assert np.all(np.asarray(metrics["version_gap_max"]) == 0)
     assert np.all(np.asarray(metrics["diverged"]) == 0)
     np.testing.assert_allclose(metrics["tv_backward"], 0, atol=1e-5)
+    for quantile in ("sequence_log_ratio_median", "sequence_log_ratio_p99"):
+        np.testing.assert_allclose(metrics[quantile], 0, atol=1e-5)
     evals = np.asarray(metrics["eval_accuracy"])
     assert np.isnan(evals[::2]).all() and np.isfinite(evals[1::2]).all()
 
@@ -130,6 +132,11 @@ def test_fixed_lag_reaches_its_value_once_pushed(train_stale):
     _, metrics = train_stale(jax.random.PRNGKey(0), lagged(2.0))
     np.testing.assert_array_equal(metrics["version_gap_mean"], [0, 1, 2, 2])
     assert float(metrics["tv_backward"][-1]) > 1e-4
+    # Quantiles of the batch's sequence log-ratios: 0 while the batch is on-policy, spread
+    # once the versions differ, the 99th percentile above the median.
+    median, p99 = (np.asarray(metrics[f"sequence_log_ratio_{q}"]) for q in ("median", "p99"))
+    np.testing.assert_allclose([median[0], p99[0]], 0, atol=1e-5)
+    assert p99[-1] > median[-1] + 0.1
 
 
 @pytest.fixture(scope="module")

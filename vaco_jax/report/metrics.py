@@ -35,15 +35,19 @@ OFF_POLICY_METRICS = {
     "approx_kl": "Approx. KL",
     "version_gap_mean": "Mean version gap",
     "initial_policy_share": "Initial-policy data share",
+    "sequence_log_ratio": "Sequence log-ratio",
 }
 """Per-update measures of how far the behaviour policy lagged, summarised per run.
 ``version_gap_mean`` (versions between the learner and the behaviour policy, averaged over the
 update's samples: the mean staleness) compares runs of different lag models, whose lag levels
 mean different things, at equal measured staleness; ``initial_policy_share`` (the share of
 the update's samples the initial policy, version 0, produced) shows how much of a run's data
-came from the initial policy, which lag warm-up `clip` inflates while the buffer fills."""
-ROBUST_SUFFIXES = ("_median", "_p90")
-"""Per-update robust summaries of an off-policy metric, reported too when the table has them."""
+came from the initial policy, which lag warm-up `clip` inflates while the buffer fills;
+``sequence_log_ratio`` (token runs: each response's ``log(pi_T / beta)`` summed over its
+tokens, recorded by its median and 99th percentile over the update's responses) shows the heavy
+tail of the sequence importance weight that grows with lag and with the answer's length."""
+ROBUST_SUFFIXES = ("_median", "_p90", "_p99")
+"""Per-update quantile summaries of an off-policy metric, reported too when the table has them."""
 RUN_QUANTILES = {"median": 0.5, "p90": 0.9}
 """Quantiles over each run's updates reported beside the mean."""
 RUN_SUMMARIES = ("mean", *RUN_QUANTILES)

@@ -42,6 +42,9 @@ from vaco_jax.tokens.warm_start import SupervisedStart
 
 METRICS = ("reward_mean", "eval_accuracy", "response_length", "entropy", "version_gap_mean",
            "version_gap_max", "initial_policy_share", "tv_backward", "tv_forward", "ess_ratio",
+           # the median and 99th percentile of the batch's sequence log-ratios log(pi_T / beta)
+           # (`sequence_log_staleness`): the heavy tail the sequence-level corrections act on
+           "sequence_log_ratio_median", "sequence_log_ratio_p99",
            "grad_norm", "behaviour_kl", "approx_kl", "effective_learning_rate", "policy_loss",
            "diverged",
            # the ESS learning-rate factor sqrt(min(1, ess / ess_target)), NaN without ESS scaling
@@ -356,6 +359,9 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
                                   buffer=push(state.buffer, params), key=key,
                                   update=state.update + 1)
         staleness = batch.phase_log_prob - batch.behaviour_log_prob
+        log_staleness = sequence_log_staleness(batch.phase_log_prob, batch.behaviour_log_prob,
+                                               batch.mask)
+        log_ratio_median, log_ratio_p99 = jnp.quantile(log_staleness, jnp.array([0.5, 0.99]))
         gap = batch.version_gap
         metrics.update(
             reward_mean=batch.reward.mean(),
@@ -366,8 +372,9 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
             initial_policy_share=losses.aggregate(from_initial_policy(batch.behaviour_version),
                                                   batch.mask),
             tv_backward=losses.tv_estimate(staleness, batch.mask),
-            ess_ratio=losses.ess_ratio(sequence_log_staleness(
-                batch.phase_log_prob, batch.behaviour_log_prob, batch.mask)),
+            ess_ratio=losses.ess_ratio(log_staleness),
+            sequence_log_ratio_median=log_ratio_median,
+            sequence_log_ratio_p99=log_ratio_p99,
         )
         return freeze_if_diverged(state, new_state, (params, opt_state, metrics["policy_loss"]),
                                   metrics)
