@@ -32,7 +32,7 @@ once the warm start it starts from is resolved (`vaco_jax.run.warm_start`).
 from __future__ import annotations
 
 from concurrent import futures
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -69,6 +69,10 @@ class Program(Generic[ConfigT, HParamsT, StateT, PolicyT]):
         self._score = jax.jit(jax.vmap(self.trainer.evaluation_score), **self._placement)
         self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2,
                             **self._placement)
+        # A chunk's evaluations `[R, periods, ...]` as one `[R, ...]` tree per period, in one
+        # program compiled with the chunk's: sliced eagerly, each slice would compile a program
+        # of its own in the foreground, while the runs wait.
+        self._periods = jax.jit(_periods, **self._placement)
         self._init: Callable[[jax.Array, HParamsT], StateT] | None = None
         self._compiled_chunks: set[int] = set()
 
@@ -146,7 +150,10 @@ class Program(Generic[ConfigT, HParamsT, StateT, PolicyT]):
         compiled from the shapes, shardings included, and serve it to the state's arrays."""
         if chunk_compiling is not None:
             chunk_compiling.result()
-        self._run.lower(state, self.place(hparams), periods).compile()
+        placed = self.place(hparams)
+        self._run.lower(state, placed, periods).compile()
+        _, _, evaluations = jax.eval_shape(self._run, state, placed, periods)
+        self._periods.lower(evaluations).compile()
         self._compiled_chunks.add(periods)
 
     def run_chunk(self, state: StateT, placed_hparams: HParamsT,
@@ -156,9 +163,14 @@ class Program(Generic[ConfigT, HParamsT, StateT, PolicyT]):
         scores `[R]`, on the host."""
         state, metrics, evaluations = self._run(state, placed_hparams, periods)
         metrics = {name: host_copy(values) for name, values in metrics.items()}
-        scores = [host_copy(self._score(jax.tree.map(lambda x: x[:, p], evaluations)))
-                  for p in range(periods)]
+        scores = [host_copy(self._score(period)) for period in self._periods(evaluations)]
         return state, metrics, scores
+
+
+def _periods(evaluations: Any) -> list[Any]:
+    """`evaluations` (leaves `[R, periods, ...]`) split into one tree per period."""
+    periods = jax.tree.leaves(evaluations)[0].shape[1]
+    return [jax.tree.map(lambda x, p=p: x[:, p], evaluations) for p in range(periods)]
 
 
 def run_devices(num_runs: int, devices: Sequence[jax.Device] | None) -> list[jax.Device]:
