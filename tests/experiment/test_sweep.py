@@ -7,6 +7,7 @@ compilation (the sweep reuses the drivers of a config and batch size it has seen
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -367,6 +368,21 @@ def test_sweep_writes_batches_table_and_report(swept):
         assert row[name] == pytest.approx(metrics.loc[[3, 4], name].mean()), name
     initial = runs[runs["update"] == 0]
     assert initial[list(testbeds.CONTROL.training_metrics)].isna().all().all()
+
+
+def test_a_batch_written_before_a_metric_existed_reports_it_as_nan(swept, tmp_path):
+    reference, _ = swept
+    out = tmp_path / "toy"
+    shutil.copytree(reference, out)
+    older = out / "runs" / "toy_reach-vaco-e2m2-1" / "metrics.parquet"
+    pd.read_parquet(older).drop(columns=["tv_forward"]).to_parquet(older)
+    runs = sweep.runs_table(sweep.load_sweep(out), out)
+    expected = pd.read_parquet(reference / "runs.parquet")
+    from_older = runs["run_id"].str.startswith("toy_reach-vaco-e2m2-r4")
+    assert runs.loc[from_older, "tv_forward"].isna().all() and from_older.any()
+    assert runs.loc[~from_older, "tv_forward"].notna().any()
+    pd.testing.assert_frame_equal(runs.drop(columns="tv_forward"),
+                                  expected.drop(columns="tv_forward"))
 
 
 def test_resume_skips_finished_batches(swept, tmp_path, toy_file):

@@ -75,6 +75,10 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
     score, training_metrics = experiment.testbed.score, list(experiment.testbed.training_metrics)
     per_period = cfg.updates_per_period
     metrics = _read_metrics(folder)
+    # A batch written before a metric was recorded lacks its column: NaN, as for an algorithm
+    # without the quantity, so a sweep or part run before it still reports and merges.
+    missing = [m for m in training_metrics if m not in metrics.columns]
+    metrics = metrics.reindex(columns=[*metrics.columns, *missing])
     metrics = metrics[metrics["run"] < len(batch.runs)].assign(
         period=lambda m: -(-m["update"] // per_period))
     training = (metrics[metrics["update"] > 0].groupby(["run", "period"])[training_metrics]

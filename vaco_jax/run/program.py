@@ -69,10 +69,11 @@ class Program(Generic[ConfigT, HParamsT, StateT, PolicyT]):
         self._score = jax.jit(jax.vmap(self.trainer.evaluation_score), **self._placement)
         self._run = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, 0, None)), static_argnums=2,
                             **self._placement)
-        # A chunk's evaluations `[R, periods, ...]` as one `[R, ...]` tree per period, in one
-        # program compiled with the chunk's: sliced eagerly, each slice would compile a program
-        # of its own in the foreground, while the runs wait.
-        self._periods = jax.jit(_periods, **self._placement)
+        # One period's `[R, ...]` tree of a chunk's evaluations `[R, periods, ...]`, the period
+        # traced: one program, compiled with the chunk's (sliced eagerly, each period would
+        # compile a program of its own in the foreground while the runs wait), and one period's
+        # copy at a time.
+        self._period = jax.jit(_period, **self._placement)
         self._init: Callable[[jax.Array, HParamsT], StateT] | None = None
         self._compiled_chunks: set[int] = set()
 
@@ -153,7 +154,7 @@ class Program(Generic[ConfigT, HParamsT, StateT, PolicyT]):
         placed = self.place(hparams)
         self._run.lower(state, placed, periods).compile()
         _, _, evaluations = jax.eval_shape(self._run, state, placed, periods)
-        self._periods.lower(evaluations).compile()
+        self._period.lower(evaluations, jax.ShapeDtypeStruct((), jnp.int32)).compile()
         self._compiled_chunks.add(periods)
 
     def run_chunk(self, state: StateT, placed_hparams: HParamsT,
@@ -163,14 +164,15 @@ class Program(Generic[ConfigT, HParamsT, StateT, PolicyT]):
         scores `[R]`, on the host."""
         state, metrics, evaluations = self._run(state, placed_hparams, periods)
         metrics = {name: host_copy(values) for name, values in metrics.items()}
-        scores = [host_copy(self._score(period)) for period in self._periods(evaluations)]
+        scores = [host_copy(self._score(self._period(evaluations, np.int32(p))))
+                  for p in range(periods)]
         return state, metrics, scores
 
 
-def _periods(evaluations: Any) -> list[Any]:
-    """`evaluations` (leaves `[R, periods, ...]`) split into one tree per period."""
-    periods = jax.tree.leaves(evaluations)[0].shape[1]
-    return [jax.tree.map(lambda x, p=p: x[:, p], evaluations) for p in range(periods)]
+def _period(evaluations: Any, period: jax.Array) -> Any:
+    """Period `period` of `evaluations` (leaves `[R, periods, ...]`): leaves `[R, ...]`."""
+    return jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, period, 1, keepdims=False),
+                        evaluations)
 
 
 def run_devices(num_runs: int, devices: Sequence[jax.Device] | None) -> list[jax.Device]:
