@@ -137,7 +137,7 @@ def test_an_experiment_with_a_method_added_takes_the_groups_run_before():
         name: f"'toy' has no group {name!r}" for name in added}
 
 
-OTHERWISE, TUNE, CELL = ("otherwise (its runs or config)", "by another [tune]",
+OTHERWISE, TUNE, CELL = ("otherwise (", "by another [tune]",
                          "by another [cell_rule] or reference score of 'toy_reach'")
 
 
@@ -155,6 +155,18 @@ def test_groups_an_experiment_would_run_or_tune_otherwise_are_foreign_to_it(
     assert set(foreign) == {TUNING, STUDIED}
     assert why_tuning in foreign[TUNING] and why_studied in foreign[STUDIED]
     assert sweep.foreign_groups(part, part, [TUNING, STUDIED]) == {}
+
+
+def test_a_foreign_group_names_what_differs():
+    part = sweep.parse_experiment(IN_CELL)
+    shorter = sweep.parse_experiment(IN_CELL.replace("rollout_length = 16", "rollout_length = 8"))
+    assert sweep.foreign_groups(part, shorter, [STUDIED])[STUDIED].endswith(
+        "otherwise (config.rollout_length)")
+    reseeded = sweep.parse_experiment(IN_CELL.replace("seeds = [5, 6]", "seeds = [5, 7]"))
+    assert sweep.foreign_groups(part, reseeded, [TUNING])[TUNING].endswith("otherwise (runs)")
+    # A damaged part whose own experiment lacks a group it lists: a reason, not a crash.
+    assert sweep.foreign_groups(part, part, ["lost-e2m2"]) == {
+        "lost-e2m2": "the part's own experiment has no group 'lost-e2m2'"}
 
 
 def _saturating_rows(run_id, rate):

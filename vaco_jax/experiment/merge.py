@@ -17,6 +17,7 @@ is named (`experiment`): each of their groups must be the group of that name in 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -28,7 +29,7 @@ from vaco_jax.experiment.folder import EXPERIMENT_FILE, batch_dir, load_sweep
 from vaco_jax.experiment.plan import PLAN_FILE
 from vaco_jax.experiment.results import (finished_batches_table, resolved_plan,
                                          unfinished_groups, write_experiment_report)
-from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
+from vaco_jax.experiment.spec import Experiment, Group, parse_experiment, same_experiment
 from vaco_jax.infra import io, manifest
 from vaco_jax.report.summary import Summary
 from vaco_jax.report.runs_table import REPORT_WRITES
@@ -150,13 +151,18 @@ def foreign_groups(part: Experiment, whole: Experiment, names: Sequence[str]) ->
     whole_groups = {group.name: group for group in whole.groups}
     tuned = set(part.tuned_by) | set(part.tuned_by.values())
     foreign = {}
+    declared = {group.name: group for group in part.groups}
     for name in names:
-        group = part.group(name)
+        if name not in declared:
+            foreign[name] = f"the part's own experiment has no group {name!r}"
+            continue
+        group = declared[name]
         task = part.testbed.task(group.config)
         if name not in whole_groups:
             foreign[name] = f"{whole.name!r} has no group {name!r}"
         elif whole_groups[name] != group:
-            foreign[name] = f"{whole.name!r} runs group {name!r} otherwise (its runs or config)"
+            foreign[name] = (f"{whole.name!r} runs group {name!r} otherwise "
+                             f"({_differences(group, whole_groups[name])})")
         elif whole.tuned_by.get(name) != part.tuned_by.get(name):
             foreign[name] = f"{whole.name!r} tunes group {name!r} by another group"
         elif name in tuned and whole.tune != part.tune:
@@ -167,6 +173,21 @@ def foreign_groups(part: Experiment, whole: Experiment, names: Sequence[str]) ->
             foreign[name] = (f"{whole.name!r} judges the tuning of group {name!r} by another "
                              f"[cell_rule] or reference score of {task!r}")
     return foreign
+
+
+def _differences(group: Group, other: Group) -> str:
+    """The fields in which two groups of one name differ; for the config, which of its fields."""
+    named = []
+    for field in dataclasses.fields(Group):
+        mine, theirs = getattr(group, field.name), getattr(other, field.name)
+        if mine == theirs:
+            continue
+        if field.name == "config":
+            named += [f"config.{f.name}" for f in dataclasses.fields(mine)
+                      if getattr(mine, f.name) != getattr(theirs, f.name)] or ["config"]
+        else:
+            named.append(field.name)
+    return ", ".join(named)
 
 
 def merge_parts(part_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
