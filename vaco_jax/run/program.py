@@ -151,9 +151,9 @@ class Program(Generic[ConfigT, HParamsT, StateT, PolicyT]):
         compiled from the shapes, shardings included, and serve it to the state's arrays."""
         if chunk_compiling is not None:
             chunk_compiling.result()
-        placed = self.place(hparams)
-        self._run.lower(state, placed, periods).compile()
-        _, _, evaluations = jax.eval_shape(self._run, state, placed, periods)
+        lowered = self._run.lower(state, self.place(hparams), periods)
+        lowered.compile()
+        _, _, evaluations = lowered.out_info  # their shapes and shardings, traced once
         self._period.lower(evaluations, jax.ShapeDtypeStruct((), jnp.int32)).compile()
         self._compiled_chunks.add(periods)
 
