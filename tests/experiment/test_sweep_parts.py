@@ -416,10 +416,15 @@ def test_a_part_run_before_the_experiment_grew_merges_into_it(parts, tmp_path, c
 def test_merge_options_need_parts(parts, capsys):
     whole, _ = parts
     assert cli.main(["report", str(whole), "--overwrite"]) == 2
-    assert "apply only with --parts" in capsys.readouterr().err
+    assert "--overwrite and --keep with --parts or --predictors" in capsys.readouterr().err
     assert cli.main(["report", str(whole), "--experiment", "toy.toml"]) == 2
-    assert "--experiment, --allow-incomplete, --overwrite and --keep apply only with --parts" \
+    assert "--experiment and --allow-incomplete apply only with --parts" \
         in capsys.readouterr().err
+    assert cli.main(["report", str(whole), "--parts", str(whole), "--predictors",
+                     str(whole)]) == 2
+    assert "give one" in capsys.readouterr().err
+    assert cli.main(["report", str(whole), "--predictors", str(whole), "--allow-incomplete"]) == 2
+    assert "--allow-incomplete apply only with --parts" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- named groups

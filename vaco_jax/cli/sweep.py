@@ -72,7 +72,12 @@ def add_parsers(subparsers) -> None:
     r.add_argument("--allow-incomplete", action="store_true",
                    help="with --parts: report even if groups are missing or unfinished (the "
                         "report's title says so)")
-    add_overwrite_flags(r, "the merged report in an existing DIR", needs="--parts")
+    r.add_argument("--predictors", nargs="+", metavar="STUDY_DIR", default=None,
+                   help="write into DIR whether the ESS and the gradient norm, read over the "
+                        "first quarter of a run, predict its failure: ROC curves over the runs "
+                        "of these study folders pooled (their tuning runs left out)")
+    add_overwrite_flags(r, "the merged report or the predictor analysis in an existing DIR",
+                        needs="--parts or --predictors")
 
 
 def run_sweep(args) -> int:
@@ -119,14 +124,26 @@ def run_sweep(args) -> int:
 
 
 def run_report(args) -> int:
+    if args.parts is not None and args.predictors is not None:
+        raise ValueError("--parts and --predictors write different reports; give one")
+    if args.predictors is not None:
+        if args.allow_incomplete or args.experiment:
+            raise ValueError("--experiment and --allow-incomplete apply only with --parts")
+        check_keep_flags(args)
+        # Imported here, as matplotlib is, only by the commands that draw.
+        from vaco_jax.experiment.predictor_study import write_predictors
+        analysis = write_predictors(args.predictors, args.out, overwrite=args.overwrite,
+                                    keep=args.keep)
+        _print_predictors(analysis, args.out)
+        return 0
     if args.parts is not None:
         check_keep_flags(args)
         experiment = load_experiment(args.experiment) if args.experiment else None
         summary = merge_parts(args.parts, args.out, allow_incomplete=args.allow_incomplete,
                               overwrite=args.overwrite, keep=args.keep, experiment=experiment)
     elif args.allow_incomplete or args.overwrite or args.keep or args.experiment:
-        raise ValueError("--experiment, --allow-incomplete, --overwrite and --keep apply only "
-                         "with --parts")
+        raise ValueError("--experiment and --allow-incomplete apply only with --parts, "
+                         "--overwrite and --keep with --parts or --predictors")
     elif (Path(args.out) / CONFIG_FILE).is_file():  # a run's folder, not a sweep's
         # Imported here, as matplotlib is, only by the commands that draw.
         from vaco_jax.report.run_figures import write_run_figures
@@ -138,6 +155,16 @@ def run_report(args) -> int:
         summary = write_sweep_report(load_sweep(args.out), args.out)
     _print_scores(summary, args.out)
     return 0
+
+
+def _print_predictors(analysis: dict, out: str) -> None:
+    """The areas under the ROC, a line per outcome, population and predictor."""
+    print(f"failure predictors over {sum(analysis['studies'].values())} runs, written to {out}:")
+    for record in analysis["curves"]:
+        area = "n/a (one class empty)" if record["auc"] is None else (
+            f"{record['auc']:.2f} [{record['auc_ci'][0]:.2f}, {record['auc_ci'][1]:.2f}]")
+        print(f"  {record['outcome']}, {record['population']} ({record['positives']} of "
+              f"{record['runs']}): {record['predictor']} area {area}")
 
 
 def _print_scores(summary: Summary, out: str) -> None:

@@ -1,0 +1,114 @@
+"""Tests of the failure-predictor analysis: the ROC and its area against hand-computed cases,
+the early window, the failure outcome, and the command over study folders."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vaco_jax.cli import main
+from vaco_jax.experiment.predictor_study import WRITES, write_predictors
+from vaco_jax.report import predictors
+from vaco_jax.report.predictors import Options, area_under_roc, roc_curve
+
+NAN = np.nan
+RESULTS = Path(__file__).resolve().parents[2] / "experiments" / "results"
+
+
+def test_area_counts_ordered_pairs_and_half_ties():
+    # Positives 0.9, 0.5; negatives 0.5, 0.1: of 4 pairs, 3 ordered right and 1 tied.
+    scores = np.array([0.9, 0.5, 0.5, 0.1])
+    labels = np.array([True, True, False, False])
+    assert area_under_roc(scores, labels) == pytest.approx(3.5 / 4)
+    assert area_under_roc(-scores, labels) == pytest.approx(0.5 / 4)
+    assert np.isnan(area_under_roc(scores, np.ones(4, bool)))
+
+
+def test_roc_runs_from_no_alarm_to_every_run_and_its_trapezoids_are_the_area():
+    scores = np.array([0.9, 0.5, 0.5, 0.1, 0.7])
+    labels = np.array([True, True, False, False, False])
+    fpr, tpr = roc_curve(scores, labels)
+    # Thresholds 0.9, 0.7, 0.5, 0.1: the tied pair is alarmed together.
+    np.testing.assert_allclose(fpr, [0, 0, 1 / 3, 2 / 3, 1])
+    np.testing.assert_allclose(tpr, [0, 0.5, 0.5, 1, 1])
+    assert np.trapezoid(tpr, fpr) == pytest.approx(area_under_roc(scores, labels))
+
+
+def _run(run_id, lag, scores, ess, grad, task="t", algo="grpo"):
+    steps = np.arange(len(scores)) * 100.0
+    return pd.DataFrame({"run_id": run_id, "task": task, "variant": algo, "lag": float(lag),
+                         "seed": 0, "env_steps": steps, "eval_accuracy": scores,
+                         "ess_ratio": ess, "grad_norm": grad})
+
+
+def test_signals_read_only_the_early_window_and_stop_before_a_collapse():
+    references = pd.DataFrame({"reference": [1.0]}, index=["t"])
+    table = pd.concat([
+        # Window 0.25 of 800 steps: periods at 100 and 200 only; the later ESS and gradient
+        # values must not count.
+        _run("quiet", 8, [0.5] * 9, [NAN, 0.9, 0.8, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
+             [NAN, 2.0, 1.0, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01]),
+        # Collapses at 200 (0.2 < 0.5 x 0.6): only the period at 100 is read.
+        _run("collapses", 8, [0.5, 0.6, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2],
+             [NAN, 0.7, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05],
+             [NAN, 1.0, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]),
+    ])
+    signals = predictors.run_signals(table, references, "eval_accuracy")
+    assert signals.loc["quiet", "ess_drop"] == pytest.approx(0.2)
+    assert signals.loc["quiet", "grad_norm_fall"] == pytest.approx(np.log(2.0))
+    assert not signals.loc["quiet", "collapsed"]
+    assert signals.loc["collapses", "collapsed"]
+    assert signals.loc["collapses", "ess_drop"] == pytest.approx(0.3)
+    assert signals.loc["collapses", "grad_norm_fall"] == pytest.approx(0.0)
+    assert (signals["predictor_lag"] == 8.0).all()
+
+
+def test_a_run_fails_below_half_of_its_own_variants_synchronous_median():
+    signals = pd.DataFrame({"task": "t", "variant": ["a", "a", "a", "a", "b", "c", "c"],
+                            "lag": [0.0, 0.0, 8.0, 8.0, 8.0, 0.0, 8.0]},
+                           index=[f"r{i}" for i in range(7)])
+    final = pd.Series([0.8, 0.6, 0.36, 0.34, 0.9, -0.1, 0.5], index=signals.index)
+    failed = predictors.with_failures(signals, final)["failed"]
+    # a's synchronous median is 0.7: 0.36 keeps over half, 0.34 does not; b has no lag-0
+    # runs and c's synchronous median is not positive, so neither is judged.
+    assert failed.tolist()[:4] == [0.0, 0.0, 0.0, 1.0]
+    assert np.isnan(failed["r4"]) and failed[["r5", "r6"]].isna().all()
+
+
+def test_options_refuse_a_window_or_share_outside_the_unit_interval():
+    for field in ("window", "kept_share", "confidence"):
+        with pytest.raises(ValueError, match=field):
+            Options(**{field: 0.0})
+    with pytest.raises(ValueError, match="reps"):
+        Options(reps=0)
+
+
+def test_the_command_writes_the_analysis_and_refuses_to_overwrite(tmp_path, capsys):
+    study = tmp_path / "tokens_long_lag_scan"
+    study.mkdir()
+    for name in ("experiment.toml", "runs.parquet"):
+        shutil.copy(RESULTS / "tokens_long_lag_scan" / name, study / name)
+    out = tmp_path / "predictors"
+    assert main(["report", str(out), "--predictors", str(study)]) == 0
+    analysis = json.loads((out / "predictors.json").read_text())
+    assert analysis["studies"] == {"tokens_long_lag_scan": 90}
+    printed = capsys.readouterr().out
+    assert "failure predictors over 90 runs" in printed
+    # Every run at lag 32 learns nothing (the scan's README), so each fails.
+    runs = pd.read_csv(out / "predictor_runs.csv")
+    assert runs.loc[runs["lag"] == 32, "failed"].eq(1.0).all()
+    for name in WRITES:
+        assert (out / name).is_file()
+    assert main(["report", str(out), "--predictors", str(study)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["report", str(out), "--predictors", str(study), "--overwrite"]) == 0
+
+
+def test_a_folder_without_a_runs_table_is_refused_by_name(tmp_path):
+    (tmp_path / "study").mkdir()
+    with pytest.raises(FileNotFoundError, match="has no experiment.toml"):
+        write_predictors([tmp_path / "study"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
