@@ -51,3 +51,20 @@ def test_the_command_line_imports_matplotlib_only_to_draw():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", "True"]
+
+
+def test_a_sweep_loads_its_report_code_before_its_runs(monkeypatch, tmp_path):
+    """A sweep writes its report hours after it starts; the code must be the one it started
+    with, not whatever the checkout holds by then."""
+    import vaco_jax.cli.sweep as sweep_cli
+    loaded = []
+
+    def fake_sweep(*args, **kwargs):
+        loaded.append("vaco_jax.report.write" in sys.modules)
+        raise SystemExit(0)
+
+    monkeypatch.delitem(sys.modules, "vaco_jax.report.write", raising=False)
+    monkeypatch.setattr(sweep_cli, "sweep", fake_sweep)
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "experiments/quick.toml", "--out", str(tmp_path / "sweep")])
+    assert loaded == [True]

@@ -113,6 +113,9 @@ def run_sweep(args) -> int:
                           memory_budget=memory_budget))
         print(plan_text(plan, args.steps_per_second))
         return 0
+    # The report is written after the runs, hours later for a long sweep: its code is loaded
+    # now, so that an edit of the checkout meanwhile cannot mix versions in one sweep.
+    import vaco_jax.report.write  # noqa: F401
     with Trackers(args.log, args.out) as trackers:
         summary = sweep(
             args.out, experiment, resume=args.resume, replan=args.replan,

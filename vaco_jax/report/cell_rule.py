@@ -75,7 +75,8 @@ def verdict(table: pd.DataFrame, run_table: pd.DataFrame, rule: CellRule,
     baseline = run_table[run_table["algo"].astype(str) == rule.baseline]
     sync = normalised(baseline[baseline["lag"] == kept_gain.SYNC_LAG], table, rule,
                       reference_scores)
-    largest, lagged = _largest_lag(baseline) if rule.max_kept_gain is not None else (None, None)
+    largest, lagged = (_largest_lag(baseline, run_table) if rule.max_kept_gain is not None
+                       else (None, None))
     judged = tuple(
         judge_cell(str(task), str(variant), runs, rule,
                    None if lagged is None else _lag_checks(
@@ -94,10 +95,11 @@ def verdict(table: pd.DataFrame, run_table: pd.DataFrame, rule: CellRule,
             judged, tasks, lambda c: "lag" not in c.failed()))
 
 
-def _largest_lag(baseline: pd.DataFrame) -> tuple[float, pd.DataFrame]:
-    """The study's largest lag level and the baseline's runs there (none where it is lag 0),
-    each with the variant of its synchronous runs (``sync_variant``)."""
-    largest = float(max(baseline["lag"], default=kept_gain.SYNC_LAG))
+def _largest_lag(baseline: pd.DataFrame, run_table: pd.DataFrame) -> tuple[float, pd.DataFrame]:
+    """The study's largest lag level (of every method's runs, so that a part without the
+    baseline still names it) and the baseline's runs there (none where it is lag 0), each with
+    the variant of its synchronous runs (``sync_variant``)."""
+    largest = float(max(run_table["lag"], default=kept_gain.SYNC_LAG))
     sync_of = kept_gain.synchronous_variants(baseline)
     lagged = baseline[(baseline["lag"] == largest) & (baseline["lag"] > kept_gain.SYNC_LAG)]
     return largest, lagged.assign(sync_variant=lagged["variant"].map(sync_of))
