@@ -543,3 +543,28 @@ def test_a_merged_report_of_another_version_is_refused(parts, vaco_again, tmp_pa
     err = capsys.readouterr().err
     assert f"the runs table of {str(interim)!r} has columns" in err
     assert "merge parts written by one version of vaco_jax" in err and not out.exists()
+
+
+def test_a_setting_column_only_the_grown_parts_hold_is_added_empty_to_the_others(monkeypatch):
+    """A method added with a grid of its own (`hp_tv_delta`) leaves the parts run before it
+    without that column: they merge with it empty, and any other difference is refused."""
+    from types import SimpleNamespace
+
+    from vaco_jax.experiment import merge
+
+    class Folder(SimpleNamespace):
+        def table(self, group):
+            return self.rows
+
+    monkeypatch.setattr(merge, "_SweepFolder", Folder)
+    old = Folder(folder=Path("old"), rows=pd.DataFrame({"run_id": ["a"], "hp_lr": [1.0],
+                                                        "score": [0.5]}))
+    grown = Folder(folder=Path("grown"), rows=pd.DataFrame(
+        {"run_id": ["b"], "hp_lr": [1.0], "hp_tv_delta": [0.1], "score": [0.7]}))
+    experiment = SimpleNamespace(groups=[SimpleNamespace(name="g1"), SimpleNamespace(name="g2")])
+    table = merge._merged_table(experiment, {"g1": old, "g2": grown})
+    assert list(table.columns) == ["run_id", "hp_lr", "hp_tv_delta", "score"]
+    assert table["hp_tv_delta"].isna().tolist() == [True, False]
+    other = Folder(folder=Path("other"), rows=old.rows.rename(columns={"score": "accuracy"}))
+    with pytest.raises(ValueError, match="the runs table of 'other' has columns"):
+        merge._merged_table(experiment, {"g1": other, "g2": grown})

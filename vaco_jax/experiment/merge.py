@@ -32,7 +32,7 @@ from vaco_jax.experiment.results import (finished_batches_table, resolved_plan,
 from vaco_jax.experiment.spec import Experiment, Group, parse_experiment, same_experiment
 from vaco_jax.infra import io, manifest
 from vaco_jax.report.summary import Summary
-from vaco_jax.report.runs_table import REPORT_WRITES
+from vaco_jax.report.runs_table import REPORT_WRITES, SETTING_PREFIXES
 from vaco_jax.infra.lock import folder_lock, refuse_if_in_use
 
 PARTS_FILE = "parts.json"
@@ -125,7 +125,9 @@ def _check_out(out: Path, folders: Sequence[Path], overwrite: bool) -> None:
 def _merged_table(experiment: Experiment,
                   owners: Mapping[str, _SweepFolder | _MergedReport]) -> pd.DataFrame | None:
     """The runs table of the owned groups in the experiment's order; refuses a merged report
-    whose runs table has other columns than the sweep folders' (written by another version)."""
+    whose runs table has other columns than the sweep folders' (written by another version).
+    A setting column (`hp_*`, `cfg_*`) that only some parts hold is added, empty, to the others:
+    a part run before the experiment grew a method with a grid of its own sweeps nothing there."""
     tables = {}
     for group in experiment.groups:
         if group.name in owners and (table := owners[group.name].table(group.name)) is not None:
@@ -133,13 +135,17 @@ def _merged_table(experiment: Experiment,
     if not tables:
         return None
     columns = {name: list(table.columns) for name, table in tables.items()}
-    expected = next((columns[name] for name in tables
-                     if isinstance(owners[name], _SweepFolder)), next(iter(columns.values())))
+    from_sweeps = [columns[name] for name in tables if isinstance(owners[name], _SweepFolder)]
+    expected = max(from_sweeps or columns.values(),
+                   key=lambda found: sum(c.startswith(SETTING_PREFIXES) for c in found))
     for name, found in columns.items():
-        if found != expected:
+        lacking = [c for c in expected if c not in found]
+        if (found != [c for c in expected if c in found]
+                or not all(c.startswith(SETTING_PREFIXES) for c in lacking)):
             raise ValueError(f"the runs table of {str(owners[name].folder)!r} has columns "
                              f"{found}, the other parts {expected}; merge parts written by one "
                              f"version of vaco_jax")
+        tables[name] = tables[name].reindex(columns=expected)
     return pd.concat(tables.values(), ignore_index=True)
 
 
