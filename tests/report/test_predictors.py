@@ -112,3 +112,21 @@ def test_a_folder_without_a_runs_table_is_refused_by_name(tmp_path):
     with pytest.raises(FileNotFoundError, match="has no experiment.toml"):
         write_predictors([tmp_path / "study"], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_every_predictor_is_judged_on_the_same_runs():
+    # r3 has no ESS: it leaves every curve, the lag's included, so the areas compare alike.
+    signals = pd.DataFrame({
+        "lag": [8.0, 8.0, 8.0, 0.0], "predictor_lag": [8.0, 8.0, 8.0, 0.0],
+        "ess_drop": [0.9, 0.1, NAN, 0.0], "grad_norm_fall": [0.0, 0.5, 0.2, 0.1],
+        "failed": [1.0, 0.0, 1.0, 0.0], "collapsed": [False, False, True, False]},
+        index=["r1", "r2", "r3", "r4"])
+    records = {(r["outcome"], r["population"], r["predictor"]): r
+               for r in predictors.curves(signals, Options(reps=50))}
+    for predictor in predictors.PREDICTORS:
+        record = records[("failed", "all runs", predictor)]
+        assert (record["runs"], record["positives"]) == (3, 1)
+    assert records[("failed", "all runs", "ess_drop")]["auc"] == 1.0
+    assert records[("failed", "all runs", "grad_norm_fall")]["auc"] == 0.0
+    assert records[("failed", "all runs", "lag")]["auc"] == 0.75
+    assert records[("collapsed", "all runs", "ess_drop")]["auc"] is None  # r3 was the only one

@@ -164,16 +164,17 @@ def _column(predictor: str) -> str:
 
 
 def curves(signals: pd.DataFrame, options: Options = Options()) -> list[dict[str, Any]]:
-    """Per outcome, population and predictor: the runs counted, the positives, the area with its
-    interval and the ROC points; None areas where a class is empty."""
+    """Per outcome, population and predictor: the runs counted (those with the outcome and every
+    predictor), the positives, the area with its interval and the ROC points; None areas where a
+    class is empty."""
     results = []
     for outcome in OUTCOMES:
         for population, above in POPULATIONS.items():
             members = signals if above is None else signals[signals["lag"] > above]
+            # The runs every predictor reads, so that their curves compare on the same runs.
+            usable = members[members[[outcome, *map(_column, PREDICTORS)]].notna().all(axis=1)]
             for predictor in PREDICTORS:
-                column = _column(predictor)
-                usable = members[members[outcome].notna() & members[column].notna()]
-                scores = usable[column].to_numpy(dtype=float)
+                scores = usable[_column(predictor)].to_numpy(dtype=float)
                 labels = usable[outcome].to_numpy(dtype=float) > 0.5
                 record: dict[str, Any] = {
                     "outcome": outcome, "population": population, "predictor": predictor,
