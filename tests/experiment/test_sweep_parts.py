@@ -557,14 +557,24 @@ def test_a_setting_column_only_the_grown_parts_hold_is_added_empty_to_the_others
             return self.rows
 
     monkeypatch.setattr(merge, "_SweepFolder", Folder)
-    old = Folder(folder=Path("old"), rows=pd.DataFrame({"run_id": ["a"], "hp_lr": [1.0],
-                                                        "score": [0.5]}))
+    old = Folder(folder=Path("old"), rows=pd.DataFrame(
+        {"run_id": ["a"], "algo": ["ppo"], "hp_lr": [1.0], "score": [0.5]}))
     grown = Folder(folder=Path("grown"), rows=pd.DataFrame(
-        {"run_id": ["b"], "hp_lr": [1.0], "hp_tv_delta": [0.1], "score": [0.7]}))
+        {"run_id": ["b"], "algo": ["vaco"], "hp_lr": [1.0], "hp_tv_delta": [0.1],
+         "score": [0.7]}))
     experiment = SimpleNamespace(groups=[SimpleNamespace(name="g1"), SimpleNamespace(name="g2")])
     table = merge._merged_table(experiment, {"g1": old, "g2": grown})
-    assert list(table.columns) == ["run_id", "hp_lr", "hp_tv_delta", "score"]
+    assert list(table.columns) == ["run_id", "algo", "hp_lr", "hp_tv_delta", "score"]
     assert table["hp_tv_delta"].isna().tolist() == [True, False]
+    # A merged report holding the wider table sets the columns as well as a sweep folder.
+    assert merge._merged_table(experiment, {"g1": old, "g2": SimpleNamespace(
+        folder=Path("merged"), table=lambda group: grown.rows)}).equals(table)
+    # Old runs of a method the grown part sweeps the column for ran at a value the merge
+    # cannot name: refused.
+    old_vaco = Folder(folder=Path("old_vaco"), rows=old.rows.assign(algo="vaco"))
+    with pytest.raises(ValueError, match=r"the runs of \['vaco'\] in 'old_vaco' have no "
+                                         r"hp_tv_delta, which other parts set for them"):
+        merge._merged_table(experiment, {"g1": old_vaco, "g2": grown})
     other = Folder(folder=Path("other"), rows=old.rows.rename(columns={"score": "accuracy"}))
     with pytest.raises(ValueError, match="the runs table of 'other' has columns"):
         merge._merged_table(experiment, {"g1": other, "g2": grown})

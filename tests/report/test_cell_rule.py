@@ -165,6 +165,13 @@ def test_a_table_without_any_baseline_run_judges_no_cell():
     assert verdict.every_task == () and verdict.largest_lag == 32.0
 
 
+def test_the_baseline_is_judged_at_its_own_largest_lag():
+    # Another method runs to lag 128; grpo's largest lag is 32, where it is judged.
+    verdict = judged(cell_rows("add", [0.5] * 10, lag=0) + cell_rows("add", [0.1] * 10, lag=32)
+                     + cell_rows("add", [0.5] * 10, algo="ppo", lag=128), LAG_RULE)
+    assert verdict.largest_lag == 32.0 and verdict.lag_every_task == ("grpo",)
+
+
 def test_normalised_criteria_need_each_tasks_reference():
     with pytest.raises(ValueError, match=r"min_gain, max_final, rising_window are normalised "
                                          r"by each task's reference score; tasks \['chain'\]"):

@@ -124,10 +124,11 @@ def _check_out(out: Path, folders: Sequence[Path], overwrite: bool) -> None:
 
 def _merged_table(experiment: Experiment,
                   owners: Mapping[str, _SweepFolder | _MergedReport]) -> pd.DataFrame | None:
-    """The runs table of the owned groups in the experiment's order; refuses a merged report
-    whose runs table has other columns than the sweep folders' (written by another version).
-    A setting column (`hp_*`, `cfg_*`) that only some parts hold is added, empty, to the others:
-    a part run before the experiment grew a method with a grid of its own sweeps nothing there."""
+    """The runs table of the owned groups in the experiment's order; refuses a part whose runs
+    table has other columns than the others' (written by another version). A setting column
+    (`hp_*`, `cfg_*`) that only some parts hold is added, empty, to the others, where none of
+    their methods has a value in it elsewhere: a part run before the experiment grew a method
+    with a grid of its own sweeps nothing there."""
     tables = {}
     for group in experiment.groups:
         if group.name in owners and (table := owners[group.name].table(group.name)) is not None:
@@ -135,9 +136,9 @@ def _merged_table(experiment: Experiment,
     if not tables:
         return None
     columns = {name: list(table.columns) for name, table in tables.items()}
-    from_sweeps = [columns[name] for name in tables if isinstance(owners[name], _SweepFolder)]
-    expected = max(from_sweeps or columns.values(),
-                   key=lambda found: sum(c.startswith(SETTING_PREFIXES) for c in found))
+    expected = columns[max(columns, key=lambda name: (
+        sum(c.startswith(SETTING_PREFIXES) for c in columns[name]),
+        isinstance(owners[name], _SweepFolder)))]
     for name, found in columns.items():
         lacking = [c for c in expected if c not in found]
         if (found != [c for c in expected if c in found]
@@ -145,8 +146,17 @@ def _merged_table(experiment: Experiment,
             raise ValueError(f"the runs table of {str(owners[name].folder)!r} has columns "
                              f"{found}, the other parts {expected}; merge parts written by one "
                              f"version of vaco_jax")
-        tables[name] = tables[name].reindex(columns=expected)
-    return pd.concat(tables.values(), ignore_index=True)
+        for column in lacking:
+            set_elsewhere = {algo for other in tables.values() if column in other.columns
+                             for algo in other.loc[other[column].notna(), "algo"]}
+            shared = sorted(set(tables[name]["algo"]) & set_elsewhere)
+            if shared:
+                raise ValueError(f"the runs of {shared} in {str(owners[name].folder)!r} have no "
+                                 f"{column}, which other parts set for them: they ran before "
+                                 f"it was swept, at a value the merge cannot name; run them "
+                                 f"again under the grown experiment")
+    return pd.concat([table.reindex(columns=expected) for table in tables.values()],
+                     ignore_index=True)
 
 
 def foreign_groups(part: Experiment, whole: Experiment, names: Sequence[str]) -> dict[str, str]:

@@ -96,10 +96,13 @@ def verdict(table: pd.DataFrame, run_table: pd.DataFrame, rule: CellRule,
 
 
 def _largest_lag(baseline: pd.DataFrame, run_table: pd.DataFrame) -> tuple[float, pd.DataFrame]:
-    """The study's largest lag level (of every method's runs, so that a part without the
-    baseline still names it) and the baseline's runs there (none where it is lag 0), each with
-    the variant of its synchronous runs (``sync_variant``)."""
-    largest = float(max(run_table["lag"], default=kept_gain.SYNC_LAG))
+    """The baseline's largest lag level (the study's, read from every method's runs, where the
+    baseline has no stale runs: a part of a sweep without them still names it) and the
+    baseline's runs there (none where it is lag 0), each with the variant of its synchronous
+    runs (``sync_variant``)."""
+    largest = float(max(baseline["lag"], default=kept_gain.SYNC_LAG))
+    if largest == kept_gain.SYNC_LAG:
+        largest = float(max(run_table["lag"], default=kept_gain.SYNC_LAG))
     sync_of = kept_gain.synchronous_variants(baseline)
     lagged = baseline[(baseline["lag"] == largest) & (baseline["lag"] > kept_gain.SYNC_LAG)]
     return largest, lagged.assign(sync_variant=lagged["variant"].map(sync_of))

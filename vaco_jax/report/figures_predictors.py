@@ -9,7 +9,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from vaco_jax.report.figures import new_figure, wrapped_suptitle
-from vaco_jax.report.predictors import OUTCOMES, POPULATIONS, PREDICTORS
+from vaco_jax.report.predictors import OUTCOMES, POPULATIONS, PREDICTORS, format_area
 
 LABELS = {"ess_drop": "ESS drop (1 - lowest ESS ratio)",
           "grad_norm_fall": "gradient-norm fall (log first / lowest)",
@@ -18,11 +18,11 @@ STYLES = {"ess_drop": ("tab:blue", "-"), "grad_norm_fall": ("tab:orange", "-"),
           "lag": ("grey", "--")}
 
 
-def _area(record: Mapping[str, Any]) -> str:
-    if record["auc"] is None:
-        return "n/a"
-    low, high = record["auc_ci"]
-    return f"{record['auc']:.2f} [{low:.2f}, {high:.2f}]"
+def _label(predictor: str, record: Mapping[str, Any]) -> str:
+    label = f"{LABELS[predictor]}: {format_area(record)}"
+    if record["within_strata"] is not None and predictor != "lag":
+        label += f"\n  within study, task and lag: {format_area(record['within_strata'])}"
+    return label
 
 
 def figure_roc(curves: Sequence[Mapping[str, Any]], window: float) -> Figure:
@@ -42,7 +42,7 @@ def figure_roc(curves: Sequence[Mapping[str, Any]], window: float) -> Figure:
             # Straight segments between thresholds: runs tied at a score are alarmed together,
             # and the area under these segments is the one with ties counted half.
             ax.plot(record["fpr"], record["tpr"], color=colour,
-                    linestyle=linestyle, label=f"{LABELS[predictor]}: {_area(record)}")
+                    linestyle=linestyle, label=_label(predictor, record))
         if all(records[p]["auc"] is None for p in PREDICTORS):
             ax.text(0.5, 0.5, f"no ROC: {first['positives']} of {first['runs']} runs {outcome}",
                     ha="center", va="center", transform=ax.transAxes, wrap=True)
