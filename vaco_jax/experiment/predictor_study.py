@@ -138,8 +138,7 @@ def write_predictors(folders: Sequence[str | os.PathLike], out: str | os.PathLik
         _check_out(out, folders)  # again: another process may have made it a sweep's
         io.prepare_output_dir(out, overwrite=overwrite, keep=keep, writes=WRITES)
         manifest.record(out, {})  # a manifest, so that each file written is recorded in it
-        pooled = pd.concat([s.assign(study=name) for name, s in studies.items()])
-        io.write_table(out / "predictor_runs.csv", pooled.rename_axis("run_id").reset_index())
+        io.write_table(out / "predictor_runs.csv", predictors.pooled(studies))
         io.write_json(out / "predictors.json", analysis)
         for fmt in ("png", "pdf"):
             io.atomic_write(out / f"fig_predictor_roc.{fmt}",

@@ -257,15 +257,21 @@ def curves(signals: pd.DataFrame, options: Options = Options()) -> list[dict[str
     return results
 
 
+def pooled(studies: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """The signals of ``studies`` (study name -> its ``with_failures`` signals) in one table, a
+    row per run with its ``run_id`` and ``study`` as columns: run ids are unique within a study
+    only."""
+    return pd.concat([s.rename_axis("run_id").reset_index().assign(study=name)
+                      for name, s in studies.items()], ignore_index=True)
+
+
 def summary(studies: Mapping[str, pd.DataFrame], options: Options = Options()) -> dict[str, Any]:
     """The analysis of ``studies`` (study name -> its ``with_failures`` signals) JSON-ready:
-    the options, the studies' run counts and the ``curves`` over their runs pooled."""
-    # Run ids are unique within a study only.
-    pooled = pd.concat([s.assign(study=name) for name, s in studies.items()], ignore_index=True)
+    the options, the studies' run counts and the ``curves`` over their runs ``pooled``."""
     return {
         "options": {**{k: v for k, v in dataclasses.asdict(options).items()
                        if k != "thresholds"},
                     "collapse": dataclasses.asdict(options.thresholds)},
         "studies": {name: int(len(s)) for name, s in studies.items()},
-        "curves": curves(pooled, options),
+        "curves": curves(pooled(studies), options),
     }
