@@ -20,7 +20,8 @@ from typing import Any, Mapping
 
 from benchmarks import lease_study
 from benchmarks.campaign_steps import ROOT, Context, StepUnavailable, suite, with_values
-from benchmarks.lease_pack import read_manifest
+from benchmarks.lease_pack import read_pack
+from vaco_jax.infra import records
 
 # The study's call: its training stops here (the engine's own stop after the chunk under way),
 # leaving the call's last minute to packing and the call's start to the wheels and unpacking.
@@ -53,23 +54,24 @@ def step_study(ctx: Context) -> dict[str, Any]:
 
 
 def collect_study(returned: Path, overwrite: bool = False,
-                  seconds: float = STUDY_TRAIN_S) -> dict[str, Any]:
+                  seconds: float = STUDY_TRAIN_S) -> lease_study.History:
     """The study's returned slice merged into its folder (`.lease/gpu_lag_study`), its report
     re-rendered in experiments/results/gpu_lag_study with the leases' devices and the steps
     done, and the next slice packed into `.lease/upload` for the next lease to carry. Refuses,
     before anything is written, to replace an upload that this pack did not use up, unless
     `overwrite`. Returns the study's history (`progress`: its one-line state)."""
-    refusal = lease_study.upload_refusal(lease_study.UPLOAD, read_manifest(returned))
+    pack = read_pack(returned)
+    refusal = lease_study.upload_refusal(lease_study.UPLOAD, pack.manifest)
     if refusal and not overwrite:
         raise ValueError(refusal)
-    manifest = lease_study.merge(returned, lease_study.LOCAL)
-    history = lease_study.write_report(lease_study.LOCAL, lease_study.REPORT, lease=manifest)
+    lease = lease_study.merge(pack, lease_study.LOCAL, lease_study.STUDY).lease
+    history = lease_study.write_report(lease_study.LOCAL, lease_study.REPORT, lease=lease)
     piece = lease_study.prepare(lease_study.LOCAL, lease_study.UPLOAD,
                                 lease_study.SIZING_SHARE * seconds,
-                                lease_study.measured_rates(history))
-    print(f"study: slice {manifest['slice']} from {manifest['device']} merged; "
-          f"{history['progress']}; next: {piece.to_json() if piece else 'none, complete'}",
-          flush=True)
+                                lease_study.measured_rates(history.leases))
+    trained = lease.trained and lease.trained.to_json()
+    print(f"study: slice {trained} from {lease.device} merged; {history.progress}; next: "
+          f"{piece.to_json() if piece else 'none, complete'}", flush=True)
     return history
 
 
@@ -87,7 +89,8 @@ def step_peers(ctx: Context) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "benchmarks.purejaxrl", "--script",
                            "continuous", "--checkout", str(PUREJAXRL), "--seeds", "1",
                            "--config", json.dumps(config), "--out", str(out)], cwd=ROOT)
-    pure = json.loads(out.read_text()) if done.returncode == 0 and out.exists() else None
+    pure = (records.load_json(out, records.BENCHMARK_RESULT).plain()
+            if done.returncode == 0 and out.exists() else None)
     result = {"brax": brax, **peer_ratios(brax, pure), "purejaxrl_config": config}
     if pure is None:  # Brax's side is kept: it was timed in this call all the same
         result["purejaxrl"] = f"failed ({done.returncode})"

@@ -11,7 +11,6 @@ paper sweep's shortened groups and its plan. The study and the peers are
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import subprocess
@@ -19,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+from vaco_jax.infra import records
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER_SWEEP = ROOT / "experiments" / "paper_lag_sweep.toml"
@@ -91,7 +92,8 @@ class Context:
         (a campaign resumed on a fresh machine)."""
         for folder in (self.out, DONE):
             if (folder / f"{step}.json").exists():
-                return json.loads((folder / f"{step}.json").read_text())["result"]
+                return records.load_json(folder / f"{step}.json",
+                                         records.BENCHMARK_RESULT)["result"].plain()
         raise RuntimeError(f"step {step!r} has no result in {self.out} nor {DONE}: run it first")
 
 
@@ -108,13 +110,13 @@ def with_values(text: str, overrides: Mapping[str, str], name: str) -> str:
 def jax_check() -> dict[str, Any]:
     """The JAX found against the package's tested range (pyproject.toml): outside it is a
     warning, recorded, not a failure (the GPU image brings its own JAX)."""
-    import tomllib
     from importlib import metadata
 
     import jax
 
-    spec = next(d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "dependencies"] if re.match(r"jax[<>=]", d))
+    dependencies = records.load_toml(ROOT / "pyproject.toml", records.PROJECT)["project"][
+        "dependencies"].items()
+    spec = next(d for d in (d.string() for d in dependencies) if re.match(r"jax[<>=]", d))
     version = metadata.version("jax")
     tested = in_range(version, spec)
     warning = None if tested else (
@@ -171,7 +173,7 @@ def _suite_process(module: str, out: Path, *args: str,
     done = subprocess.run(command, cwd=ROOT, check=False, env=env)
     if done.returncode != 0 or not out.exists():
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode})")
-    return json.loads(out.read_text())
+    return records.load_json(out, records.BENCHMARK_RESULT).plain()
 
 
 def _run_py(ctx: Context, name: str, *args: str) -> dict[str, Any]:
@@ -312,7 +314,7 @@ def roofline_check(rate: float, measured: dict[str, Any]) -> dict[str, Any] | No
 
     from benchmarks import hardware, roofline
 
-    results = json.loads(path.read_text())
+    results = records.load_json(path, records.BENCHMARK_RESULT).plain()
     peak = hardware.peak_for(jax.devices()[0].device_kind)
     hw = next((k for k, v in hardware.HARDWARE.items() if v is peak), None)
     if hw not in ("h100", "h200"):  # predicted for those GPUs only (the dry run: none)

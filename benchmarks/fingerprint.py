@@ -26,12 +26,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from vaco_jax.infra import records
+
 ROOT = Path(__file__).resolve().parents[1]
 RENAMED = {"final_return": "final_score", "filled_return": "filled_score"}
 """Old column name -> new one, for tables written before a column was renamed."""
 ADDED = ("initial_policy_share", "sequence_log_ratio")
 """Metrics added since: their columns are left out of a table when the other table lacks them,
 so that a fingerprint written before they existed still compares."""
+REMEDY = "write that fingerprint again: python benchmarks/fingerprint.py write DIR"
 
 CONTROL_SWEEP = """
 name = "fingerprint_control"
@@ -164,8 +167,8 @@ def compare(before: Path, after: Path) -> int:
     problems = [f"only in {before}: {name}" for name in sorted(set(old) - set(new))]
     problems += [f"only in {after}: {name}" for name in sorted(set(new) - set(old))]
     for name in sorted(set(old) & set(new)):
-        a = pd.read_parquet(old[name]).rename(columns=RENAMED)
-        b = pd.read_parquet(new[name]).rename(columns=RENAMED)
+        a = records.read_parquet(old[name], REMEDY).rename(columns=RENAMED)
+        b = records.read_parquet(new[name], REMEDY).rename(columns=RENAMED)
         a, b = _without_added_columns(a, b), _without_added_columns(b, a)
         try:
             pd.testing.assert_frame_equal(a, b, check_exact=True)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -46,6 +45,7 @@ from benchmarks.campaign_steps import (DONE, ROOT, SIZES, TOKENS_SEEDS_ENVIRONME
                                        step_setup, step_sweep_groups, step_sweep_plan, suite,
                                        tokens)
 from benchmarks.lease_pack import MANIFEST  # noqa: E402
+from vaco_jax.infra import records  # noqa: E402
 
 BUDGET_S = 55 * 60  # device time the campaign's steps may take together (about 4 leases)
 MACHINE_START_S = 35  # a cold machine's start and the upload (33 s measured on the first lease)
@@ -143,8 +143,9 @@ def done_steps(folder: Path) -> dict[str, float]:
     done = {}
     for name in (n for n in _STEP_NAMES if n not in RECURRING):
         try:
-            done[name] = float(json.loads((folder / f"{name}.json").read_text())["wall_s"])
-        except (OSError, ValueError, KeyError, TypeError):
+            done[name] = records.load_json(folder / f"{name}.json",
+                                           records.BENCHMARK_RESULT)["wall_s"].number(0)
+        except ValueError:  # missing, unreadable, or no wall time (records names which)
             continue
     return done
 
@@ -215,7 +216,7 @@ def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> lis
         if returned.is_dir() and (returned / MANIFEST).is_file():
             history = campaign_lease.collect_study(returned, overwrite)
             if commit:
-                _commit(lease_study.REPORT, f"GPU lag study: {history['progress']}")
+                _commit(lease_study.REPORT, f"GPU lag study: {history.progress}")
         steps, copied = _copy_records(folder)
     if commit and copied:  # the folder whole: the files copied and the failed records removed
         _commit(DONE, f"GPU campaign results: {', '.join(steps) or 'logs'}")
@@ -247,10 +248,7 @@ def _records(returned: Path) -> Iterator[Path]:
 def _check_records(folder: Path, overwrite: bool) -> None:
     """Refuses a dry run's files and, unless `overwrite`, a step already collected."""
     for path in sorted(folder.glob("*.json")):
-        try:
-            sizes = _sizes_of(json.loads(path.read_text()))
-        except ValueError as error:
-            raise ValueError(f"{path.name} is not valid JSON ({error})") from error
+        sizes = _sizes_of(records.load_json(path, records.BENCHMARK_RESULT).plain())
         if sizes not in (None, "gpu"):
             raise ValueError(f"{path.name} was measured at the sizes {sizes!r}, not the "
                              "campaign's 'gpu': not collected")

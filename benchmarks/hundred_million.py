@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from benchmarks import harness
-from vaco_jax.infra import io, run_folder
+from vaco_jax.infra import io, records, run_folder
 from vaco_jax.run.checkpoint import committed_steps
 
 PRESET = ("--env", "inverted_double_pendulum", "--algo", "vaco", "--lag", "uniform:4",
@@ -54,8 +54,10 @@ def memory_mb(pid: int) -> dict[str, float] | None:
 
 def kill_period(run_dir: Path, fraction: float) -> int:
     """The first checkpoint period at or past `fraction` of the run, from its `config.json`."""
-    config = io.read_json(run_dir / run_folder.CONFIG_FILE, "the run has not started")
-    periods = config["num_updates"] // config["updates_per_period"]
+    config = records.load_json(run_dir / run_folder.CONFIG_FILE, records.RUN_CONFIG,
+                               "the run has not started")
+    periods = (config["num_updates"].integer(1, run_folder.MAX_UPDATES)
+               // config["updates_per_period"].integer(1, run_folder.MAX_UPDATES))
     return max(1, math.ceil(fraction * periods))
 
 

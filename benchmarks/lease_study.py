@@ -20,15 +20,20 @@ episodes restart: every environment starts again from the initial state it was f
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.lease_pack import MANIFEST, Episodes, is_episode_leaf, named_leaves, pack, unpack
+from benchmarks.lease_pack import (MANIFEST, BatchState, Episodes, Lease, LeaseManifest, Pack,
+                                   Slice, is_episode_leaf, named_leaves, pack, packed_batches,
+                                   read_manifest, unpack, write_batches, write_sweep_files)
+from vaco_jax.infra import records
+
+if TYPE_CHECKING:  # imported where used: the experiment's modules import JAX
+    from vaco_jax.experiment import Batch
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = ROOT / "experiments" / "gpu_lag_study.toml"
@@ -61,25 +66,6 @@ class BatchInfo:
     steps_per_update: int  # of one run
     bytes_carried: int  # packed bytes of one run, environments included
     bytes_restart: int  # ... without them
-
-
-@dataclasses.dataclass(frozen=True)
-class Slice:
-    batches: tuple[str, ...]
-    until_updates: int
-    episodes: Episodes
-
-    def to_json(self) -> dict[str, Any]:
-        return {"batches": list(self.batches), "until_updates": self.until_updates,
-                "episodes": self.episodes.value}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Slice:
-        try:
-            return cls(tuple(str(b) for b in data["batches"]), int(data["until_updates"]),
-                       Episodes(data["episodes"]))
-        except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"{MANIFEST}: its `slice` is not a slice ({error})") from None
 
 
 def next_slice(batches: Sequence[BatchInfo], seconds: float, rates: Mapping[str, float],
@@ -159,7 +145,7 @@ def batch_infos(plan: Any, sweep_dir: Path) -> list[BatchInfo]:
         cfg = group.config
         status = read_status(batch_dir(sweep_dir, batch)) if sweep_dir.is_dir() else None
         infos.append(BatchInfo(batch.name, plan.experiment.testbed.task(cfg), batch.size,
-                               int((status or {}).get("updates_done", 0)), cfg.num_updates,
+                               status.updates_done if status else 0, cfg.num_updates,
                                cfg.updates_per_period, cfg.steps_per_update,
                                *sizes[group.name]))
     return infos
@@ -216,9 +202,10 @@ def run_slice(experiment: Any, upload: Path, out: Path, work: Path, seconds: flo
     began = time.perf_counter()
     sweep_dir = work / "sweep"
     if (upload / MANIFEST).is_file():
-        manifest = unpack(upload, sweep_dir, overwrite=True)
+        piece = unpack(upload, sweep_dir, overwrite=True).next
+        if piece is None:
+            raise ValueError(f"{upload / MANIFEST}: names no slice to train (`next`)")
         plan = load_sweep(sweep_dir)
-        piece = Slice.from_json(manifest["next"])
     else:
         plan = start_sweep(experiment, sweep_dir, overwrite=True,
                            max_runs_per_batch=max_runs_per_batch(experiment, budget))
@@ -236,105 +223,139 @@ def run_slice(experiment: Any, upload: Path, out: Path, work: Path, seconds: flo
 
 
 # ----------------------------------------------------------------------------- back home
-def merge(returned: Path, local: Path = LOCAL) -> dict[str, Any]:
-    """Unpacks a returned pack and puts its batches into the whole study's folder `local`
-    (made from it the first time), each batch folder replaced by a rename; refuses a batch that
-    went backwards (a pack collected twice, or out of order). Returns the pack's manifest."""
-    from vaco_jax.experiment import load_sweep
-    from vaco_jax.infra.run_folder import read_status
+def merge(returned: Pack, local: Path, study: Path) -> LeaseManifest:
+    """Puts the batches of a returned pack (`read_pack`) into the whole study's folder `local`,
+    each batch folder replaced by a rename. The pack came back from another machine, so the
+    study decides what it holds, never the pack: its batches must be batches of the study's own
+    plan (`local`'s; the first time, the plan the pack carries read against the study's own
+    experiment file `study`), its experiment the study's, and each batch ahead of the study's
+    (a pack collected twice, or out of order, is refused). Every refusal is one line and comes
+    before anything is written. Returns the pack's manifest."""
+    from vaco_jax.experiment import (batch_dir, load_experiment, load_sweep_to_resume,
+                                     same_experiment)
 
+    plan = load_sweep_to_resume(local) if local.exists() else returned.plan(
+        load_experiment(study))
+    batches = packed_batches(returned, plan)
+    if not same_experiment(returned.experiment(), plan.experiment):
+        raise ValueError(f"{returned.source}: the pack holds another experiment than the study "
+                         f"{plan.experiment.name!r}: not merged")
+    if local.exists():
+        _check_ahead(batches, local)
     local.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=local.parent, prefix=".collect.") as temporary:
         fresh = Path(temporary) / "sweep"
-        manifest = unpack(returned, fresh)
-        # The manifest came back from another machine: the folders it names are renamed here,
-        # so each must be a batch of the study (a name like `../x` would reach outside it).
-        unknown = sorted(set(manifest["updates"]) - {b.name for b in load_sweep(fresh).batches})
-        if unknown:
-            raise ValueError(f"{returned / MANIFEST}: `updates` names {unknown}, not batches of "
-                             f"the study: not merged")
+        write_batches(returned, plan, fresh, batches)
         if not local.exists():
+            write_sweep_files(returned, fresh, plan.experiment.source.encode("utf-8"))
             fresh.rename(local)
-            return manifest
-        for name in manifest["updates"]:
-            new, old = fresh / "runs" / name, local / "runs" / name
-            before = (read_status(old) or {}).get("updates_done", -1) if old.is_dir() else -1
-            done = read_status(new)["updates_done"]
-            if done <= before:
-                raise ValueError(f"batch {name}: the pack holds {done} updates, the study "
-                                 f"{before} already: not merged")
-        for name in manifest["updates"]:
-            new, old = fresh / "runs" / name, local / "runs" / name
+            return returned.manifest
+        for batch, _ in batches:
+            new, old = batch_dir(fresh, batch), batch_dir(local, batch)
             if old.exists():
-                old.rename(Path(temporary) / f"old-{name}")
+                old.rename(Path(temporary) / f"old-{batch.name}")
+            old.parent.mkdir(exist_ok=True)
             new.rename(old)
-    return manifest
+    return returned.manifest
 
 
-def write_report(local: Path = LOCAL, out: Path = REPORT, lease: Mapping[str, Any] | None = None
-                 ) -> dict[str, Any]:
+def _check_ahead(batches: Sequence[tuple[Batch, BatchState]], local: Path) -> None:
+    """Refuses a packed batch whose state is not ahead of the newest checkpoint the study holds
+    of it (what a resume continues from: its status may lag behind, or be lost)."""
+    from vaco_jax.experiment import batch_dir
+    from vaco_jax.infra.run_folder import CHECKPOINT_DIR
+    from vaco_jax.run.checkpoint import committed_steps
+
+    for batch, state in batches:
+        held = max(committed_steps(batch_dir(local, batch) / CHECKPOINT_DIR), default=-1)
+        if state.periods <= held:
+            raise ValueError(f"batch {batch.name}: the pack holds period {state.periods}, the "
+                             f"study period {held} already: collected before, or out of order: "
+                             f"not merged")
+
+
+@dataclasses.dataclass(frozen=True)
+class History:
+    """The study's `lease_study.json` beside its report: each lease, the steps each run has
+    done, and that as one line (`progress_note`)."""
+
+    leases: tuple[Lease, ...]
+    steps_per_run: Mapping[str, int]
+    progress: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"leases": [lease.to_json() for lease in self.leases],
+                "steps_per_run": dict(self.steps_per_run), "progress": self.progress}
+
+
+def read_leases(path: Path) -> tuple[Lease, ...]:
+    """The leases of the study's history in `path` (none before the first)."""
+    if not path.exists():
+        return ()
+    history = records.load_json(path, records.LEASE_MANIFEST)
+    return tuple(Lease.from_json(lease) for lease in history["leases"].items())
+
+
+def write_report(local: Path = LOCAL, out: Path = REPORT, lease: Lease | None = None) -> History:
     """The study's report of every batch as far as it has trained (`batch_table` reads a
     partial batch up to its updates done), its title naming the leases' devices and the steps
     done (`progress_note`); and `lease_study.json`: each lease's device, slice and rates, and
     the steps done per batch. Returns that history."""
     import pandas as pd
 
-    from vaco_jax.experiment import load_sweep
-    from vaco_jax.experiment.folder import batch_dir
+    from vaco_jax.experiment import batch_dir, load_sweep
     from vaco_jax.experiment.results import batch_table, write_experiment_report
     from vaco_jax.infra import io
 
     plan = load_sweep(local)
-    history = io.read_json(out / MANIFEST, "") if (out / MANIFEST).is_file() else {"leases": []}
-    if lease is not None:
-        history["leases"].append({k: lease.get(k) for k in ("device", "slice", "rates",
-                                                             "episodes", "wall_s")})
+    leases = read_leases(out / MANIFEST) + ((lease,) if lease is not None else ())
     infos = batch_infos(plan, local)
-    history["steps_per_run"] = {i.name: i.updates_done * i.steps_per_update for i in infos}
-    history["progress"] = progress_note(history, infos)
+    history = History(leases, {i.name: i.updates_done * i.steps_per_update for i in infos},
+                      progress_note(leases, infos))
     tables = [t for t in (batch_table(plan.experiment, b, batch_dir(local, b))
                           for b in plan.batches if batch_dir(local, b).is_dir()) if t is not None]
     if tables:
         write_experiment_report(plan.experiment, pd.concat(tables, ignore_index=True), out,
-                                history["progress"])
+                                history.progress)
     else:  # every batch's first period is still to come: the report says so, nothing else
-        io.write_text(out / "report.md", f"# {plan.experiment.name}\n\n{history['progress']}: "
+        io.write_text(out / "report.md", f"# {plan.experiment.name}\n\n{history.progress}: "
                                          f"no batch has finished a period yet.\n")
-    io.write_json(out / MANIFEST, history)
+    io.write_json(out / MANIFEST, history.to_json())
     return history
 
 
-def progress_note(history: Mapping[str, Any], infos: Sequence[BatchInfo]) -> str:
+def progress_note(leases: Sequence[Lease], infos: Sequence[BatchInfo]) -> str:
     """The devices the leases ran on and the steps each run has done of its length."""
-    devices = sorted({str(lease.get("device")) for lease in history["leases"]})
+    devices = sorted({str(lease.device) for lease in leases})
     done = [i.updates_done * i.steps_per_update for i in infos]
     full = max(i.num_updates * i.steps_per_update for i in infos)
-    return (f"{len(history['leases'])} lease(s) on {', '.join(devices) or 'no device yet'}: "
+    return (f"{len(leases)} lease(s) on {', '.join(devices) or 'no device yet'}: "
             f"{min(done):,} to {max(done):,} of {full:,} steps per run so far")
 
 
-def measured_rates(history: Mapping[str, Any]) -> dict[str, float]:
+def measured_rates(leases: Sequence[Lease]) -> dict[str, float]:
     """The newest rate measured per task, else the prior."""
     rates = dict(PRIOR_RATES)
-    for lease in history.get("leases", []):
-        rates.update(lease.get("rates") or {})
+    for lease in leases:
+        rates.update(lease.rates)
     return rates
 
 
-def upload_refusal(upload: Path, returned: Mapping[str, Any]) -> str | None:
+def upload_refusal(upload: Path, returned: LeaseManifest) -> str | None:
     """Why `upload` may not be replaced unasked, or None: it is absent, or it named the slice
     that `returned` (a returned pack's manifest) trained, so the lease it was carried to has
     used it. Anything else (a slice no lease has run yet, an unreadable manifest) is refused."""
     if not upload.exists():
         return None
     try:
-        named = json.loads((upload / MANIFEST).read_text()).get("next")
-    except (OSError, ValueError, AttributeError):
+        named = read_manifest(upload).next
+    except ValueError:
         named = None
-    if named is not None and named == returned.get("slice"):
+    trained = returned.lease.trained
+    if named is not None and named == trained:
         return None
-    return (f"{upload} holds the slice {named} that this pack did not train "
-            f"({returned.get('slice')}): pass --overwrite to replace it")
+    return (f"{upload} holds the slice {named and named.to_json()} that this pack did not "
+            f"train ({trained and trained.to_json()}): pass --overwrite to replace it")
 
 
 def prepare(local: Path, upload: Path, seconds: float, rates: Mapping[str, float],

@@ -33,6 +33,7 @@ from vaco_jax.control.config import ControlHParams, ControlConfig
 from vaco_jax.control.train import ControlTrainer
 from vaco_jax import testbeds
 from vaco_jax.core.lag_models import Fixed
+from vaco_jax.infra import records
 
 PUREJAXRL_SETTINGS = dict(algo="ppo", num_envs=64, rollout_length=32, epochs=4, minibatches=4,
                           total_steps=499_712, actor_hidden=(256, 256), critic_hidden=(256, 256),
@@ -87,7 +88,8 @@ def main() -> None:
     args = p.parse_args()
     variants = args.variant or ["default"]
     settings, preset_hparams = PRESETS[args.preset]
-    settings = {"env": "inverted_double_pendulum", **settings, **json.loads(args.config),
+    overrides = records.parse_json(args.config, "--config", records.COMMAND_LINE).table()
+    settings = {"env": "inverted_double_pendulum", **settings, **overrides,
                 **({"env": args.env} if args.env else {})}
     config = ControlConfig(**{**testbeds.CONTROL.task_defaults(settings["env"]), **settings})
     runs = [(v, s) for v in variants for s in range(args.seeds)]

@@ -9,11 +9,12 @@ Each result file holds `env_steps` and per-run `episode_return` curves (as writt
 
 from __future__ import annotations
 
-import json
 import sys
 
 import matplotlib
 import numpy as np
+
+from vaco_jax.infra import records
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -34,8 +35,7 @@ def curves(result: dict) -> dict[str, np.ndarray]:
 def main(out: str, paths: list[str]) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for path in paths:
-        with open(path) as f:
-            result = json.load(f)
+        result = records.load_json(path, records.BENCHMARK_RESULT).plain()
         steps = np.asarray(result["env_steps"])
         for label, runs in curves(result).items():
             # Updates in which no episode ended are NaN; long episodes leave only a few points.

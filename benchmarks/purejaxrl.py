@@ -47,6 +47,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vaco_jax.infra import records
+
 # `ppo.py`'s own `__main__` settings, which `--config` updates.
 PPO_CONFIG = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 5e5,
             "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95,
@@ -171,7 +173,8 @@ def main() -> None:
     p.add_argument("--out", required=True)
     args = p.parse_args()
     module, defaults = SCRIPTS[args.script]
-    config = {**defaults, **json.loads(args.config)}
+    config = {**defaults, **records.parse_json(args.config, "--config",
+                                               records.BENCHMARK_RESULT).table()}
     make_train = load_make_train(args.checkout, args.flax_orthogonal, args.script, args.backend)
     keys = jnp.stack([jax.random.PRNGKey(s) for s in range(args.seeds)])
     start = time.time()

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 import time
@@ -54,6 +53,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from benchmarks.hardware import HARDWARE, Hardware  # noqa: E402
+from vaco_jax.infra import records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER_SWEEP = ROOT / "experiments" / "paper_lag_sweep.toml"
@@ -429,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                    help="add to (replace the named parts of) an existing --out file")
     args = p.parse_args(argv)
     if args.table:
-        results = json.loads(Path(args.table).read_text())
+        results = records.load_json(args.table, records.BENCHMARK_RESULT).plain()
         print(markdown(results))
         return results
     if args.out and Path(args.out).exists() and not (args.overwrite or args.append):
@@ -443,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                "hardware": {k: dataclasses.asdict(v) for k, v in HARDWARE.items()},
                                "physics_rates": list(PHYSICS_RATES), "control": {}}
     if args.append and args.out and Path(args.out).exists():
-        earlier = json.loads(Path(args.out).read_text())
+        earlier = records.load_json(args.out, records.BENCHMARK_RESULT).plain()
         results = {**earlier, **{k: results[k] for k in ("hardware", "physics_rates")},
                    "control": earlier.get("control", {})}
         results.setdefault("appended_by", []).append(harness.machine())

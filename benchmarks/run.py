@@ -36,7 +36,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import jax  # noqa: E402
 
 from benchmarks import harness, suites, tables  # noqa: E402
-from vaco_jax.infra import io  # noqa: E402
+from vaco_jax.infra import io, records  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -102,7 +102,7 @@ def default_out(preset: str) -> Path:
 def _existing(out: Path, settings: suites.Settings, selected: set[str]) -> dict[str, Any]:
     """The results file to append to; the settings both runs know must agree, except those
     that only a sub-benchmark being measured again reads."""
-    results = json.loads(out.read_text())
+    results = records.load_json(out, records.BENCHMARK_RESULT).plain()
     new = json.loads(json.dumps(settings.to_dict()))
     old = results["settings"]
     differ = {k for k, v in new.items()
@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = parse_args(argv)
     if args.memory_probe is not None:
-        print(json.dumps(suites.memory_probe(json.loads(args.memory_probe))), flush=True)
+        probe = records.parse_json(args.memory_probe, "--memory-probe", records.COMMAND_LINE)
+        print(json.dumps(suites.memory_probe(probe.plain())), flush=True)
         return {}
     settings = settings_from(args)
     out = Path(args.out) if args.out else default_out(preset_name(args))

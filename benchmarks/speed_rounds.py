@@ -38,7 +38,7 @@ import numpy as np
 
 from benchmarks import harness
 from vaco_jax.report import stats
-from vaco_jax.infra import io
+from vaco_jax.infra import io, records
 
 ROOT = Path(__file__).resolve().parent.parent
 SIDES = ("vaco_jax", "purejaxrl")
@@ -48,6 +48,11 @@ RESAMPLES = 10_000
 
 Runner = Callable[[str, Path], None]
 """Runs one side (`SIDES`) and has it write its result JSON to the given path."""
+
+
+def config_overrides(text: str) -> dict[str, Any]:
+    """`--config`: a JSON table of `ControlConfig` overrides."""
+    return dict(records.parse_json(text, "--config", records.COMMAND_LINE).table())
 
 
 def round_order(r: int) -> tuple[str, str]:
@@ -74,7 +79,7 @@ def run_rounds(folder: Path, rounds: int, runner: Runner) -> list[tuple[int, str
             partial = final.with_name(f".{final.name}.tmp")
             load = {"loadavg_1min": os.getloadavg()[0], "busy_cores": harness.busy_cores()}
             runner(side, partial)
-            result = json.loads(partial.read_text())
+            result = records.load_json(partial, records.BENCHMARK_RESULT).plain()
             result["speed_round"] = {"round": r, "position": position, "load_before": load}
             io.write_text(final, json.dumps(result))
             partial.unlink()
@@ -114,7 +119,7 @@ def keep_commands(folder: Path, commands: dict[str, Any]) -> None:
     since its rounds would then pair unlike settings."""
     recorded = folder / COMMANDS_FILE
     if recorded.exists():
-        if json.loads(recorded.read_text()) != commands:
+        if records.load_json(recorded, records.BENCHMARK_RESULT).plain() != commands:
             raise SystemExit(f"{folder} holds rounds of other settings ({recorded}); "
                              "choose another --out")
         return
@@ -168,11 +173,12 @@ def summarise(folder: Path) -> dict[str, Any]:
                     and result_path(folder, "purejaxrl", int(m.group(1))).exists())
     if not rounds:
         raise SystemExit(f"{folder} holds no round with both results")
-    records = [round_record(r, *(json.loads(result_path(folder, side, r).read_text())
-                                 for side in SIDES)) for r in rounds]
-    summary: dict[str, Any] = {"rounds": records, "resamples": RESAMPLES, "seed": 0}
+    rows = [round_record(r, *(records.load_json(result_path(folder, side, r),
+                                                records.BENCHMARK_RESULT).plain()
+                              for side in SIDES)) for r in rounds]
+    summary: dict[str, Any] = {"rounds": rows, "resamples": RESAMPLES, "seed": 0}
     for clock in ("wall", "cpu"):
-        ratios = [rec[f"ratio_{clock}"] for rec in records]
+        ratios = [rec[f"ratio_{clock}"] for rec in rows]
         if None not in ratios:
             median, low, high = median_interval(ratios)
             summary[f"ratio_{clock}"] = {"median": median, "low": low, "high": high}
@@ -224,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--cpus", help="pin both sides to these CPUs (taskset -c), e.g. 0,1")
     p.add_argument("--total-steps", type=int,
                    help="environment steps per run (default: the parity settings' 499,712)")
-    p.add_argument("--config", type=json.loads, default={},
+    p.add_argument("--config", type=config_overrides, default={},
                    help="JSON ControlConfig overrides for the vaco_jax side, e.g. "
                         "'{\"restart_from\": \"first\", \"buffer_capacity\": 1}'")
     args = p.parse_args(argv)

@@ -43,7 +43,7 @@ from benchmarks import harness, programs
 from benchmarks.parity import PUREJAXRL_SETTINGS
 from vaco_jax.control.config import ControlConfig
 from vaco_jax.control.train import ControlTrainer
-from vaco_jax.infra import io
+from vaco_jax.infra import io, records
 from vaco_jax import testbeds
 from vaco_jax.run.driver import Driver
 
@@ -171,7 +171,8 @@ def parity_config(env: str, overrides: str) -> ControlConfig:
     `ControlConfig` fields (the `--config` of this module's and `hlo_census`'s commands)."""
     settings = ControlConfig(**{**testbeds.CONTROL.task_defaults(env), **PUREJAXRL_SETTINGS,
                                 "env": env})
-    return ControlConfig.from_dict({**settings.to_dict(), **json.loads(overrides)})
+    changes = records.parse_json(overrides, "--config", records.COMMAND_LINE).table()
+    return ControlConfig.from_dict({**settings.to_dict(), **changes})
 
 
 def whole_run_program(name: str, config: ControlConfig, num_seeds: int,
@@ -218,7 +219,9 @@ def compile_times(argv: Sequence[str], checkout: Path | None,
             found = subprocess.run([sys.executable, "-m", "benchmarks.speed_split", *argv,
                                     "--compile-one", name], capture_output=True, text=True,
                                    check=True, cwd=Path(__file__).resolve().parent.parent)
-            out[name].append(json.loads(found.stdout.strip().splitlines()[-1]))
+            out[name].append(records.parse_json(
+                found.stdout.strip().splitlines()[-1], f"the last line of --compile-one {name}",
+                records.BENCHMARK_RESULT).plain())
     return out
 
 

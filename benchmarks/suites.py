@@ -20,6 +20,7 @@ import jax
 from benchmarks import brax_ppo, harness, programs
 from vaco_jax.control.config import ControlConfig
 from vaco_jax.control.train import ControlTrainer
+from vaco_jax.infra import records
 from vaco_jax.core.lag_models import Fixed, Uniform
 
 
@@ -322,7 +323,9 @@ def bench_memory(ctx: Context) -> dict[str, Any]:
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode != 0 or not lines:
             raise RuntimeError(f"memory probe failed ({done.returncode}): {done.stderr[-2000:]}")
-        row = {"seeds": seeds, "buffer_capacity": capacity, **json.loads(lines[-1])}
+        measured = records.parse_json(lines[-1], "the memory probe's last line",
+                                      records.BENCHMARK_RESULT).table()
+        row = {"seeds": seeds, "buffer_capacity": capacity, **measured}
         ctx.log(f"    peak RSS {row['peak_rss_mb']:,.0f} MB, RSS after N/2N/.. updates "
                 f"{[round(x) for x in row['rss_mb_after_chunk']]} MB")
         rows.append(row)

@@ -1,8 +1,12 @@
 """The GPU lag study's slices (`benchmarks/lease_study.py`) on the CPU: a tiny study trained for a
 slice, packed, unpacked and continued equals the study run whole when episodes are carried,
-and stays within a stated tolerance when they restart; the pack's limits and the refusal of
-archives that reach outside their folder; the slice planning."""
+and stays within a stated tolerance when they restart; the pack's limits; a returned pack
+read as untrusted input (archives that reach outside their folder, members written twice, byte
+counts and digests that lie, batches the study's own plan lacks, batch states out of range, a
+pack collected twice), each refused in one line with nothing written; the slice planning.
+`tests/test_lease_pack_hostile.py` forges packs at random."""
 
+import hashlib
 import io
 import json
 import shutil
@@ -65,7 +69,7 @@ def test_a_slice_stops_at_its_updates(runs):
     from vaco_jax.infra.run_folder import read_status
 
     (batch,) = (runs["sliced"] / "runs").iterdir()
-    assert read_status(batch)["updates_done"] == 2 and not read_status(batch)["complete"]
+    assert read_status(batch).updates_done == 2 and not read_status(batch).complete
 
 
 def test_carried_episodes_continue_bit_identically(runs):
@@ -159,6 +163,8 @@ def test_collect_merges_the_slice_reports_it_and_replaces_only_a_used_upload(
 
     for name in ("LOCAL", "UPLOAD", "REPORT"):
         monkeypatch.setattr(lease_study, name, tmp_path / name.lower())
+    monkeypatch.setattr(lease_study, "STUDY", tmp_path / "tiny.toml")
+    lease_study.STUDY.write_text(TINY)
     monkeypatch.setattr(gpu_campaign, "DONE", tmp_path / "done")
     monkeypatch.setattr(gpu_campaign, "ROOT", tmp_path)
     names = [b.name for b in (runs["sliced"] / "runs").iterdir()]
@@ -166,8 +172,8 @@ def test_collect_merges_the_slice_reports_it_and_replaces_only_a_used_upload(
     returned = tmp_path / "returned"
     lease_pack.pack(runs["sliced"], names, Episodes.RESTART, returned,
                     {"slice": piece.to_json(), "device": "cpu", "rates": {}, "wall_s": 1.0})
-    lease_study.UPLOAD.mkdir()
-    (lease_study.UPLOAD / "lease_study.json").write_text(json.dumps({"next": piece.to_json()}))
+    lease_pack.pack(runs["sliced"], names, Episodes.RESTART, lease_study.UPLOAD,
+                    {"next": piece.to_json()})  # the upload the call carried
     assert gpu_campaign.collect(returned, commit=False) == []
     report = (lease_study.REPORT / "report.md").read_text()
     assert "1 lease(s) on cpu: 256 to 256 of 512 steps per run so far" in report
@@ -182,12 +188,19 @@ def test_collect_merges_the_slice_reports_it_and_replaces_only_a_used_upload(
 
 
 # ----------------------------------------------------------------------------- untrusted input
-def _forged(folder: Path, members: dict[str, bytes], link: str | None = None) -> Path:
-    import hashlib
+# A pack's batch the study lacks: refused by name where it is not even a plain name.
+NOT_OURS = r"not a batch of the study: refused|lease_study\.json'?: updates: .* not a plain name"
+OTHER = TINY.replace("epochs = 2", "epochs = 1")  # its group, and batch, named otherwise
+EVIL = "../../../outside/evil"
 
+
+def _forged(folder: Path, members, link: str | None = None, **manifest) -> Path:
+    """A returned pack in `folder` of the archive members `members` (name, bytes pairs, in
+    order: a name may come twice), its manifest listing its part truly unless `manifest`'s
+    fields replace them."""
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w:gz") as tar:
-        for name, content in members.items():
+        for name, content in members:
             info = tarfile.TarInfo(name)
             info.size = len(content)
             tar.addfile(info, io.BytesIO(content))
@@ -200,8 +213,32 @@ def _forged(folder: Path, members: dict[str, bytes], link: str | None = None) ->
     (folder / "study.tar.gz.00").write_bytes(part)
     (folder / "lease_study.json").write_text(json.dumps({"parts": [
         {"name": "study.tar.gz.00", "bytes": len(part),
-         "sha256": hashlib.sha256(part).hexdigest()}]}))
+         "sha256": hashlib.sha256(part).hexdigest()}], "updates": {}, **manifest}))
     return folder
+
+
+def _members(packed: Path) -> list[tuple[str, bytes]]:
+    """The archive members of the pack in `packed`, in order."""
+    parts = sorted(packed.glob("study.tar.gz.*"))
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in parts))) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile()]
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every path under `root` with its content's digest (`dir` for a folder)."""
+    return {str(p.relative_to(root)): "dir" if p.is_dir() and not p.is_symlink()
+            else hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))}
+
+
+def _merge(returned: Path, local: Path) -> None:
+    """`returned` merged into the study `local` whose experiment file is `tiny.toml` beside."""
+    lease_study.merge(lease_pack.read_pack(returned), local, local.parent / "tiny.toml")
+
+
+def _one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and message.isprintable(), message
+    return message
 
 
 @pytest.mark.parametrize("members,link", [
@@ -211,7 +248,7 @@ def _forged(folder: Path, members: dict[str, bytes], link: str | None = None) ->
     ({"experiment.toml": b"x"}, "/etc/passwd"),
 ])
 def test_unpack_refuses_archives_that_reach_outside(tmp_path, members, link):
-    returned = _forged(tmp_path / "returned", members, link)
+    returned = _forged(tmp_path / "returned", members.items(), link)
     target = tmp_path / "inside" / "target"
     with pytest.raises(ValueError, match="refused"):
         lease_pack.unpack(returned, target)
@@ -253,10 +290,165 @@ def test_merge_refuses_a_manifest_naming_folders_outside_the_study(tmp_path, run
     (copy / "lease_study.json").write_text(json.dumps(manifest))
     local = tmp_path / "study"
     lease_pack.unpack(packed, local)  # the study exists: merging would rename folders in it
-    with pytest.raises(ValueError, match="not batches of the study: not merged"):
-        lease_study.merge(copy, local)
+    with pytest.raises(ValueError, match=NOT_OURS):
+        _merge(copy, local)
     assert (outside / "keep.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy", "outside", "study"]
+
+
+@pytest.fixture
+def study(runs, tmp_path):
+    """The study's own folder at period 1 (`tmp_path/study`, from the carried pack), the
+    study's experiment file, and `tmp_path/outside` holding a file of someone's."""
+    (tmp_path / "tiny.toml").write_text(TINY)
+    lease_pack.unpack(runs[Episodes.CARRIED][2], tmp_path / "study")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "keep.txt").write_text("mine")
+    return tmp_path / "study"
+
+
+def _restart_pack(runs) -> tuple[list[tuple[str, bytes]], dict]:
+    """The members and the manifest of the pack of the slice at period 1, episodes restarted."""
+    packed = runs[Episodes.RESTART][2]
+    return _members(packed), json.loads((packed / "lease_study.json").read_text())
+
+
+def _renamed(members, old: str, new: str) -> list[tuple[str, bytes]]:
+    return [(n, c.replace(old.encode(), new.encode()) if n == "sweep.json" else c)
+            for n, c in members]
+
+
+def _other_pack(runs, tmp_path: Path) -> Path:
+    """A pack of another experiment's batch (the study has no such batch), with that
+    experiment's own plan naming it, and the state of the study's batch."""
+    from vaco_jax.experiment import parse_experiment, start_sweep
+
+    (other,) = start_sweep(parse_experiment(OTHER, name="tiny"), tmp_path / "other").batches
+    members, manifest = _restart_pack(runs)
+    (ours,) = manifest["updates"]
+    swapped = [(n.replace(ours, other.name), (tmp_path / "other" / n).read_bytes()
+                if n in ("experiment.toml", "sweep.json") else c) for n, c in members]
+    return _forged(tmp_path / "forged", swapped, updates={other.name: 2})
+
+
+@pytest.mark.parametrize("forgery", ["evil", "other"])
+def test_merge_checks_the_pack_against_the_study_s_own_plan(runs, study, tmp_path, forgery):
+    """A pack naming a batch the study's own plan lacks (in its manifest and in the plan it
+    carries, which is as untrusted as the rest) is refused in one line, nothing written: the
+    study's plan decides, never the pack's."""
+    if forgery == "evil":
+        members, manifest = _restart_pack(runs)
+        (ours,) = manifest["updates"]
+        forged = _forged(tmp_path / "forged", _renamed(members, ours, EVIL), updates={EVIL: 2})
+    else:
+        forged = _other_pack(runs, tmp_path)
+    before = _tree(tmp_path)
+    with pytest.raises(ValueError, match=NOT_OURS) as refused:
+        _merge(forged, study)
+    _one_line(refused)
+    assert _tree(tmp_path) == before
+
+
+def test_collect_refuses_a_batch_the_study_lacks_with_one_line(runs, study, tmp_path,
+                                                                monkeypatch, capsys):
+    """Through the command: a non-zero exit, one line naming the batch, nothing written."""
+    from benchmarks import gpu_campaign
+
+    monkeypatch.setattr(lease_study, "LOCAL", study)
+    for name in ("UPLOAD", "REPORT"):
+        monkeypatch.setattr(lease_study, name, tmp_path / name.lower())
+    monkeypatch.setattr(gpu_campaign, "DONE", tmp_path / "done")
+    forged = _other_pack(runs, tmp_path)
+    before = _tree(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        gpu_campaign.main(["--collect", str(forged), "--no-commit"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stopped.value.code == 2 and "not a batch of the study" in error
+    assert _tree(tmp_path) == before
+
+
+def test_a_pack_without_a_readable_status_merges_by_its_checkpoint_and_once(
+        runs, study, tmp_path):
+    """The pack's `status.json` of a batch missing (a call stopped between a checkpoint and its
+    status) or damaged: the progress compared is the checkpoint's, so the pack is merged; the
+    same pack collected again is refused in one line that says so."""
+    whole = lease_pack.pack(runs["whole"], [b.name for b in (runs["whole"] / "runs").iterdir()],
+                            Episodes.RESTART, tmp_path / "whole", {})
+    (name,) = whole["updates"]
+    members = [(n, b"{}" if n == f"runs/{name}/status.json" else c)
+               for n, c in _members(tmp_path / "whole")]
+    forged = _forged(tmp_path / "forged", members, updates=whole["updates"])
+    _merge(forged, study)
+    from vaco_jax.run.checkpoint import committed_steps
+
+    assert committed_steps(study / "runs" / name / "checkpoint")[0] == 2
+    before = _tree(tmp_path)
+    with pytest.raises(ValueError, match="collected before") as refused:
+        _merge(forged, study)
+    assert name in _one_line(refused) and _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("periods", ["1e400", "-3", "1000000", "1.5", "true", "\"1\""])
+@pytest.mark.parametrize("first", [True, False], ids=["new study", "study"])
+def test_merge_refuses_a_batch_state_out_of_the_plan_s_range(runs, study, tmp_path, periods,
+                                                             first):
+    """`state/<batch>.json` holds the checkpoint period the batch is rebuilt at: an integer
+    within the batch's periods (2 here), or refused in one line, nothing written."""
+    members, manifest = _restart_pack(runs)
+    (name,) = manifest["updates"]
+    members = [(n, b'{"periods": ' + periods.encode() + b"}"
+                if n == f"state/{name}.json" else c) for n, c in members]
+    forged = _forged(tmp_path / "forged", members, updates=manifest["updates"])
+    local = tmp_path / "study" if first else study
+    if first:
+        shutil.rmtree(local)
+    before = _tree(tmp_path)
+    with pytest.raises(ValueError, match="periods") as refused:
+        _merge(forged, local)
+    _one_line(refused)
+    assert _tree(tmp_path) == before
+
+
+def test_unpack_refuses_a_member_written_twice(runs, tmp_path):
+    members, manifest = _restart_pack(runs)
+    forged = _forged(tmp_path / "forged", [*members, ("sweep.json", b"{}")],
+                     updates=manifest["updates"])
+    with pytest.raises(ValueError, match="twice") as refused:
+        lease_pack.unpack(forged, tmp_path / "target")
+    assert "sweep.json" in _one_line(refused) and not (tmp_path / "target").exists()
+
+
+def test_unpack_compares_the_listed_byte_counts(runs, tmp_path):
+    packed = runs[Episodes.RESTART][2]
+    copy = tmp_path / "copy"
+    shutil.copytree(packed, copy)
+    manifest = json.loads((copy / "lease_study.json").read_text())
+    manifest["parts"][0]["bytes"] += 1
+    (copy / "lease_study.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="size or digest") as refused:
+        lease_pack.unpack(copy, tmp_path / "target")
+    _one_line(refused)
+    assert not (tmp_path / "target").exists()
+
+
+def test_unpack_writes_the_bytes_it_checked(runs, tmp_path, monkeypatch):
+    """A part replaced right after its digest is checked: what is unpacked is what was
+    checked, never what the file holds by then."""
+    copy = tmp_path / "copy"
+    shutil.copytree(runs[Episodes.RESTART][2], copy)
+    members, _ = _restart_pack(runs)
+    swapped = _forged(tmp_path / "swapped", [*members, ("evil.txt", b"swapped in")])
+    part = copy / "study.tar.gz.00"
+    checked, real = part.read_bytes(), hashlib.sha256
+
+    def swapping(data=b"", **options):
+        if data == checked:  # the part's digest taken: the file is swapped at once
+            part.write_bytes((swapped / "study.tar.gz.00").read_bytes())
+        return real(data, **options)
+
+    monkeypatch.setattr(hashlib, "sha256", swapping)
+    lease_pack.unpack(copy, tmp_path / "target")
+    assert not (tmp_path / "target" / "evil.txt").exists()
 
 
 # ----------------------------------------------------------------------------- planning

@@ -3,20 +3,26 @@ status 2), a task without its optional extra says how to install it, `--help` li
 algorithms, and a warm start's messages show under `--no-progress`."""
 
 import logging
+import re
 import sys
 
 import pytest
 
 from vaco_jax import cli
+from vaco_jax.cli import common
+from vaco_jax.cli import envs as envs_cli
 from vaco_jax.control.envs import playground_env
 from vaco_jax.run import driver
 
 
 def _refused(argv: list[str], capsys) -> str:
-    """The one line of stderr with which `vaco-jax ARGV` exits with status 2."""
-    with pytest.raises(SystemExit) as done:
-        cli.main(argv)
-    assert done.value.code == 2
+    """The one line of stderr with which `vaco-jax ARGV` exits with status 2 (the flag parser
+    exits with it, a command returns it)."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as done:
+        code = done.code
+    assert code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
     return err.strip()
@@ -99,3 +105,65 @@ def test_a_warm_starts_messages_show_under_no_progress(monkeypatch, tmp_path, ca
     with pytest.raises(_Stop):
         cli.main(["tokens", "--no-progress", "--out", str(tmp_path / "run")])
     assert capsys.readouterr().err == "warm start: training 2000 supervised steps on add ...\n"
+
+
+@pytest.fixture
+def no_run(monkeypatch, tmp_path):
+    """A command that gets past its flags fails the test instead of training, from an empty
+    current folder (where an empty folder name would write)."""
+    monkeypatch.setattr(common, "run_driver", lambda *args: pytest.fail("the command ran"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", ["train", "tokens"])
+def test_a_hyper_parameter_given_twice_is_refused_naming_it(capsys, no_run, command):
+    assert _refused([command, "--hparam", "learning_rate=1e-3", "--hparam", "tv_delta=0.2",
+                     "--hparam", "learning_rate=3e-4"], capsys) == (
+        f"vaco-jax {command}: error: argument --hparam: learning_rate is given twice; give "
+        f"each hyper-parameter once (see: vaco-jax {command} --help)")
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["train", "--out", ""], "--out"), (["tokens", "--out", ""], "--out"),
+    (["train", "--resume", ""], "--resume"), (["sweep", "quick.toml", "--out", ""], "--out"),
+    (["leaderboard", "--out", ""], "--out"), (["report", ""], "DIR"),
+    (["report", "merged", "--parts", "part", ""], "--parts"),
+    (["report", "out", "--predictors", ""], "--predictors"),
+])
+def test_an_empty_folder_is_refused_not_taken_for_the_current_one(capsys, no_run, argv, flag):
+    assert _refused(argv, capsys).startswith(
+        f"vaco-jax {argv[0]}: error: argument {flag}: must name a folder, got '' (write . for "
+        f"the current folder)")
+    assert list(no_run.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["train", "--out"], ["tokens", "--resume"],
+                                  ["sweep", "quick.toml", "--out"], ["leaderboard", "--out"],
+                                  ["report"], ["report", "merged", "--parts"]])
+def test_a_folder_name_too_long_for_file_systems_is_refused_naming_the_flag(capsys, no_run,
+                                                                             argv):
+    line = _refused([*argv, str(no_run / "runs" / ("a" * 5000))], capsys)
+    assert re.fullmatch(r"vaco-jax \w+: error: argument (--\w+|DIR): the name 'a{40}\.\.\. "
+                        r"\(5,000 characters\)' in it is longer than the 255 bytes file systems "
+                        r"allow \(see: vaco-jax \w+ --help\)", line), line
+    assert list(no_run.iterdir()) == []
+
+
+def test_a_file_name_too_long_is_refused_in_one_short_line(capsys, no_run):
+    """A path no flag checks (an experiment file's) fails in the file system: refused input."""
+    line = _refused(["sweep", "a" * 5000 + ".toml", "--plan"], capsys)
+    assert line.startswith("vaco-jax sweep: error: File name too long: 'aaa") and \
+        line.endswith("... (5,005 characters)'; choose a path whose names are shorter")
+
+
+def test_a_refusal_quoting_a_strangers_text_is_one_line_of_plain_characters(monkeypatch,
+                                                                            capsys):
+    def refuse(args):
+        raise ValueError("study 'x' holds the group red\x1b[31m\nline two" + "!" * 10**6)
+
+    monkeypatch.setattr(envs_cli, "run_envs", refuse)
+    line = _refused(["envs"], capsys)
+    assert line.isprintable() and len(line) < 2100
+    assert line.startswith("vaco-jax envs: error: study 'x' holds the group red\\x1b[31m\\nline "
+                           "two!!!") and line.endswith("!... (1,000,043 characters)")

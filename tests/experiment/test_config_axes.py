@@ -111,8 +111,8 @@ def _finished_batch(experiment, group, folder) -> pd.DataFrame:
         for i, r in enumerate(runs) for u in updates])
     folder.mkdir(parents=True)
     run_folder.write_results(folder, metrics, {
-        "updates_done": group.config.num_updates,
-        "runs": [{"diverged": False, "diverged_at": -1} for _ in runs]})
+        "updates_done": group.config.num_updates, "num_updates": group.config.num_updates,
+        "complete": True, "runs": [{"diverged": False, "diverged_at": -1} for _ in runs]})
     batch = sweep.Batch(name=f"{group.name}-0", group=group.name,
                         runs=tuple(range(len(runs))), size=len(runs))
     return sweep.batch_table(experiment, batch, folder)

@@ -7,6 +7,7 @@ compilation (the sweep reuses the drivers of a config and batch size it has seen
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -177,6 +178,42 @@ def test_bad_experiments_are_rejected_naming_the_key(monkeypatch, old, new, mess
     with pytest.raises(ValueError, match=message):
         sweep.parse_experiment(TOY.replace(old, new, 1))
 
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("levels = [0, 2]", "levels = [" + "0, " * 10**6 + "]",
+     r"^experiment 'toy': \[lag\]: levels lists a value twice: \[0, 0, 0, [0, ]*\.\.\. "
+     r"\(1,000,000 items\)$"),
+    ('name = "toy"', f'name = "{"n" * 10**6}"',
+     r"^experiment 'n{199}\.\.\. \(1,000,000 characters\): name must be one line of at most "
+     r"255 printable characters \(no newline or terminal escape\)$"),
+    ("[hparams]", "[hparams]\nclip_eps = [" + "0.2, " * 10**5 + "]",
+     r"^experiment 'toy': \[hparams\]: clip_eps lists a value twice: \[0\.2, 0\.2, [0-9., ]*"
+     r"\.\.\. \(100,000 items\)$"),
+    ("seeds = 2", "seeds = '" + "s" * 10**6 + "'",
+     r"^experiment 'toy': seeds must be a positive count or a list of integers, got "
+     r"'s{199}\.\.\. \(1,000,000 characters\)$"),
+])
+def test_a_huge_value_is_quoted_cut_to_a_line_that_states_its_size(old, new, message):
+    assert old in TOY
+    with pytest.raises(ValueError) as refused:
+        sweep.parse_experiment(TOY.replace(old, new, 1))
+    assert re.search(message, str(refused.value)), str(refused.value)[:500]
+
+
+@pytest.mark.parametrize("name", ['name = "red\\u001b[31m\\nname"', ""])
+def test_an_experiment_name_that_would_act_on_a_terminal_is_refused_shown_escaped(
+        tmp_path, capsys, name):
+    """A name is printed by the plan, the progress bar and the report (or taken from the file's
+    name where the experiment gives none)."""
+    path = tmp_path / ("toy.toml" if name else "red\x1b[31m\nname.toml")
+    path.write_text(TOY.replace('name = "toy"', name))
+    assert cli.main(["sweep", str(path), "--plan"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        f"vaco-jax sweep: error: experiment file {str(path)!r}: experiment "
+        f"'red\\x1b[31m\\nname': name must be one line of at most 255 printable characters "
+        f"(no newline or terminal escape)\n")
 
 
 def test_reference_scores_are_read_under_their_key_and_their_older_name():

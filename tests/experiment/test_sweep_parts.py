@@ -284,6 +284,17 @@ def test_merged_parts_equal_the_whole_sweep(parts, tmp_path, capsys):
     pd.testing.assert_frame_equal(runs(out), runs(whole), check_exact=True)
 
 
+def test_a_merged_report_inside_a_part_folder_is_refused_naming_the_part(tmp_path, capsys):
+    part = tmp_path / "part"
+    part.mkdir()
+    out = part / "merged"
+    assert cli.main(["report", str(out), "--parts", str(part)]) == 2
+    assert capsys.readouterr().err == (
+        f"vaco-jax report: error: the merged report's folder {str(out)!r} lies in the part "
+        f"folder {str(part)!r}; choose a folder outside it\n")
+    assert list(part.iterdir()) == []
+
+
 def test_a_whole_sweep_merges_as_its_own_single_part(parts, tmp_path):
     whole, _ = parts
     assert cli.main(["report", str(tmp_path / "merged"), "--parts", str(whole)]) == 0
@@ -380,7 +391,9 @@ def test_bad_merges_are_refused_naming_the_folder(parts, tmp_path, capsys, case)
     elif case == "out is a part":
         out, message = part2, f"the merged report's folder {str(part2)!r} is one of the parts"
     else:
-        folders, message = [part1, tmp_path], f"{str(tmp_path)!r} is not a sweep folder"
+        plain = tmp_path / "plain"  # beside the merged folder: one inside a part is refused first
+        plain.mkdir()
+        folders, message = [part1, plain], f"{str(plain)!r} is not a sweep folder"
     assert cli.main(["report", str(out), "--parts", *map(str, folders)]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "merged").exists()

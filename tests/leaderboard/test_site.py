@@ -4,9 +4,11 @@ plugin's algorithm, which the fidelity card does not describe."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import itertools
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -17,9 +19,11 @@ from vaco_jax.cli import main
 from vaco_jax.control import algorithms as control
 from vaco_jax.core.registry import ENTRY_POINT_GROUP
 from vaco_jax.leaderboard import board as board_module
-from vaco_jax.leaderboard.site import build_site
+from vaco_jax.leaderboard import pages
+from vaco_jax.leaderboard.site import build_site, stamp
 from vaco_jax.leaderboard.studies import read_studies
 from vaco_jax.report import write_report
+from vaco_jax.report.summary import Normalisation
 
 from site_checks import CARD, broken_links, check_board_numbers, run_table
 
@@ -161,6 +165,9 @@ def test_the_command_refuses_a_folder_it_did_not_write_and_overwrites_only_its_o
     assert len(warnings) == 1 and "skipped the study broken" in warnings[0]
     assert "Traceback" not in captured.err
     assert main([*args, "--out", str(out)]) == 2
+    # A board is built again, never continued: the refusal offers only what the command has.
+    assert capsys.readouterr().err.endswith(
+        "already exists and is not empty; pass overwrite (--overwrite) to replace its results\n")
     (out / "mine.txt").write_text("keep me")
     assert main([*args, "--out", str(out), "--overwrite"]) == 2  # a file it did not write
     assert main([*args, "--out", str(out), "--overwrite", "--keep", "mine.txt"]) == 0
@@ -244,3 +251,28 @@ def test_an_algorithm_no_installed_plugin_registers_has_a_page_saying_so(plugin_
     page = (built.out / "methods" / "control-plugin_ppo.html").read_text()
     assert ("It has no fidelity card entry: docs/fidelity.md describes vaco_jax&#x27;s own "
             "algorithms, and no plugin installed where this board was built registers it.") in page
+
+
+def test_a_study_folder_named_to_act_on_a_terminal_is_warned_of_in_one_plain_line(
+        results, tmp_path, capsys):
+    _, claims = results
+    study = tmp_path / "results" / "red\x1b[31m\nstudy"
+    study.mkdir(parents=True)
+    (study / "summary.json").write_text("{not json")
+    assert main(["leaderboard", "--out", str(tmp_path / "site"), "--results",
+                 str(tmp_path / "results"), "--claims", str(claims), "--card", str(CARD)]) == 0
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith("vaco-jax leaderboard: warning: skipped the study "
+                              "red\\x1b[31m\\nstudy: ") and warning.isprintable()
+
+
+def test_a_summary_whose_scale_is_not_finite_is_not_shown_as_one(results):
+    root, _ = results
+    (study,), _ = read_studies(root)
+    # Only a summary from someone else's folder holds these: the report writer makes none.
+    unscaled = {"toy_reach": Normalisation(initial=math.nan, reference=math.inf, source="given")}
+    study = dataclasses.replace(study, summary=dataclasses.replace(study.summary,
+                                                                   normalisation=unscaled))
+    page = pages.study_page(study, [], stamp([study]))
+    assert "Normalisation: toy_reach: not normalised.</p>" in page
+    assert "nan" not in page and "= inf" not in page

@@ -132,7 +132,9 @@ def test_the_command_writes_the_analysis_and_refuses_to_overwrite(tmp_path, caps
     for name in WRITES:
         assert (out / name).is_file()
     assert main(["report", str(out), "--predictors", str(study)]) == 2
-    assert "already exists" in capsys.readouterr().err
+    # An analysis is written again, never continued: the refusal offers only what it has.
+    assert capsys.readouterr().err.endswith(
+        "already exists and is not empty; pass overwrite (--overwrite) to replace its results\n")
     assert main(["report", str(out), "--predictors", str(study), "--overwrite"]) == 0
 
 

@@ -1,8 +1,10 @@
 """Tests of the sweep report on a small synthetic runs table."""
 
 import contextlib
+import dataclasses
 import itertools
 import json
+import math
 import warnings
 
 import matplotlib.image
@@ -16,6 +18,7 @@ from vaco_jax.report import summary as report_summary
 from vaco_jax.report import figures as report_figures
 from vaco_jax.report import stats
 from vaco_jax.report import write as write_module
+from vaco_jax.report.markdown import markdown
 
 # Per task: initial return, and the return a perfect run gains over training.
 TASKS = {"hopper": (10.0, 100.0), "walker": (-5.0, 50.0)}
@@ -405,6 +408,19 @@ def test_diverged_run_is_listed_with_its_last_finite_score(report):
 
 
 # ---------------------------------------------------------------- report.md
+
+
+def test_a_task_whose_scale_is_not_finite_is_said_not_normalised(report):
+    _, summary = report
+    parsed = report_summary.from_json(summary)
+    # Only a summary from someone else's folder holds these: the report writer makes none.
+    unscaled = {**parsed.normalisation,
+                "hopper": report_summary.Normalisation(math.nan, math.inf, "given")}
+    text = markdown(dataclasses.replace(parsed, normalisation=unscaled))
+    assert "| hopper | - | - | not normalised |" in text and "nan" not in text
+    walker = parsed.normalisation["walker"]
+    assert (f"| walker | {walker.initial:.3f} | {walker.reference:.3f} | best final score |"
+            in text)
 
 
 def test_report_md_has_title_table_rows_and_figure_links(report):

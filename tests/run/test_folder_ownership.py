@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -344,3 +345,43 @@ def test_a_lock_file_that_is_no_plain_file_is_refused_and_its_target_untouched(t
             pass
     assert victim.read_text() == "theirs"
     refuse_if_in_use(folder)  # a reader is not stopped by what no process locks
+
+
+RESULTS = ROOT / "experiments" / "results"
+
+
+def _report_command(tmp_path: Path, command: str, out: Path) -> list[str]:
+    """`command`'s flags writing into `out`, with inputs that get it as far as its output
+    folder: no study for the board, a folder for a part (read only once the lock is held), a
+    study for the predictors."""
+    if command == "leaderboard":
+        (tmp_path / "results").mkdir()
+        return ["leaderboard", "--out", str(out), "--results", str(tmp_path / "results"),
+                "--claims", str(RESULTS / "claims.toml"), "--card", str(ROOT / "docs" /
+                                                                        "fidelity.md")]
+    study = tmp_path / "study"
+    study.mkdir()
+    if command == "report --parts":
+        return ["report", str(out), "--parts", str(study)]
+    for name in ("experiment.toml", "runs.parquet"):
+        shutil.copy(RESULTS / "tokens_long_lag_scan" / name, study / name)
+    return ["report", str(out), "--predictors", str(study)]
+
+
+@pytest.mark.parametrize("command", ["leaderboard", "report --parts", "report --predictors"])
+def test_a_report_refuses_a_folder_another_process_writes(tmp_path, capsys, command):
+    from vaco_jax.cli import main
+
+    out = tmp_path / "out"
+    argv = _report_command(tmp_path, command, out)
+    child = hold(out)
+    try:
+        assert main(argv) == 2
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    err = capsys.readouterr().err
+    assert re.fullmatch(f"vaco-jax {command.split()[0]}: error: {re.escape(repr(str(out)))} is "
+                        f"in use by process {child.pid} on host .*; only one vaco-jax process "
+                        f"may write a folder: wait for it to end or stop it\n", err), err
+    assert [p.name for p in out.iterdir()] == [LOCK_FILE]

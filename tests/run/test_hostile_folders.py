@@ -24,11 +24,9 @@ slow, `report --parts` on a sweep of one run).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
-import signal
 import stat
 import tempfile
 from dataclasses import dataclass
@@ -41,6 +39,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from folder_snapshots import bounded, contents, digest, refused, snapshot, surroundings_of
 from vaco_jax import cli
 from vaco_jax.report.runs_table import REPORT_WRITES
 from vaco_jax.infra import io, manifest, run_folder
@@ -54,62 +53,6 @@ PROPERTY = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", 60)), de
                     database=None)
 
 # ---------------------------------------------------------------- observing a sandbox
-
-
-class Hung(BaseException):
-    """An operation blocked (a BaseException, so that no `except Exception` swallows it)."""
-
-
-@contextlib.contextmanager
-def bounded(seconds: float = 20.0) -> Iterator[None]:
-    """Fails an operation that blocks (opening a named pipe, reading from one) for `seconds`."""
-    def alarm(signum, frame):
-        raise Hung(f"the operation blocked for {seconds} s")
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def _digest(path: Path) -> str:
-    with bounded(5):
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def snapshot(root: Path, skip: Callable[[str], bool] = lambda rel: False) -> dict[str, tuple]:
-    """Every path under `root` (relative; `root` itself is ""), links not followed: a file's
-    type, mode, modification time, inode, size and digest; a link's target; a folder's mode and
-    modification time (a name added or removed there changes it); another file's type and mode."""
-    found: dict[str, tuple] = {}
-
-    def visit(path: Path, rel: str) -> None:
-        if skip(rel):
-            return
-        info = os.lstat(path)
-        common = (stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode), info.st_mtime_ns)
-        if stat.S_ISLNK(info.st_mode):
-            found[rel] = ("link", os.readlink(path))
-        elif stat.S_ISREG(info.st_mode):
-            found[rel] = (*common, info.st_ino, info.st_size, _digest(path))
-        elif stat.S_ISDIR(info.st_mode):
-            found[rel] = common
-            for name in sorted(os.listdir(path)):
-                visit(path / name, f"{rel}/{name}" if rel else name)
-        else:
-            found[rel] = common
-    visit(root, "")
-    return found
-
-
-def contents(shot: dict[str, tuple], own_locks: set[str]) -> dict[str, tuple]:
-    """A snapshot of the folder under test as its contents: folders without their modification
-    times (taking and releasing a lock adds and removes a name), and without the lock files
-    that were plain files (released, hence removed, by the operation)."""
-    return {rel: (value[:2] if value[0] == stat.S_IFDIR else value)
-            for rel, value in shot.items() if rel not in own_locks}
 
 
 def plain_locks(shot: dict[str, tuple]) -> set[str]:
@@ -280,20 +223,21 @@ entries = (st.builds(Entry, hostile_keys, st.sampled_from(KINDS))
 @dataclass(frozen=True)
 class Manifest:
     """How a folder's manifest is written: `dict` (as vaco_jax does, with `entries` added),
-    `pairs` (entries as a list of pairs, and `weird` items), `text` (not a manifest), `link`
-    (a link to an outside manifest), `folder`, or `none`."""
+    `pairs` (entries as a list of pairs, and `weird` items: a form vaco_jax never writes, so
+    damaged), `text` (not a manifest), `link` (a link to an outside manifest), `folder`, or
+    `none`."""
     form: str = "dict"
     entries: tuple[Entry, ...] = ()
     weird: tuple = ()
     text: Any = ""
 
     def damaged(self) -> bool:
-        return self.form in ("text", "link", "folder") or (
-            self.form in ("dict", "pairs") and (
+        return self.form in ("text", "link", "folder", "pairs") or (
+            self.form == "dict" and (
                 bool(self.weird) or any(entry_damaged(e.key, e.kind) for e in self.entries)))
 
     def readable(self) -> bool:
-        return self.form in ("dict", "pairs") and not self.damaged()
+        return self.form == "dict" and not self.damaged()
 
     def long(self) -> bool:
         return any(too_long(e.key) for e in self.entries)
@@ -449,7 +393,7 @@ def build_checkpoint(box: Sandbox, folder: Path, variant: str, template: Path) -
     elif variant == "escaping":  # its files table names a file outside, with that file's digest
         victim = box.outside / "file0.txt"
         _rewrite_identity(step, lambda i: i.update(files={
-            "../../../outside/file0.txt": [victim.stat().st_size, _digest(victim)]}))
+            "../../../outside/file0.txt": [victim.stat().st_size, digest(victim)]}))
     elif variant == "other_run":
         _rewrite_identity(step, lambda i: i.update(run_identity="run-2"))
     elif variant == "tree_link":
@@ -885,28 +829,11 @@ def place(tmp_path, trained, no_training) -> dict[str, Path]:
     return {"root": tmp_path, "run": run}
 
 
-def surroundings_of(root: Path, folder: Path) -> dict[str, tuple]:
-    rel = folder.relative_to(root).as_posix()
-    shot = snapshot(root, skip=lambda r: r == rel or r.startswith(rel + "/"))
-    shot[""] = shot[""][:2]
-    return shot
-
-
 def add_entries(folder: Path, entries: dict[str, str]) -> None:
     path = folder / MANIFEST
     saved = json.loads(path.read_text())
     saved["entries"].update(entries)
     path.write_text(json.dumps(saved))
-
-
-def refused(capsys, argv: list[str]) -> str:
-    """The one line a command refused with (exit status 2)."""
-    code = cli.main(argv)
-    captured = capsys.readouterr()
-    assert code == 2, f"exit status {code}; stdout {captured.out[-400:]!r}; stderr {captured.err!r}"
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, f"not one line: {captured.err!r}"
-    return lines[0]
 
 
 def _named(line: str, key: str) -> bool:

@@ -7,6 +7,7 @@ hyper-parameters, the driver, the experiment runner, the report writer).
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import platform
 import shlex
@@ -28,6 +29,7 @@ from vaco_jax.cli import sweep as sweep_cli
 from vaco_jax.cli import tokens as tokens_cli
 from vaco_jax.cli import train as train_cli
 from vaco_jax.experiment.plan import PLAN_FILE
+from vaco_jax.infra.records import shown
 from vaco_jax.run import compilation_cache, distributed, signals
 from vaco_jax.run.background import background_work
 
@@ -130,6 +132,17 @@ def _stopped(args, signum: int) -> str:
             + (f"; continue with: {follow}" if follow else ""))
 
 
+def _error_line(command: str, error: Exception) -> str:
+    """The one line that says why `command` failed: its message may quote names and values of
+    someone else's folder or file (a terminal escape, a newline, a megabyte-long list)."""
+    if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG and error.filename:
+        text = (f"{error.strerror}: {shown(error.filename, 100)!r}; choose a path whose "
+                f"names are shorter")
+    else:
+        text = common.plain(error)
+    return f"vaco-jax {command}: error: {text}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs a command; its exit status: 0 done, 2 refused input, 1 another error (a full disk),
     128 + the signal's number when SIGINT (130) or SIGTERM (143) stopped it."""
@@ -145,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             code = _run(args)
         except (ValueError, FileExistsError, FileNotFoundError) as error:
-            print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
+            print(_error_line(args.command, error), file=sys.stderr)
             return 2
         except signals.Interrupted as stop:
             follow = _continue_command(args)
@@ -153,8 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   + (f"; continue with: {follow}" if follow else ""), file=sys.stderr)
             return 128 + stop.signum
         except OSError as error:  # a full disk, among others
-            print(f"vaco-jax {args.command}: error: {error}", file=sys.stderr)
-            return 1
+            print(_error_line(args.command, error), file=sys.stderr)
+            # A name too long for the file system is in a path the command was given (or made
+            # of names it was given): refused input, not a failed write.
+            return 2 if error.errno == errno.ENAMETOOLONG else 1
         signum = signals.requested()
         if signum is not None:  # it arrived when nothing was left to stop
             print(f"vaco-jax {args.command}: {signal.Signals(signum).name} arrived after the "

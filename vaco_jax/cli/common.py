@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,20 @@ from vaco_jax.core.config import MAX_SEED, Config, HParamsBase
 from vaco_jax.core.lag_models import LAG_MODELS
 from vaco_jax.core.lag_presets import LAG_PRESETS, LagChoice
 from vaco_jax.infra import io, manifest
+from vaco_jax.infra.records import MAX_NAME, shown
 from vaco_jax.run import distributed, driver, memory
 from vaco_jax.run.trackers import TRACKERS, Trackers, seed_runs
+
+
+MESSAGE_LIMIT = 2000
+"""The most characters of a line that a command prints of a message, name or path: one that
+quotes a huge value of someone else's file is cut there."""
+
+
+def plain(text: object) -> str:
+    """`text` as a command prints it, one line of printable characters (`records.shown`): a
+    name or path from someone else's folder or file may hold a terminal escape or a newline."""
+    return shown(text, MESSAGE_LIMIT)
 
 
 LAG_HELP = (f"backward lag MODEL:PARAM, MODEL one of {', '.join(LAG_MODELS)} (e.g. uniform:4; "
@@ -64,10 +77,29 @@ def _preset_choice(name: str, level: str | None) -> LagChoice:
 
 
 HPARAM_HELP = (
-    "numeric hyper-parameter, repeatable. tv_delta is VACO's TV budget: the filter acts once "
-    "0.5 mean |ratio - 1| exceeds tv_delta / 2 (--tv-delta-convention budget, the authors' "
-    "code) or tv_delta (tv); it also takes the authors' budgets by name: "
+    "numeric hyper-parameter, repeatable (each name once). tv_delta is VACO's TV budget: the "
+    "filter acts once 0.5 mean |ratio - 1| exceeds tv_delta / 2 (--tv-delta-convention budget, "
+    "the authors' code) or tv_delta (tv); it also takes the authors' budgets by name: "
     + ", ".join(f"{name}={value:g}" for name, value in losses.TV_BUDGETS.items()))
+
+
+def add_hparam_flag(p: argparse.ArgumentParser, hparams: type) -> None:
+    """`--hparam NAME=VALUE`, repeatable, of a testbed's hyper-parameters (`hparam_type`)."""
+    p.add_argument("--hparam", type=hparam_type(hparams), action=_EachNameOnce, default=[],
+                   metavar="NAME=VALUE", help=HPARAM_HELP)
+
+
+class _EachNameOnce(argparse.Action):
+    """Collects `--hparam` values, refusing a name given twice: the later value would silently
+    replace the earlier one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name, _ = values
+        given = getattr(namespace, self.dest)
+        if any(name == earlier for earlier, _ in given):
+            raise argparse.ArgumentError(self, f"{name} is given twice; give each "
+                                               f"hyper-parameter once")
+        setattr(namespace, self.dest, [*given, values])  # a new list: never the default's
 
 
 def hparam_type(hparams: type) -> Any:
@@ -88,6 +120,20 @@ def hparam_type(hparams: type) -> Any:
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
     return parse
+
+
+def folder(text: str) -> str:
+    """A folder flag's value (`--out DIR`, ...), refused before anything is written where it is
+    empty, which would name the current folder, or holds a name longer than file systems allow
+    (the write would fail only later, quoting the whole path)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must name a folder, got '' (write . for the current "
+                                         "folder)")
+    for name in Path(text).parts:
+        if len(os.fsencode(name)) > MAX_NAME:
+            raise argparse.ArgumentTypeError(f"the name {shown(name, 40)!r} in it is longer "
+                                             f"than the {MAX_NAME} bytes file systems allow")
+    return text
 
 
 def memory_budget_gib(text: str) -> float:
@@ -130,9 +176,9 @@ def add_run_arguments(p: argparse.ArgumentParser, out: str) -> None:
                         "(default: about a tenth of the run, a divisor of its periods)")
     p.add_argument("--keep-checkpoints", type=int, default=None,
                    help="newest checkpoints kept (default: 2; a resumed run keeps its own)")
-    p.add_argument("--out", default=out, help="output folder")
+    p.add_argument("--out", type=folder, default=out, help="output folder")
     add_overwrite_flags(p, "the run in an existing output folder")
-    p.add_argument("--resume", metavar="DIR", default=None,
+    p.add_argument("--resume", type=folder, metavar="DIR", default=None,
                    help="continue the interrupted run in DIR from its newest intact checkpoint, "
                         "with the settings saved there (any testbed's run; only "
                         "--chunk-periods, --keep-checkpoints and --no-progress may be given "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from vaco_jax import testbeds
-from vaco_jax.cli.common import add_overwrite_flags, check_keep_flags
+from vaco_jax.cli.common import add_overwrite_flags, check_keep_flags, folder, plain
 
 
 def add_parser(subparsers) -> None:
@@ -14,7 +14,7 @@ def add_parser(subparsers) -> None:
         "leaderboard", help="build the lag-robustness leaderboard of the committed studies as a "
                             "static site: per task each study's board, the claims table and a "
                             "page per method")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder of the site")
+    p.add_argument("--out", type=folder, required=True, metavar="DIR", help="folder of the site")
     p.add_argument("--results", default="experiments/results", metavar="DIR",
                    help="folder of the studies (each folder holding a summary.json)")
     p.add_argument("--claims", default="experiments/results/claims.toml", metavar="FILE",
@@ -40,8 +40,9 @@ def run_leaderboard(args) -> int:
     built = build_site(args.out, args.results, args.claims, args.card,
                        overwrite=args.overwrite, keep=args.keep, plugins=plugin_algorithms())
     for skipped in built.skipped:
-        print(f"vaco-jax leaderboard: warning: skipped the study {skipped.name}: "
-              f"{skipped.reason}", file=sys.stderr)
-    print(f"leaderboard: {built.out}/index.html ({len(built.pages)} pages; claims in "
-          f"{built.out}/claims.html)")
+        print(f"vaco-jax leaderboard: warning: skipped the study {plain(skipped.name)}: "
+              f"{plain(skipped.reason)}", file=sys.stderr)
+    out = plain(built.out)
+    print(f"leaderboard: {out}/index.html ({len(built.pages)} pages; claims in "
+          f"{out}/claims.html)")
     return 0

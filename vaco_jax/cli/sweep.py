@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vaco_jax.cli.common import (add_log, add_memory_budget, add_overwrite_flags,
-                                  check_keep_flags)
+                                  check_keep_flags, folder, plain)
 from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
                                  write_sweep_report)
@@ -21,7 +21,8 @@ def add_parsers(subparsers) -> None:
         "sweep", help="run a named experiment: every group of runs in one compiled program")
     p.add_argument("experiment", nargs="?", default=None,
                    help="experiment TOML file, e.g. experiments/quick.toml (optional with --resume)")
-    p.add_argument("--out", default=None, help="sweep folder (required unless --plan)")
+    p.add_argument("--out", type=folder, default=None,
+                   help="sweep folder (required unless --plan)")
     p.add_argument("--resume", action="store_true",
                    help="continue the interrupted sweep in --out, skipping finished batches")
     p.add_argument("--replan", action="store_true",
@@ -58,11 +59,11 @@ def add_parsers(subparsers) -> None:
     r = subparsers.add_parser("report", help="rebuild a sweep's runs table and rewrite its report, "
                                              "merge the folders of a sweep's parts into one, or "
                                              "draw a single run's figures")
-    r.add_argument("out", metavar="DIR",
+    r.add_argument("out", type=folder, metavar="DIR",
                    help="sweep folder (with --parts: the merged report's), or the folder of one "
                         "run (`vaco-jax train`, `vaco-jax tokens`): its per-seed learning curves "
                         "and staleness diagnostics, as PNG files in it")
-    r.add_argument("--parts", nargs="+", metavar="PART_DIR", default=None,
+    r.add_argument("--parts", type=folder, nargs="+", metavar="PART_DIR", default=None,
                    help="merge these part folders (`vaco-jax sweep --part K/N`) of one "
                         "experiment into one report in DIR")
     r.add_argument("--experiment", metavar="FILE", default=None,
@@ -72,7 +73,7 @@ def add_parsers(subparsers) -> None:
     r.add_argument("--allow-incomplete", action="store_true",
                    help="with --parts: report even if groups are missing or unfinished (the "
                         "report's title says so)")
-    r.add_argument("--predictors", nargs="+", metavar="STUDY_DIR", default=None,
+    r.add_argument("--predictors", type=folder, nargs="+", metavar="STUDY_DIR", default=None,
                    help="write into DIR whether the ESS and the gradient norm, read over the "
                         "first quarter of a run, predict its failure: ROC curves over the runs "
                         "of these study folders pooled (their tuning runs left out)")
@@ -150,9 +151,9 @@ def run_report(args) -> int:
     elif (Path(args.out) / CONFIG_FILE).is_file():  # a run's folder, not a sweep's
         # Imported here, as matplotlib is, only by the commands that draw.
         from vaco_jax.report.run_figures import write_run_figures
-        print(f"figures of the run in {args.out}:")
+        print(f"figures of the run in {plain(args.out)}:")
         for path, shows in write_run_figures(args.out).items():
-            print(f"  {path}: {shows}")
+            print(f"  {plain(path)}: {shows}")
         return 0
     else:
         summary = write_sweep_report(load_sweep(args.out), args.out)
@@ -162,7 +163,8 @@ def run_report(args) -> int:
 
 def _print_predictors(analysis: dict, out: str) -> None:
     """The areas under the ROC, a line per outcome, population and predictor."""
-    print(f"failure predictors over {sum(analysis['studies'].values())} runs, written to {out}:")
+    print(f"failure predictors over {sum(analysis['studies'].values())} runs, written to "
+          f"{plain(out)}:")
     for record in analysis["curves"]:
         area = "n/a (one class empty)" if record["auc"] is None else (
             f"{record['auc']:.2f} [{record['auc_ci'][0]:.2f}, {record['auc_ci'][1]:.2f}]")
@@ -172,7 +174,7 @@ def _print_predictors(analysis: dict, out: str) -> None:
 
 def _print_scores(summary: Summary, out: str) -> None:
     """The report's final-score table: IQM normalised score per variant and lag."""
-    print(f"\n{summary.title}: {summary.run.num_runs} runs "
+    print(f"\n{plain(summary.title)}: {summary.run.num_runs} runs "
           f"({summary.run.num_diverged} diverged)")
     for cell in summary.cells:
         iqm, auc = cell.iqm, cell.auc_iqm
@@ -186,6 +188,7 @@ def _print_scores(summary: Summary, out: str) -> None:
               f"({tuning.rule}, of {grid}{edge})")
     if summary.cell_rule is not None:
         print(_cell_rule_text(summary.cell_rule))
+    out = plain(out)
     print(f"report: {out}/report.md (tables in {out}/summary.json, runs in {out}/runs.parquet)")
     print("leaderboard: vaco-jax leaderboard --out board (every study committed in "
           "experiments/results, this one once it is there; then open board/index.html)")

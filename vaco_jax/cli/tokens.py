@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
+from vaco_jax.cli.common import LAG_HELP, add_hparam_flag, parse_lag
 from vaco_jax.cli.config_flags import Flag, add_config_flags, config_values
 from vaco_jax.core.lag_models import LAG_WARMUPS
 from vaco_jax import losses
@@ -120,8 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corrupt-fraction", type=float, default=None,
                    help="legacy: share of the warm start's demonstrations given a wrong digit "
                         "(default: the preset's)")
-    p.add_argument("--hparam", type=hparam_type(TokenHParams), action="append", default=[],
-                   metavar="NAME=VALUE", help=HPARAM_HELP)
+    add_hparam_flag(p, TokenHParams)
 
 
 def build(args: argparse.Namespace) -> tuple[TokenConfig, TokenHParams]:

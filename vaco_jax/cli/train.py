@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from vaco_jax import testbeds
-from vaco_jax.cli.common import HPARAM_HELP, LAG_HELP, hparam_type, parse_lag
+from vaco_jax.cli.common import LAG_HELP, add_hparam_flag, parse_lag
 from vaco_jax.cli.config_flags import Flag, add_config_flags, config_values
 from vaco_jax.control import algorithms, envs
 from vaco_jax.control.config import ControlConfig, ControlHParams
@@ -73,8 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The control testbed's flags (the run flags are added by the caller)."""
     add_config_flags(p, ControlConfig, _flags(), COMPOSED)
     p.add_argument("--lag", type=parse_lag, default="fixed:0", help=LAG_HELP)
-    p.add_argument("--hparam", type=hparam_type(ControlHParams), action="append", default=[],
-                   metavar="NAME=VALUE", help=HPARAM_HELP)
+    add_hparam_flag(p, ControlHParams)
 
 
 def build(args: argparse.Namespace) -> tuple[ControlConfig, ControlHParams]:

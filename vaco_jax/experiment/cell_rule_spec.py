@@ -23,11 +23,11 @@ def parse_cell_rule(table: Any, algos: Sequence[str], tasks: Sequence[str],
     experiment cannot measure it: no synchronous level, no lag level above 0 for the lag
     criterion, or no reference score for a task where a criterion is normalised."""
     if not isinstance(table, dict):
-        raise ValueError(f"must be a table ([cell_rule]), got {table!r}")
+        raise ValueError(f"must be a table ([cell_rule]), got {fields.quoted(table)}")
     fields.check_keys(table, KEYS)
     baseline = table.get("baseline", algos[0])
     if not isinstance(baseline, str):
-        raise ValueError(f"baseline must be one algorithm name, got {baseline!r}")
+        raise ValueError(f"baseline must be one algorithm name, got {fields.quoted(baseline)}")
     fields.check_names("baseline", [baseline], algos)
     if "min_seed_share" in table and "min_gain" not in table:
         raise ValueError("min_seed_share is the share of runs that must reach min_gain; set "

@@ -4,8 +4,9 @@ rename runs unchanged, and a sweep started before it resumes and merges."""
 
 from __future__ import annotations
 
-import tomllib
 from typing import Any, Mapping
+
+from vaco_jax.infra import records
 
 RENAMED_KEYS = {"reference_returns": "reference_scores"}
 """Older name -> today's name of a top-level key."""
@@ -30,4 +31,5 @@ def given_key(spec: Mapping[str, Any], key: str) -> str:
 
 def read_as_now(source: str) -> dict[str, Any]:
     """The parsed TOML of an experiment file, an older key under its name now."""
-    return {RENAMED_KEYS.get(key, key): value for key, value in tomllib.loads(source).items()}
+    parsed = records.parse_toml(source, "", records.EXPERIMENT).table()
+    return {RENAMED_KEYS.get(key, key): value for key, value in parsed.items()}

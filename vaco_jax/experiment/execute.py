@@ -26,14 +26,15 @@ from tqdm.auto import tqdm
 
 from vaco_jax.core.config import Config, HParamsBase
 from vaco_jax.experiment import tune
-from vaco_jax.experiment.folder import (batch_dir, load_sweep_to_resume, record_sweep,
-                                        replan_sweep, start_sweep, status_finished)
+from vaco_jax.experiment.folder import (batch_dir, batch_finished, load_sweep_to_resume,
+                                        record_sweep, replan_sweep, start_sweep)
 from vaco_jax.experiment.parts import Selection
 from vaco_jax.experiment.plan import Batch, Plan
 from vaco_jax.experiment.results import metrics_readable, tuning_choices, write_sweep_report
 from vaco_jax.experiment.spec import Experiment, parse_experiment
 from vaco_jax.run.background import in_background
 from vaco_jax.run.driver import Driver, TrainingResult
+from vaco_jax.infra import records
 from vaco_jax.infra.run_folder import CONFIG_FILE, read_status
 from vaco_jax.infra.lock import folder_lock
 from vaco_jax.infra.faults import fault_point
@@ -142,10 +143,11 @@ def _progress_so_far(plan: Plan, out_dir: str | os.PathLike) -> dict[str, Any]:
              for b in plan.batches}
     # A missing or unreadable status counts as unfinished: the batch resumes from its checkpoint.
     statuses = {b.name: read_status(batch_dir(out_dir, b)) for b in plan.batches}
-    return {"done": {b.name: steps[b.name] if status_finished(statuses[b.name]) else
-                     _batch_steps(plan, b, (statuses[b.name] or {}).get("updates_done", 0))
+    finished = {name: status is not None and status.finished for name, status in statuses.items()}
+    return {"done": {b.name: steps[b.name] if finished[b.name] else
+                     _batch_steps(plan, b, statuses[b.name].updates_done if statuses[b.name] else 0)
                      for b in plan.batches},
-            "pending": [b.name for b in plan.batches if not status_finished(statuses[b.name])
+            "pending": [b.name for b in plan.batches if not finished[b.name]
                         or not metrics_readable(batch_dir(out_dir, b))],
             "resume": [b.name for b in plan.batches
                        if (batch_dir(out_dir, b) / CONFIG_FILE).is_file()]}
@@ -206,7 +208,7 @@ def _run_batches(plan: Plan, out_dir: str | os.PathLike, programs: _Programs, *,
 
 
 def _finished_count(plan: Plan, out_dir: str | os.PathLike) -> int:
-    return sum(status_finished(read_status(batch_dir(out_dir, b))) for b in plan.batches)
+    return sum(batch_finished(batch_dir(out_dir, b)) for b in plan.batches)
 
 
 def _sweep_saved(plan: Plan, out_dir: str | os.PathLike, following: Batch) -> str:
@@ -293,4 +295,4 @@ def _plan_from_process_0(planned: Callable[[], Plan]) -> Plan:
         return {"source": plan.experiment.source, "plan": plan.to_json()}
     shared = from_process_0(saved)
     experiment = parse_experiment(shared["source"], name=shared["plan"]["experiment"])
-    return Plan.from_json(experiment, shared["plan"])
+    return Plan.from_json(experiment, records.Field("process 0's plan", "", shared["plan"]))

@@ -18,16 +18,34 @@ def context(where: str) -> Iterator[None]:
         raise ValueError(f"{where}: {error}") from None
 
 
+QUOTED_LIMIT = 200
+"""The most characters of a value that an error message quotes."""
+
+
+def quoted(value: Any) -> str:
+    """`value` as an error message quotes it, its repr: a huge list, table or string of the file
+    (a million lag levels) is cut to `QUOTED_LIMIT` characters and its size stated, so that the
+    message stays a line to read."""
+    text = repr(value)
+    if len(text) <= QUOTED_LIMIT:
+        return text
+    if isinstance(value, (list, tuple, dict)):
+        size = f"{len(value):,} items"
+    else:
+        size = f"{len(value) if isinstance(value, str) else len(text):,} characters"
+    return f"{text[:QUOTED_LIMIT]}... ({size})"
+
+
 def check_keys(keys: Iterable[str], allowed: Sequence[str]) -> None:
     unknown = sorted(set(keys) - set(allowed))
     if unknown:
-        raise ValueError(f"unknown key(s) {unknown}; allowed: {list(allowed)}")
+        raise ValueError(f"unknown key(s) {quoted(unknown)}; allowed: {list(allowed)}")
 
 
 def table(spec: Mapping[str, Any], key: str) -> dict[str, Any]:
     value = spec.get(key, {})
     if not isinstance(value, dict):
-        raise ValueError(f"{key} must be a table ([{key}]), got {value!r}")
+        raise ValueError(f"{key} must be a table ([{key}]), got {quoted(value)}")
     return value
 
 
@@ -43,9 +61,10 @@ def values(key: str, value: Any, kind: type | None = None,
     check = (lambda v: isinstance(v, kind) and not isinstance(v, bool)) if kind else is_number
     if not items or not all(check(v) for v in items):
         what = kind.__name__ if kind else "number"
-        raise ValueError(f"{key} must be a {what} or a non-empty list of them, got {value!r}")
+        raise ValueError(f"{key} must be a {what} or a non-empty list of them, got "
+                         f"{quoted(value)}")
     if len(set(items)) != len(items):
-        raise ValueError(f"{key} lists a value twice: {value!r}")
+        raise ValueError(f"{key} lists a value twice: {quoted(value)}")
     if allowed is not None:
         check_names(key, items, allowed)
     return items
@@ -54,13 +73,14 @@ def values(key: str, value: Any, kind: type | None = None,
 def check_names(key: str, names: Sequence[str], allowed: Sequence[str]) -> None:
     unknown = [n for n in names if n not in allowed]
     if unknown:
-        raise ValueError(f"{key}: unknown value(s) {unknown}; allowed: {', '.join(allowed)}")
+        raise ValueError(f"{key}: unknown value(s) {quoted(unknown)}; allowed: "
+                         f"{', '.join(allowed)}")
 
 
 def bounded_number(key: str, value: Any, low: float, high: float, closed: bool) -> float:
     """A number above `low` and up to `high` (`closed`) or below it."""
     if not is_number(value) or not math.isfinite(value):
-        raise ValueError(f"{key} must be a number, got {value!r}")
+        raise ValueError(f"{key} must be a number, got {quoted(value)}")
     if value <= low or value > high or (value == high and not closed):
         raise ValueError(f"{key} must lie in ({low:g}, {high:g}{']' if closed else ')'}, "
                          f"got {value!r}")

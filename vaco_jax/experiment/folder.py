@@ -15,14 +15,14 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from vaco_jax.experiment.parts import Selection, selected_groups
-from vaco_jax.experiment.plan import PLAN_FILE, Batch, Plan, make_plan
-from vaco_jax.experiment.spec import Experiment, parse_experiment, same_experiment
+from vaco_jax.experiment.plan import MAX_DEVICES, PLAN_FILE, Batch, Plan, make_plan
+from vaco_jax.experiment.spec import Experiment, load_experiment, same_experiment
 from vaco_jax.report.runs_table import REPORT_WRITES
-from vaco_jax.infra import io, manifest
-from vaco_jax.infra.run_folder import read_status
+from vaco_jax.infra import io, manifest, records
+from vaco_jax.infra.run_folder import CONFIG_FILE, read_status
 from vaco_jax.infra.lock import folder_lock
 from vaco_jax.infra.provenance import provenance
 from vaco_jax.run.trackers import FOLDERS as TRACKER_FOLDERS
@@ -32,17 +32,14 @@ RUNS_DIR = "runs"
 
 
 def batch_dir(out_dir: str | os.PathLike, batch: Batch) -> Path:
-    return Path(out_dir) / RUNS_DIR / batch.name
+    # The one place a batch's name becomes a path: never one leading out of the sweep folder.
+    return Path(out_dir) / RUNS_DIR / records.plain_name(batch.name, "batch name")
 
 
 def batch_finished(folder: Path) -> bool:
     """Finished: complete, or stopped early because every run diverged."""
-    return status_finished(read_status(folder))
-
-
-def status_finished(status: Mapping[str, Any] | None) -> bool:
-    """Whether a batch's status (None: none written yet) says it finished (`batch_finished`)."""
-    return status is not None and (status["complete"] or all(r["diverged"] for r in status["runs"]))
+    status = read_status(folder)
+    return status is not None and status.finished
 
 
 def start_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, overwrite: bool = False,
@@ -80,18 +77,22 @@ def record_sweep(out_dir: str | os.PathLike, plan: Plan, *, new: bool) -> None:
 
 
 def load_sweep(out_dir: str | os.PathLike) -> Plan:
-    """The plan saved in a sweep folder (its experiment re-parsed from `experiment.toml`)."""
+    """The plan saved in a sweep folder (its experiment re-parsed from `experiment.toml`),
+    refused in one line where `sweep.json` is not the plan that experiment derives."""
     out = Path(out_dir)
     for name in (EXPERIMENT_FILE, PLAN_FILE):
         if not (out / name).is_file():
             raise FileNotFoundError(f"{str(out)!r} is not a sweep folder: {name} is missing")
-    saved = io.read_json(out / PLAN_FILE, f"its finished batches are kept if the sweep is planned "
-                         f"again: vaco-jax sweep --resume --replan --out "
-                         f"{shlex.quote(str(out))} (with the --part or --groups it was started "
-                         f"with)")
-    experiment = parse_experiment((out / EXPERIMENT_FILE).read_text(encoding="utf-8"),
-                                  name=saved["experiment"])
-    return Plan.from_json(experiment, saved)
+    replan = (f"its finished batches are kept if the sweep is planned again: vaco-jax sweep "
+              f"--resume --replan --out {shlex.quote(str(out))} (with the --part or --groups it "
+              f"was started with)")
+    saved = records.load_json(out / PLAN_FILE, records.SWEEP_PLAN, replan)
+    experiment = load_experiment(out / EXPERIMENT_FILE,
+                                 name=saved["experiment"].string(records.MAX_NAME))
+    try:
+        return Plan.from_json(experiment, saved)
+    except ValueError as error:
+        raise ValueError(f"{error}; {replan}") from None
 
 
 def replan_sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None,
@@ -103,16 +104,17 @@ def replan_sweep(out_dir: str | os.PathLike, experiment: Experiment | None = Non
     out = Path(out_dir)
     if not (out / EXPERIMENT_FILE).is_file():
         raise FileNotFoundError(f"{str(out)!r} is not a sweep folder: {EXPERIMENT_FILE} is missing")
-    saved = parse_experiment((out / EXPERIMENT_FILE).read_text(encoding="utf-8"),
-                             name=out.name)  # the file's own `name`, if it has one
+    saved = load_experiment(out / EXPERIMENT_FILE, name=out.name)  # the file's own `name`, if any
     if experiment is not None and not same_experiment(experiment, saved):
         raise ValueError(f"cannot plan {str(out)!r} again: it holds a different experiment "
                          f"({saved.name!r}); leave the experiment out")
     sizes = {}
     for group in selected_groups(saved, part):
-        first = out / RUNS_DIR / f"{group.name}-0" / "config.json"
+        first = out / RUNS_DIR / f"{group.name}-0" / CONFIG_FILE
         if first.is_file():
-            sizes[group.name] = len(io.read_json(first, "move the batch folder away")["seeds"])
+            saved_seeds = records.load_json(first, records.RUN_CONFIG,
+                                            "move the batch folder away")["seeds"]
+            sizes[group.name] = len(saved_seeds.items(len(group.runs) * MAX_DEVICES))
     plan = make_plan(saved, part=part, batch_sizes=sizes, **plan_options)
     with folder_lock(out):
         _write_plan(out, plan)

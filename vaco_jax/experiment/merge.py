@@ -29,13 +29,14 @@ from vaco_jax.experiment.folder import EXPERIMENT_FILE, batch_dir, load_sweep
 from vaco_jax.experiment.plan import PLAN_FILE
 from vaco_jax.experiment.results import (finished_batches_table, resolved_plan,
                                          unfinished_groups, write_experiment_report)
-from vaco_jax.experiment.spec import Experiment, Group, parse_experiment, same_experiment
-from vaco_jax.infra import io, manifest
+from vaco_jax.experiment.spec import Experiment, Group, load_experiment, same_experiment
+from vaco_jax.infra import io, manifest, records
 from vaco_jax.report.summary import Summary
 from vaco_jax.report.runs_table import REPORT_WRITES, SETTING_PREFIXES
 from vaco_jax.infra.lock import folder_lock, refuse_if_in_use
 
 PARTS_FILE = "parts.json"
+_REMERGE = "merge its part folders again instead"
 
 
 class _SweepFolder:
@@ -68,16 +69,28 @@ class _MergedReport:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.merged = io.read_json(folder / PARTS_FILE, "merge its part folders again instead")
-        self.experiment = parse_experiment(
-            (folder / EXPERIMENT_FILE).read_text(encoding="utf-8"),
-            name=self.merged["experiment"])
+        saved = records.load_json(folder / PARTS_FILE, records.PARTS, _REMERGE)
+        self.experiment = load_experiment(folder / EXPERIMENT_FILE,
+                                          name=saved["experiment"].string(records.MAX_NAME))
         self.declared = self.experiment
-        unfinished = {g for names in self.merged["unfinished_groups"].values() for g in names}
-        self.groups = [g for part in self.merged["parts"] for g in part["groups"]
+        unfinished = {g for _, names in saved["unfinished_groups"].entries()
+                      for g in self._groups(names)}
+        self.groups = [g for part in saved["parts"].items() for g in self._groups(part["groups"])
                        if g not in unfinished]
+        self.merged = {key: saved[key].plain()
+                       for key in ("parts", "missing_groups", "unfinished_groups")}
         self.unfinished: list[str] = []
-        self.runs = pd.read_parquet(folder / report.RUNS_FILE)
+        self.runs = records.read_parquet(folder / report.RUNS_FILE, _REMERGE, present=("run_id",))
+
+    def _groups(self, names: records.Field) -> list[str]:
+        """The group names a `parts.json` field lists, each one of the experiment's."""
+        known = [g.name for g in self.experiment.groups]
+        fields = names.items(len(known))
+        for field in fields:
+            if field.string(records.MAX_NAME) not in known:
+                raise field.refuse(f"{records.shown(field.value)!r} is not a group of "
+                                   f"experiment {self.experiment.name!r}")
+        return [field.value for field in fields]
 
     def table(self, group: str) -> pd.DataFrame | None:
         run_ids = {run.run_id for run in self.experiment.group(group).runs}
@@ -86,8 +99,7 @@ class _MergedReport:
 
     def record(self) -> dict[str, Any]:
         return {"folder": str(self.folder.resolve()), "part": None, "groups": self.groups,
-                "merged_from": {key: self.merged[key]
-                                for key in ("parts", "missing_groups", "unfinished_groups")}}
+                "merged_from": self.merged}
 
 
 def _source(folder: Path) -> _SweepFolder | _MergedReport:
@@ -111,9 +123,15 @@ def _owners(sources: Sequence[_SweepFolder | _MergedReport]
 
 def _check_out(out: Path, folders: Sequence[Path], overwrite: bool) -> None:
     io.check_output_dir(out)
-    if any(out.resolve() == folder.resolve() for folder in folders):
-        raise ValueError(f"the merged report's folder {str(out)!r} is one of the parts; choose "
-                         f"another folder")
+    target = out.resolve()
+    for folder in folders:
+        part = folder.resolve()
+        if target == part:
+            raise ValueError(f"the merged report's folder {str(out)!r} is one of the parts; "
+                             f"choose another folder")
+        if part in target.parents:  # the report would be written among what the merge reads
+            raise ValueError(f"the merged report's folder {str(out)!r} lies in the part folder "
+                             f"{str(folder)!r}; choose a folder outside it")
     if (out / PLAN_FILE).is_file():
         raise ValueError(f"{str(out)!r} is a sweep folder; choose another folder for the merged "
                          f"report")

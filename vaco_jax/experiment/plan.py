@@ -18,6 +18,7 @@ import jax
 
 from vaco_jax.experiment.parts import Selection, parse_part, selected_groups
 from vaco_jax.experiment.spec import Experiment, Group, group_steps
+from vaco_jax.infra.records import Field, shown
 from vaco_jax.run.memory import (device_memory_budget, device_refusal, host_memory_budget,
                                  host_refusal, run_memory, size_advice)
 
@@ -107,20 +108,67 @@ class Plan:
                            for g in self.groups]}
 
     @classmethod
-    def from_json(cls, experiment: Experiment, saved: Mapping[str, Any]) -> "Plan":
-        groups = saved["groups"]
-        part = parse_part(saved["part"]) if saved.get("part") else None
+    def from_json(cls, experiment: Experiment, saved: Field) -> "Plan":
+        """The plan `saved` (a `sweep.json` read by `records`) of `experiment`, refusing in one
+        line naming the field a plan whose groups, batch names, run indices or sizes are not
+        those the experiment itself derives at the saved batch sizes: a batch's name becomes a
+        folder, so a forged one must never be taken as written (nor silently re-derived)."""
+        saved.table()
+        part_field = saved.get("part")
+        part = None
+        if part_field:
+            label = part_field.string(MAX_SELECTION)
+            try:
+                part = parse_part(label)
+            except ValueError as error:  # it speaks of the command line's --part and --groups
+                raise part_field.refuse(str(error)) from None
         expected = selected_groups(experiment, part)
-        if [g["name"] for g in groups] != [g.name for g in expected]:
-            raise ValueError(f"{PLAN_FILE} does not describe the groups of experiment "
-                             f"{experiment.name!r}" + (f", {part.label}" if part else ""))
-        return cls(experiment=experiment, num_devices=saved["num_devices"],
-                   budget_bytes=saved["budget_bytes_per_device"],
-                   run_bytes={g["name"]: g["run_bytes"] for g in groups},
-                   batches=tuple(Batch(name=b["name"], group=b["group"], runs=tuple(b["runs"]),
-                                       size=b["size"])
-                                 for g in groups for b in g["batches"]),
-                   part=part)
+        num_devices = saved["num_devices"].integer(1, MAX_DEVICES)
+        groups = saved["groups"].items(length=len(expected))
+        batches, run_bytes = [], {}
+        for group, entry in zip(expected, groups):
+            if entry["name"].string(MAX_SELECTION) != group.name:
+                raise entry["name"].refuse(f"{shown(entry['name'].value)!r} is not the "
+                                           f"experiment's group {group.name!r} here")
+            run_bytes[group.name] = entry["run_bytes"].integer(0)
+            batches += _saved_batches(group, entry["batches"], num_devices)
+        return cls(experiment=experiment, num_devices=num_devices,
+                   budget_bytes=saved["budget_bytes_per_device"].integer(1),
+                   run_bytes=run_bytes, batches=tuple(batches), part=part)
+
+
+MAX_DEVICES = 1 << 16
+"""The most devices a saved plan may share a batch over."""
+MAX_SELECTION = 1 << 16
+"""The most characters of a group's name or a part's label in a saved plan."""
+
+
+def _saved_batches(group: Group, saved: Field, num_devices: int) -> list[Batch]:
+    """The batches of `group` as `make_plan` splits its runs at the saved batch size, refusing
+    saved batches that differ from them in any field."""
+    entries = saved.items(len(group.runs))
+    if not entries:
+        raise saved.refuse(f"lists no batch for the {len(group.runs)} runs of group "
+                           f"{group.name!r}")
+    padded = math.ceil(len(group.runs) / num_devices) * num_devices
+    size = entries[0]["size"].integer(num_devices, padded)
+    if size % num_devices:
+        raise entries[0]["size"].refuse(f"{size} is not a multiple of the plan's "
+                                        f"{num_devices} devices")
+    size, split = split_runs(len(group.runs), size, num_devices)
+    derived = [Batch(name=f"{group.name}-{i}", group=group.name, runs=tuple(runs), size=size)
+               for i, runs in enumerate(split)]
+    saved.items(length=len(derived))
+    for batch, entry in zip(derived, entries):
+        entry.table(tuple(dataclasses.asdict(batch)))
+        entry["name"].name()  # a forged name is refused as a path before as a mismatch
+        for key, value in dataclasses.asdict(batch).items():
+            expected = list(value) if isinstance(value, tuple) else value
+            if entry[key].value != expected:
+                raise entry[key].refuse(
+                    f"{shown(entry[key].value, 80)!r} is not what the experiment derives for "
+                    f"this batch ({shown(expected, 80)!r})")
+    return derived
 
 
 def make_plan(experiment: Experiment, *, part: Selection = None,

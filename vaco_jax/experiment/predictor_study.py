@@ -23,6 +23,7 @@ from vaco_jax.experiment.spec import load_experiment
 from vaco_jax.experiment.tune import FINAL_FRACTION
 from vaco_jax.infra import io, manifest
 from vaco_jax.infra.lock import folder_lock
+from vaco_jax.infra.records import read_parquet
 from vaco_jax.report import kept_gain, predictors, scoring, stats
 from vaco_jax.report.figures_predictors import figure_roc
 from vaco_jax.report.runs_table import RUNS_FILE, Score
@@ -39,7 +40,7 @@ def study_signals(folder: str | os.PathLike, options: predictors.Options) -> pd.
             raise FileNotFoundError(f"--predictors: {str(folder)!r} has no {name}; give study "
                                     f"folders (a sweep's or a merged report's)")
     experiment = load_experiment(folder / EXPERIMENT_FILE)
-    runs = io.read_parquet(folder / RUNS_FILE, "rebuild it with vaco-jax report")
+    runs = read_parquet(folder / RUNS_FILE, "rebuild it with vaco-jax report")
     tuning = {r.run_id for g in experiment.tuning_groups for r in g.runs}
     runs = runs[~runs["run_id"].isin(tuning)]
     missing = [c for c in ("ess_ratio", "grad_norm") if c not in runs.columns]
@@ -136,7 +137,8 @@ def write_predictors(folders: Sequence[str | os.PathLike], out: str | os.PathLik
     figure = figure_roc(analysis["curves"], options.window)
     with folder_lock(out):
         _check_out(out, folders)  # again: another process may have made it a sweep's
-        io.prepare_output_dir(out, overwrite=overwrite, keep=keep, writes=WRITES)
+        io.prepare_output_dir(out, overwrite=overwrite, keep=keep, writes=WRITES,
+                              resumable=False)
         manifest.record(out, {})  # a manifest, so that each file written is recorded in it
         io.write_table(out / "predictor_runs.csv", predictors.pooled(studies))
         io.write_json(out / "predictors.json", analysis)

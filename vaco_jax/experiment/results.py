@@ -12,7 +12,7 @@ import dataclasses
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -23,13 +23,13 @@ from vaco_jax.report.summary import Summary
 from vaco_jax.experiment.folder import batch_dir, batch_finished
 from vaco_jax.experiment.plan import Batch, Plan
 from vaco_jax.experiment.spec import Experiment, Group, RunSpec
-from vaco_jax.infra import io
-from vaco_jax.infra.run_folder import METRICS_FILE, read_status
+from vaco_jax.infra import records
+from vaco_jax.infra.run_folder import METRICS_FILE, METRICS_INDEX, RunStatus, read_status
 from vaco_jax.infra.lock import folder_lock
 
 
 def _coordinates(experiment: Experiment, group: Group, batch: Batch,
-                 status: Mapping[str, Any]) -> pd.DataFrame:
+                 status: RunStatus) -> pd.DataFrame:
     """One row per real run of the batch (`run` = its index in the batch's driver)."""
     cfg = group.config
     task = experiment.testbed.task(cfg)
@@ -45,8 +45,8 @@ def _coordinates(experiment: Experiment, group: Group, batch: Batch,
                      **{f"{report.CONFIG_PREFIX}{n}": getattr(cfg, n)
                         for n in experiment.swept_config},
                      **_tuned_value(experiment, run),
-                     "diverged": bool(status["runs"][index]["diverged"]),
-                     "diverged_at": int(status["runs"][index]["diverged_at"])})
+                     "diverged": status.runs[index].diverged,
+                     "diverged_at": status.runs[index].diverged_at})
     return pd.DataFrame(rows)
 
 
@@ -67,11 +67,11 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
     Evaluation points are update 0 (the initial policy) and every `updates_per_period`-th
     update; a diverged run keeps its later points, with NaN evaluations.
     """
-    status = read_status(folder)
-    if status is None:
-        return None
     group = experiment.group(batch.group)
     cfg = group.config
+    status = read_status(folder, runs=batch.size, num_updates=cfg.num_updates)
+    if status is None:
+        return None
     score, training_metrics = experiment.testbed.score, list(experiment.testbed.training_metrics)
     per_period = cfg.updates_per_period
     metrics = _read_metrics(folder)
@@ -86,7 +86,7 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
     coordinates = _coordinates(experiment, group, batch, status)
     points = pd.DataFrame(
         [(index, update) for index, diverged in enumerate(coordinates["diverged"])
-         for update in range(0, (cfg.num_updates if diverged else status["updates_done"]) + 1,
+         for update in range(0, (cfg.num_updates if diverged else status.updates_done) + 1,
                              per_period)], columns=["run", "update"])
     table = (points.assign(period=points["update"] // per_period)
              .merge(metrics[["run", "update", score]], how="left", on=["run", "update"])
@@ -102,9 +102,10 @@ def batch_table(experiment: Experiment, batch: Batch, folder: Path) -> pd.DataFr
 
 
 def _read_metrics(folder: Path) -> pd.DataFrame:
-    return io.read_parquet(folder / METRICS_FILE,
-                           f"its batch's checkpoint holds its metrics: `vaco-jax sweep --resume "
-                           f"--out {shlex.quote(str(folder.parent.parent))}` rewrites them")
+    return records.read_parquet(folder / METRICS_FILE,
+                                f"its batch's checkpoint holds its metrics: `vaco-jax sweep "
+                                f"--resume --out {shlex.quote(str(folder.parent.parent))}` "
+                                f"rewrites them", numeric=METRICS_INDEX)
 
 
 def metrics_readable(folder: Path) -> bool:

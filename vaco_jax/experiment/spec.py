@@ -14,7 +14,6 @@ import dataclasses
 import itertools
 import math
 import os
-import tomllib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -28,6 +27,7 @@ from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
 from vaco_jax.experiment import compat, fields
 from vaco_jax.experiment import tune as tuning
 from vaco_jax.experiment.cell_rule_spec import parse_cell_rule
+from vaco_jax.infra import records
 from vaco_jax.report.summary import CellRule
 from vaco_jax.testbeds import Testbed
 
@@ -183,7 +183,8 @@ def _seeds(value: Any) -> tuple[int, ...]:
                              f"{MAX_RUNS:,} runs (MAX_RUNS); give fewer seeds")
         return tuple(range(value))
     if not isinstance(value, list):
-        raise ValueError(f"seeds must be a positive count or a list of integers, got {value!r}")
+        raise ValueError(f"seeds must be a positive count or a list of integers, got "
+                         f"{fields.quoted(value)}")
     return tuple(check_seeds(fields.values("seeds", value, int)))
 
 
@@ -227,7 +228,7 @@ def _axis_values(axis: ConfigAxis, value: Any) -> Any:
     for item in value:
         axis.check(item)
     if len({axis.label(v) for v in value}) != len(value):
-        raise ValueError(f"{axis.field} lists a value twice: {value!r}")
+        raise ValueError(f"{axis.field} lists a value twice: {fields.quoted(value)}")
     return tuple(value)
 
 
@@ -249,7 +250,8 @@ class _LagSpec:
 def _lag_spec(table: Any) -> _LagSpec:
     """`model` and `levels`, or `preset` and optionally `levels` (default: the preset's)."""
     if not isinstance(table, dict):
-        raise ValueError(f"must be a table with keys {list(LAG_KEYS)}, got {table!r}")
+        raise ValueError(f"must be a table with keys {list(LAG_KEYS)}, got "
+                         f"{fields.quoted(table)}")
     fields.check_keys(table, LAG_KEYS)
     if ("model" in table) == ("preset" in table):
         raise ValueError("needs either model (with levels) or preset, not both")
@@ -259,7 +261,7 @@ def _lag_spec(table: Any) -> _LagSpec:
         raise ValueError("needs both ['model', 'levels']")
     model = table["model"]
     if not isinstance(model, str):
-        raise ValueError(f"model must be one lag model name, got {model!r}")
+        raise ValueError(f"model must be one lag model name, got {fields.quoted(model)}")
     if model in LAG_PRESETS:
         raise ValueError(f"model: {model!r} is a lag preset; write preset = {model!r}")
     fields.check_names("model", [model], tuple(LAG_MODELS))
@@ -270,7 +272,7 @@ def _preset_spec(table: Mapping[str, Any]) -> _LagSpec:
     """A preset's entry: its model, at the given levels or its own."""
     name = table["preset"]
     if not isinstance(name, str):
-        raise ValueError(f"preset must be one lag preset name, got {name!r}")
+        raise ValueError(f"preset must be one lag preset name, got {fields.quoted(name)}")
     fields.check_names("preset", [name], tuple(LAG_PRESETS))
     preset = LAG_PRESETS[name]
     levels = (fields.values("levels", table["levels"]) if "levels" in table
@@ -285,7 +287,7 @@ def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
             return (_lag_spec(value),)
     if not isinstance(value, list) or not value:
         raise ValueError(f"[lag] must be a table ([lag]) or a non-empty array of tables "
-                         f"([[lag]]), got {value!r}")
+                         f"([[lag]]), got {fields.quoted(value)}")
     specs = []
     for index, table in enumerate(value):
         with fields.context(f"[lag][{index}]"):
@@ -295,7 +297,8 @@ def _lag_specs(value: Any) -> tuple[_LagSpec, ...]:
     models = [s.model.name for s in specs]
     repeated = sorted({m for m in models if models.count(m) > 1})
     if repeated:
-        where = "; ".join(f"{m!r} in entries {[i for i, n in enumerate(models) if n == m]}"
+        where = "; ".join(f"{m!r} in entries "
+                          f"{fields.quoted([i for i, n in enumerate(models) if n == m])}"
                           for m in repeated)
         raise ValueError(f"[lag]: each lag model may appear once (list all its levels in one "
                          f"entry; a preset counts as its model), got {where}")
@@ -398,19 +401,21 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
 
     Raises `ValueError` naming the offending key and its allowed values.
     """
-    with fields.context(f"experiment {name!r}"):
-        try:
-            spec = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as error:
-            raise ValueError(f"not valid TOML: {error}") from None
+    with fields.context(f"experiment {fields.quoted(name)}"):
+        spec = dict(records.parse_toml(text, "", records.EXPERIMENT).table())
         fields.check_keys(compat.without_older_keys(spec), TOP_LEVEL_KEYS)
         missing = [k for k in ("tasks", "algos", "seeds", "lag") if k not in spec]
         if missing:
             raise ValueError(f"missing required key(s) {missing}")
     name = spec.get("name", name)
-    with fields.context(f"experiment {name!r}"):
+    with fields.context(f"experiment {fields.quoted(name)}"):
         if not isinstance(name, str) or not name:
-            raise ValueError(f"name must be a non-empty string, got {name!r}")
+            raise ValueError(f"name must be a non-empty string, got {fields.quoted(name)}")
+        if len(name) > records.MAX_NAME or not name.isprintable():
+            # Plans, progress bars, reports and messages show the name, and sweep.json keeps
+            # it: a terminal escape or a newline in it would act on the reader's terminal.
+            raise ValueError(f"name must be one line of at most {records.MAX_NAME} printable "
+                             f"characters (no newline or terminal escape)")
         testbed = testbeds.named(fields.values("testbed", spec.get("testbed", "control"), str)[0])
         tasks = fields.values("tasks", spec["tasks"], str, testbed.tasks())
         algos = fields.values("algos", spec["algos"], str, testbed.algorithms())
@@ -476,13 +481,16 @@ def _tune(spec: Mapping[str, Any], testbed: Testbed,
     return tune
 
 
-def load_experiment(path: str | os.PathLike) -> Experiment:
+def load_experiment(path: str | os.PathLike, name: str | None = None) -> Experiment:
+    """The experiment file `path` (a sweep folder's `experiment.toml` or the user's), its text
+    bounded as an experiment record; `name` (default: the file's stem) where it names none."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"experiment file {str(path)!r} does not exist")
+    text = records.read_text(path, records.EXPERIMENT)
     try:
-        return parse_experiment(path.read_text(encoding="utf-8"), name=path.stem)
-    except (ValueError, UnicodeDecodeError) as error:  # TOML syntax and content alike
+        return parse_experiment(text, name=path.stem if name is None else name)
+    except ValueError as error:  # TOML syntax and content alike
         raise ValueError(f"experiment file {str(path)!r}: {error}") from None
 
 

@@ -101,7 +101,7 @@ class Tune:
 def parse_tune(table: Any, testbed: Testbed) -> Tune:
     """The `[tune]` table, validated; errors name the field."""
     if not isinstance(table, dict):
-        raise ValueError(f"must be a table ([tune]), got {table!r}")
+        raise ValueError(f"must be a table ([tune]), got {fields.quoted(table)}")
     fields.check_keys(table, TUNE_KEYS)
     missing = [k for k in ("values", "rule", "seeds") if k not in table]
     if missing:
@@ -114,7 +114,7 @@ def parse_tune(table: Any, testbed: Testbed) -> Tune:
         raise ValueError("values: the grid is empty; give at least one value")
     values = tuple(float(v) for v in fields.values("values", table["values"]))
     if any(v <= 0 for v in values):
-        raise ValueError(f"values must all be positive, got {list(values)}")
+        raise ValueError(f"values must all be positive, got {fields.quoted(list(values))}")
     rule = fields.values("rule", table["rule"], str, tuple(RULES))[0]
     return Tune(hparam=hparam, values=values, rule=RULES[rule], seeds=spec._seeds(table["seeds"]))
 

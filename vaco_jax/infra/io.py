@@ -65,27 +65,6 @@ def jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def read_json(path: str | os.PathLike, remedy: str) -> Any:
-    """The JSON in `path`; an unreadable file raises a ValueError naming it and `remedy`."""
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise ValueError(f"cannot read {str(path)!r} ({type(error).__name__}: {error}); "
-                         f"{remedy}") from None
-
-
-def read_parquet(path: str | os.PathLike, remedy: str) -> pd.DataFrame:
-    """The table in the Parquet file `path`; an unreadable one raises a ValueError naming it and
-    `remedy`."""
-    path = Path(path)
-    try:
-        return pd.read_parquet(path)
-    except Exception as error:  # pyarrow raises many types for a missing or damaged file
-        raise ValueError(f"cannot read {str(path)!r} ({type(error).__name__}: {error}); "
-                         f"{remedy}") from None
-
-
 def check_output_dir(path: str | os.PathLike) -> Path:
     """Refuses (ValueError) an output folder that names a file, lies under a file or cannot be
     created, before anything is computed."""
@@ -105,17 +84,19 @@ def check_output_dir(path: str | os.PathLike) -> Path:
 
 
 def prepare_output_dir(path: str | os.PathLike, *, overwrite: bool, keep: Sequence[str] = (),
-                       writes: Sequence[str] = ()) -> Path:
+                       writes: Sequence[str] = (), resumable: bool = True) -> Path:
     """Creates `path`, refusing a folder that holds results unless `overwrite` is set, which
     removes what vaco_jax wrote there and refuses a folder holding anything else but the `keep`
     paths, and a `keep` path that vaco_jax wrote or is about to write (`writes`, glob patterns):
-    `vaco_jax.infra.manifest.remove_recorded`."""
+    `vaco_jax.infra.manifest.remove_recorded`. `resumable`: whether the work written there can
+    be continued (a run's, a sweep's), which the refusal then offers beside the overwrite."""
     path = check_output_dir(path)
     if manifest.has_results(path):
         if not overwrite:
+            resume = " or resume (--resume) to continue the run" if resumable else ""
             raise FileExistsError(
                 f"output folder {str(path)!r} already exists and is not empty; pass overwrite "
-                f"(--overwrite) to replace its results or resume (--resume) to continue the run")
+                f"(--overwrite) to replace its results{resume}")
         manifest.remove_recorded(path, keep, writes)
     try:
         path.mkdir(parents=True, exist_ok=True)

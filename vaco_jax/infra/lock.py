@@ -25,6 +25,8 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+from vaco_jax.infra import records
+
 LOCK_FILE = ".vaco_jax.lock"
 
 
@@ -39,24 +41,19 @@ _guard = threading.Lock()  # `_held` is changed by the main thread and read by t
 def _holder_text(record: dict | None) -> str:
     if not record:
         return "another process"
-    pid, host, command, since = (_printable(record.get(k))
+    pid, host, command, since = (records.shown(record.get(k), 300)
                                  for k in ("pid", "host", "command", "since"))
     return f"process {pid} on host {host!r} (`{command}`, since {since})"
-
-
-def _printable(value: object, limit: int = 300) -> str:
-    """A field of a lock record, which another folder's owner wrote, as one line of plain text."""
-    text = "".join(c if c.isprintable() else "?" for c in str(value))
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _read_record(fd: int) -> dict | None:
     """The lock's record, or None where there is none to read (JSON nested too deeply too)."""
     try:
         os.lseek(fd, 0, os.SEEK_SET)
-        record = json.loads(os.read(fd, 1 << 16).decode("utf-8") or "null")
+        data = os.read(fd, records.LOCK_RECORD.max_bytes)
+        record = records.parse_json(data or b"null", "lock record", records.LOCK_RECORD).value
         return record if isinstance(record, dict) else None
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError):
         return None
 
 

@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Mapping, Sequence
 
+from vaco_jax.infra import records
 from vaco_jax.infra.lock import LOCK_FILE, folder_lock
 
 MANIFEST_FILE = ".vaco_jax.manifest.json"
@@ -65,9 +66,9 @@ def recorded(folder: str | os.PathLike) -> dict[str, str] | None:
     if not stat.S_ISREG(info.st_mode):
         raise DamagedManifest(path, f"it is {_file_type(info)}, not a file")
     try:
-        entries = dict(json.loads(path.read_text(encoding="utf-8"))["entries"])
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
-        raise DamagedManifest(path, f"{type(error).__name__}: {error}") from None
+        entries = dict(records.load_json(path, records.MANIFEST)["entries"].table())
+    except ValueError as error:
+        raise DamagedManifest(path, str(error)) from None
     for key, kind in entries.items():
         problem = _entry_problem(key, kind)
         if problem is not None:

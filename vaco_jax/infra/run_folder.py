@@ -3,6 +3,7 @@ and status, and reading the saved config and status back."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -11,11 +12,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vaco_jax.infra import io, manifest
+from vaco_jax.infra import io, manifest, records
 
 CONFIG_FILE = "config.json"
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.parquet"
+METRICS_INDEX = ("run", "update")
+"""The columns a metrics table is read by: its rows are one run's one update."""
 CHECKPOINT_DIR = "checkpoint"
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"  # W&B's own name for its folder under the run folder
@@ -51,31 +54,75 @@ def check_to_resume(out: Path) -> None:
 
 
 def saved_config(out: Path) -> dict[str, Any]:
-    """The run's saved `config.json`, refusing a missing or unreadable one."""
+    """The run's saved `config.json` as a table (its config's own `from_dict` validates the
+    values), refusing a missing or unreadable one."""
     path = out / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"cannot resume: {str(path)!r} does not exist")
-    saved = io.read_json(path, "the run cannot be resumed; start it again with --overwrite")
-    if not isinstance(saved, dict):
-        raise ValueError(f"cannot resume: {str(path)!r} does not describe a run; start the run "
-                         f"again with --overwrite")
-    return saved
+    saved = records.load_json(path, records.RUN_CONFIG,
+                              "the run cannot be resumed; start it again with --overwrite")
+    return dict(saved.table())
 
 
-def read_status(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """A run folder's `status.json`, or None if it is missing or unreadable (with a warning:
-    it is rebuilt from the run's checkpoint when the run is resumed)."""
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """One run of a run folder, as its status records it."""
+
+    diverged: bool
+    diverged_at: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStatus:
+    """A run folder's `status.json`: how far its runs got."""
+
+    updates_done: int
+    num_updates: int
+    complete: bool
+    runs: tuple[RunOutcome, ...]
+
+    @property
+    def finished(self) -> bool:
+        """Complete, or stopped early because every run diverged."""
+        return self.complete or all(r.diverged for r in self.runs)
+
+    @classmethod
+    def from_json(cls, saved: records.Field) -> "RunStatus":
+        num_updates = saved["num_updates"].integer(0, MAX_UPDATES)
+        runs = tuple(RunOutcome(diverged=r["diverged"].boolean(),
+                                diverged_at=r["diverged_at"].integer(-1, num_updates))
+                     for r in saved["runs"].items(MAX_STATUS_RUNS))
+        return cls(updates_done=saved["updates_done"].integer(0, num_updates),
+                   num_updates=num_updates, complete=saved["complete"].boolean(), runs=runs)
+
+
+MAX_UPDATES = 1 << 40
+"""The most updates a status may count."""
+MAX_STATUS_RUNS = 1 << 20
+"""The most runs a status may list."""
+
+
+def read_status(folder: str | os.PathLike, *, runs: int | None = None,
+                num_updates: int | None = None) -> RunStatus | None:
+    """A run folder's `status.json`, or None if it is missing or damaged (with a warning: it is
+    rebuilt from the run's checkpoint when the run is resumed); damaged too where it lists
+    other than `runs` runs or counts other than `num_updates` updates, when given (what the
+    folder's own plan says it holds)."""
     path = Path(folder) / STATUS_FILE
     if not path.is_file():
         return None
     try:
-        status = io.read_json(path, "it is rewritten from the checkpoint when the run resumes")
-        if isinstance(status, dict) and "updates_done" in status:
-            return status
-        raise ValueError(f"{str(path)!r} is not a run status; it is rewritten from the "
-                         f"checkpoint when the run resumes")
+        saved = records.load_json(path, records.RUN_STATUS)
+        status = RunStatus.from_json(saved)
+        if runs is not None and len(status.runs) != runs:
+            raise saved["runs"].refuse(f"lists {len(status.runs)} runs where the folder holds "
+                                       f"{runs}")
+        if num_updates is not None and status.num_updates != num_updates:
+            raise saved["num_updates"].refuse(f"{status.num_updates} where the run has "
+                                              f"{num_updates}")
+        return status
     except ValueError as error:
-        warn(str(error))
+        warn(f"{error}; it is rewritten from the checkpoint when the run resumes")
         return None
 
 

@@ -4,8 +4,9 @@ settle, where it is made, the studies that test it, and what they found."""
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from pathlib import Path
+
+from vaco_jax.infra import records
 
 STATUSES = ("reproduced", "refuted", "mixed", "untested")
 TEXT_FIELDS = ("claim", "source", "status", "numbers", "figure", "scale")
@@ -50,7 +51,7 @@ def read_claims(path: str | Path) -> list[Claim]:
     """The claims in ``path``, by id; ``ValueError`` naming the file where it cannot be read or
     a claim is malformed."""
     try:
-        entries = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("claim", [])
+        entries = records.load_toml(path, records.BOARD_TABLE).table().get("claim", [])
         claims = sorted((_claim(entry) for entry in entries), key=lambda c: c.id)
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise ValueError(f"cannot read the claims {str(path)!r}: {error}; pass --claims "

@@ -14,6 +14,7 @@ from vaco_jax.leaderboard.card import Method, markdown_html
 from vaco_jax.leaderboard.claims import Claim
 from vaco_jax.leaderboard.html import Stamp, escape, interval, link, page, table
 from vaco_jax.leaderboard.studies import COPIED_FILES, REPORT_FILE, Skipped, Study
+from vaco_jax.report.markdown_text import NOT_NORMALISED, is_scale
 from vaco_jax.report.summary import Interval, Stabilisers
 
 TESTBED_NAMES = {"control": "Control testbed", "tokens": "Token testbed"}
@@ -96,7 +97,8 @@ def study_page(study: Study, boards: Sequence[TaskBoard], stamp: Stamp) -> str:
         + _board_table(board)
         for board in boards)
     normalisation = "; ".join(f"{escape(task)}: 0 = {n.initial:.4g}, 1 = {n.reference:.4g} "
-                              f"({escape(n.source)})"
+                              f"({escape(n.source)})" if is_scale(n) else
+                              f"{escape(task)}: {NOT_NORMALISED}"
                               for task, n in study.summary.normalisation.items())
     body = (f"<p>{escape(study.title)}</p>"
             f"<p>Testbed: {escape(study.testbed)}. Report written from commit "

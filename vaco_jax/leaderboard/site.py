@@ -1,10 +1,11 @@
 """``build_site``: the leaderboard as a static site, written like every vaco_jax output.
 
 Inputs are read and checked first (the studies, the claims, the fidelity card), so that a
-refused input writes nothing. The folder is then prepared as any output folder is
-(``io.prepare_output_dir``): a folder holding anything is refused unless ``overwrite``, which
-removes only what an earlier board wrote there. Every file is written atomically and recorded
-in the folder's manifest; ``studies/`` and ``methods/`` are recorded whole.
+refused input writes nothing. The folder is then locked and prepared as any output folder is
+(``infra.lock``, ``io.prepare_output_dir``): a folder another process writes is refused, and
+one holding anything unless ``overwrite``, which removes only what an earlier board wrote
+there. Every file is written atomically and recorded in the folder's manifest; ``studies/``
+and ``methods/`` are recorded whole.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from vaco_jax.infra import io, manifest
+from vaco_jax.infra import io, manifest, records
+from vaco_jax.infra.lock import folder_lock
 from vaco_jax.infra.provenance import code_version
 from vaco_jax.leaderboard import pages
 from vaco_jax.leaderboard.board import TaskBoard, task_boards
@@ -71,7 +73,7 @@ def stamp(studies: Sequence[Study]) -> Stamp:
 def _copy(source: Path, target: Path) -> None:
     """Copies a plain file of the results; a link or a folder is never read."""
     if regular_file(source):
-        data = source.read_bytes()
+        data = records.read_bytes(source, records.STUDY_FILE)
         io.atomic_write(target, lambda temporary: Path(temporary).write_bytes(data))
 
 
@@ -111,19 +113,23 @@ def build_site(
                                             for variant in study.summary.run.variants}, plugins)
     page_stamp = stamp(studies)
 
-    root = io.prepare_output_dir(out, overwrite=overwrite, keep=keep, writes=WRITES)
-    manifest.record(root, {folder: manifest.TREE for folder in FOLDERS})
-    io.write_text(root / STYLE_FILE, STYLE)
-    written = [_write_study(root, study, boards[study.name], page_stamp) for study in studies]
-    for method in method_list:
-        io.write_text(root / pages.method_path(method),
-                      pages.method_page(method, studies, page_stamp))
-        written.append(pages.method_path(method))
-    by_name = {study.name: study for study in studies}
-    io.write_text(root / "claims.html", pages.claims_page(claim_list, by_name, page_stamp))
     all_skipped = (*skipped, *unboarded)
-    io.write_text(root / "index.html", pages.index_page(
-        [board for study in studies for board in boards[study.name]], all_skipped, method_list,
-        page_stamp))
+    io.check_output_dir(out)  # before the lock makes the folder
+    with folder_lock(out):  # one writer at a time: another's overwrite would remove our files
+        root = io.prepare_output_dir(out, overwrite=overwrite, keep=keep, writes=WRITES,
+                                     resumable=False)
+        manifest.record(root, {folder: manifest.TREE for folder in FOLDERS})
+        io.write_text(root / STYLE_FILE, STYLE)
+        written = [_write_study(root, study, boards[study.name], page_stamp)
+                   for study in studies]
+        for method in method_list:
+            io.write_text(root / pages.method_path(method),
+                          pages.method_page(method, studies, page_stamp))
+            written.append(pages.method_path(method))
+        by_name = {study.name: study for study in studies}
+        io.write_text(root / "claims.html", pages.claims_page(claim_list, by_name, page_stamp))
+        io.write_text(root / "index.html", pages.index_page(
+            [board for study in studies for board in boards[study.name]], all_skipped,
+            method_list, page_stamp))
     return Built(out=root, pages=("index.html", "claims.html", *written),
                  skipped=tuple(all_skipped))

@@ -17,11 +17,11 @@ import dataclasses
 import os
 import re
 import stat
-import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from vaco_jax.infra import records
 from vaco_jax.report import summary as report_summary
 from vaco_jax.report.runs_table import RUNS_FILE
 from vaco_jax.report.summary import KeptGain, Summary, Variant
@@ -141,12 +141,12 @@ def _study_folders(results: Path) -> Iterator[Path]:
 
 
 def _read_summary(path: Path) -> Summary:
-    """The report's summary (``report.summary.loads``); ``ValueError`` naming the file where
+    """The report's summary (``report.summary.load``); ``ValueError`` naming the file where
     it is not one a report writes."""
     if not regular_file(path):
         raise ValueError(f"{path.name} is not a plain file")
     try:
-        return report_summary.loads(path.read_text(encoding="utf-8"))
+        return report_summary.load(path)
     except (ValueError, TypeError, AttributeError) as error:
         # The typed reading refuses damaged JSON with whatever its parts raise.
         raise ValueError(f"{SUMMARY_FILE}: {error}") from None
@@ -155,7 +155,7 @@ def _read_summary(path: Path) -> Summary:
 def _read_experiment(path: Path) -> dict[str, Any]:
     if not regular_file(path):
         raise ValueError(f"{path.name} is missing or not a plain file")
-    return tomllib.loads(path.read_text(encoding="utf-8"))
+    return dict(records.load_toml(path, records.EXPERIMENT).table())
 
 
 def read_study(results: Path, folder: Path) -> Study:

@@ -9,7 +9,8 @@ import math
 from collections.abc import Sequence
 
 from vaco_jax.report import markdown_diagnostics as diagnostics
-from vaco_jax.report.markdown_text import fmt, fmt_interval, fmt_kept, fmt_optional, table
+from vaco_jax.report.markdown_text import (NOT_NORMALISED, fmt, fmt_interval, fmt_kept,
+                                           fmt_optional, is_scale, table)
 from vaco_jax.report.markdown_cell_rule import cell_rule_section
 from vaco_jax.report.markdown_tuning import tuning_section
 from vaco_jax.report.summary import (Interval, KeptGain, PooledKeptGain, Summary, TaskCell,
@@ -54,7 +55,8 @@ def _md_overview(summary: Summary) -> list[str]:
 def _md_normalisation(summary: Summary) -> list[str]:
     name, steps = summary.score.name, summary.score.steps
     rows = [
-        [task, fmt(n.initial), fmt(n.reference), n.source]
+        [task, fmt(n.initial), fmt(n.reference), n.source] if is_scale(n)
+        else [task, "-", "-", NOT_NORMALISED]
         for task, n in summary.normalisation.items()
     ]
     return [

@@ -24,7 +24,7 @@ from vaco_jax import testbeds
 from vaco_jax.core.config import Config
 from vaco_jax.report.figures import new_figure, shared_legend, variant_colours
 from vaco_jax.report.metrics import FRACTION_METRICS
-from vaco_jax.infra import io, run_folder
+from vaco_jax.infra import io, records, run_folder
 from vaco_jax.infra.lock import folder_lock
 from vaco_jax.run import compat
 
@@ -74,7 +74,7 @@ def read_run(folder: Path) -> RunData:
     """The run saved in `folder`, refusing (ValueError) an unreadable `config.json` or
     `metrics.parquet`, naming it."""
     remedy = "it is written by the run; a run that did not start has nothing to draw"
-    saved = io.read_json(folder / run_folder.CONFIG_FILE, remedy)
+    saved = records.load_json(folder / run_folder.CONFIG_FILE, records.RUN_CONFIG, remedy).value
     try:
         testbed = testbeds.named(saved["testbed"])
         config = compat.recorded_config(testbed.config, saved["config"])
@@ -83,9 +83,9 @@ def read_run(folder: Path) -> RunData:
     except (KeyError, TypeError, AttributeError, ValueError) as error:
         raise ValueError(f"{str(folder / run_folder.CONFIG_FILE)!r} does not describe a run "
                          f"({type(error).__name__}: {error})") from None
-    table = io.read_parquet(folder / run_folder.METRICS_FILE,
-                            f"`vaco-jax train --resume {folder}` rewrites it from the run's "
-                            f"checkpoint")
+    table = records.read_parquet(folder / run_folder.METRICS_FILE,
+                                 f"`vaco-jax train --resume {folder}` rewrites it from the run's "
+                                 f"checkpoint", numeric=run_folder.METRICS_INDEX)
     # Seeds label the runs; hyper-parameters too where the runs differ in them (a sweep batch).
     varying = [n for n, values in hparams.items() if len(set(values)) > 1]
     labels = {run: f"seed {seed}" + "".join(f", {n}={hparams[n][run]:g}" for n in varying)

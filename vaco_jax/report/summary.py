@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import types
 import typing
 from typing import Any, Mapping, TypeVar, Union
 
+from vaco_jax.infra import records
 from vaco_jax.report import compat
 from vaco_jax.report.collapse import WARNING_RULES, Thresholds
 from vaco_jax.report.metrics import MECHANISMS
@@ -477,11 +479,25 @@ def dumps(summary: Summary) -> str:
     return json.dumps(to_json(summary), indent=2, allow_nan=False) + "\n"
 
 
+def load(path: str | os.PathLike) -> Summary:
+    """The summary in the file ``path`` (a ``summary.json``), bounded as a summary record, one
+    an earlier version wrote read as today's (``compat.summary_as_now``); ValueError for keys no
+    version wrote or keys it lacks."""
+    return _read(records.load_json(path, records.SUMMARY))
+
+
 def loads(text: str) -> Summary:
-    """A summary from the text of a ``summary.json``, one an earlier version wrote read as
-    today's (``compat.summary_as_now``); ValueError for keys no version wrote or keys it
-    lacks."""
-    return from_json(compat.summary_as_now(json.loads(text)))
+    """A summary from the text of a ``summary.json`` (``load``)."""
+    return _read(records.parse_json(text, "summary.json", records.SUMMARY))
+
+
+def _read(saved: records.Field) -> Summary:
+    try:  # an older version's keys renamed, on a record that may be of any shape
+        now = compat.summary_as_now(saved.plain())
+    except (TypeError, AttributeError, KeyError) as error:
+        raise saved.refuse(f"not a summary any version wrote ({type(error).__name__}: "
+                           f"{records.shown(error, 100)})") from None
+    return from_json(now)
 
 
 def to_json(summary: Summary) -> dict[str, Any]:
@@ -522,13 +538,29 @@ def _from_json(annotation: Any, value: Any) -> Any:
         (inner,) = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _from_json(inner, value)
     if origin is tuple:
+        _check_type(value, list, "a list")
         return tuple(_from_json(typing.get_args(annotation)[0], v) for v in value)
     if origin is dict:
+        _check_type(value, dict, "a table")
         item = typing.get_args(annotation)[1]
         return {k: _from_json(item, v) for k, v in value.items()}
     if dataclasses.is_dataclass(annotation):
+        _check_type(value, dict, "a table")
         return _dataclass_from_json(annotation, value)
+    if annotation in _SCALARS and not _SCALARS[annotation](value):
+        raise ValueError(f"{records.shown(value, 60)!r} is not a {annotation.__name__}")
     return value
+
+
+def _check_type(value: Any, kind: type, what: str) -> None:
+    if not isinstance(value, kind):
+        raise ValueError(f"{records.shown(value, 60)!r} is not {what}")
+
+
+_SCALARS = {float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+            int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+            str: lambda v: isinstance(v, str), bool: lambda v: isinstance(v, bool)}
+"""The checks of the scalar annotations of a summary's classes."""
 
 
 def _dataclass_from_json(cls: type, value: JsonObject) -> Any:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
@@ -33,7 +33,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from vaco_jax.infra.orbax_options import this_process_only
-from vaco_jax.infra import io, manifest
+from vaco_jax.infra import io, manifest, records
 
 IDENTITY_FILE = "identity.json"
 PARTIAL_SUFFIX = ".partial"
@@ -50,7 +50,13 @@ def committed_steps(directory: str | os.PathLike) -> list[int]:
     if not directory.is_dir():
         return []
     return sorted((int(p.name) for p in directory.iterdir()
-                   if p.name.isdigit() and p.is_dir() and not p.is_symlink()), reverse=True)
+                   if _STEP.fullmatch(p.name) and p.is_dir() and not p.is_symlink()),
+                  reverse=True)
+
+
+_STEP = re.compile("[0-9]{1,18}")
+"""A committed step's folder name: ASCII digits only (`str.isdigit` takes other scripts' digits
+too), few enough for an exact integer."""
 
 
 class Checkpoints:
@@ -186,11 +192,10 @@ class Checkpoints:
                 self._damage_found[step] = f"{linked[0]} is a symbolic link"
                 return self._damage_found[step]
             try:
-                identity = json.loads((path / IDENTITY_FILE).read_text())
-                owner, files = identity["run_identity"], identity["files"]
-                if not isinstance(files, dict):
-                    raise TypeError("its files are not a table")
-            except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
+                identity = records.load_json(path / IDENTITY_FILE, records.CHECKPOINT_IDENTITY)
+                owner = identity["run_identity"].value
+                files = dict(identity["files"].table())
+            except ValueError as error:
                 self._damage_found[step] = f"{IDENTITY_FILE} unreadable: {_first_line(error)}"
                 return self._damage_found[step]
             if owner != self.identity:

@@ -34,6 +34,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from vaco_jax.infra import records
 from vaco_jax.infra.io import jsonable
 
 ENV_COORDINATOR = "VACO_JAX_COORDINATOR"
@@ -204,7 +205,8 @@ def from_process_0(compute: Callable[[], Any]) -> Any:
             text = json.dumps({"error": kind, "message": str(error)}).encode()
     size = int(_collective(lambda: multihost_utils.broadcast_one_to_all(np.int32(len(text)))))
     payload = np.frombuffer(text, np.uint8) if is_writer() else np.zeros(size, np.uint8)
-    received = json.loads(bytes(shared_from_process_0(payload)))
+    received = records.parse_json(bytes(shared_from_process_0(payload)), "process 0's message",
+                                  records.PROCESS_MESSAGE).value
     if failure is not None:
         raise failure
     if "error" in received:

@@ -33,7 +33,7 @@ import pandas as pd
 
 from vaco_jax.core.config import Config, HParamsBase
 from vaco_jax.core.trainer import RunState
-from vaco_jax.infra import io, manifest, run_folder
+from vaco_jax.infra import io, manifest, records, run_folder
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.run.distributed import (from_process_0, host_copy, is_writer, several,
                                       shared_from_process_0)
@@ -124,7 +124,12 @@ class RunRecord:
         saved = run_folder.saved_config(out)
         current = json.loads(json.dumps(self.describe(), default=io.jsonable))
         recorded = {k: saved.get(k) for k in current}
-        recorded["config"] = compat.config_as_now(type(self.config), recorded["config"])
+        try:
+            recorded["config"] = compat.config_as_now(type(self.config), recorded["config"])
+        except (TypeError, AttributeError, KeyError) as error:  # a forged config's shape
+            raise ValueError(f"cannot resume {str(out)!r}: its config.json does not describe a "
+                             f"run ({type(error).__name__}: {records.shown(error, 200)}); start "
+                             f"the run again with --overwrite") from None
         if recorded != current:
             raise ValueError(f"cannot resume {str(out)!r}: its config.json describes a different run")
         return saved

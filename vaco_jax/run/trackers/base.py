@@ -22,12 +22,14 @@ import numpy as np
 
 from vaco_jax import testbeds
 from vaco_jax.core.config import Config
-from vaco_jax.infra import io, manifest
+from vaco_jax.infra import io, manifest, records
 
 if TYPE_CHECKING:
     from vaco_jax.run.driver import Driver, TrainingResult
 
 PROGRESS_FILE = "logged.json"
+MAX_TOOL_ID = 256
+"""The longest id of a run in a tracking tool that `logged.json` may hold."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,14 +97,24 @@ class Tracker(abc.ABC):
     def _progress_path(self) -> Path:
         return self._out / self.folder / PROGRESS_FILE
 
+    def _read_progress(self) -> dict[str, dict[str, Any]]:
+        """What an earlier process logged: per run, the last update logged and, where its tool
+        keeps one, the id it continues under (a W&B run's)."""
+        saved = records.load_json(self._progress_path, records.TRACKER_PROGRESS,
+                                  "remove it to log every update again")["runs"]
+        progress = {}
+        for name, run in saved.entries():
+            progress[name] = {"logged_until": run["logged_until"].integer(-1, records.MAX_COUNT)}
+            if run.get("id") is not None:
+                progress[name]["id"] = run["id"].string(MAX_TOOL_ID)
+        return progress
+
     def log(self, runs: Sequence[LoggedRun], result: TrainingResult) -> None:
         """Logs the updates of `runs` in `result` not logged yet; finishes the runs when the
         result is finished."""
         if self._progress is None:  # at the first chunk: the run now holds its folder
             manifest.extend(self._out, {self.folder: manifest.TREE})
-            self._progress = (io.read_json(self._progress_path, "remove it to log every update "
-                                           "again")["runs"]
-                              if self._progress_path.is_file() else {})
+            self._progress = (self._read_progress() if self._progress_path.is_file() else {})
         names = list(result.metrics)
         for run in runs:
             saved = self._progress.setdefault(run.name, {"logged_until": -1})
