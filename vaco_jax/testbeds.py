@@ -74,6 +74,9 @@ class Testbed(Generic[ConfigT, HParamsT, StateT, PolicyT]):
     registered_by: Callable[[str], str | None]
     # The stabilisers (`phase.MECHANISM_FRACTIONS`) an algorithm records; KeyError if unknown.
     mechanisms: Callable[[str], frozenset[str]]
+    # The hyper-parameters a configured run reads (`vaco_jax.core.knobs`): a setting of another
+    # is refused, since it would change nothing.
+    knobs: Callable[[ConfigT], frozenset[str]]
     # Config values a task brings unless an experiment sets them.
     task_defaults: Callable[[str], dict[str, Any]]
     reference: Callable[[ConfigT], Reference | None]  # of a config's score, where one is known
@@ -101,7 +104,7 @@ CONTROL: Testbed[ControlConfig, ControlHParams, control_train.ControlState, Poli
     trainer=control_train.ControlTrainer, metrics=control_train.METRICS, score_name="return",
     steps_name="environment steps", task_field="env", tasks=envs.names,
     algorithms=lambda: tuple(ALGORITHMS), registered_by=ALGORITHMS.registered_by,
-    mechanisms=control_train.algorithm_mechanisms,
+    mechanisms=control_train.algorithm_mechanisms, knobs=control_train.knobs,
     task_defaults=_control_task_defaults,
     reference=_control_reference)
 TOKENS: Testbed[TokenConfig, TokenHParams, token_train.TokenState, Params] = Testbed(
@@ -109,7 +112,7 @@ TOKENS: Testbed[TokenConfig, TokenHParams, token_train.TokenState, Params] = Tes
     trainer=token_train.TokenTrainer, metrics=token_train.METRICS, score_name="held-out accuracy",
     steps_name="sampled responses", task_field="task", tasks=lambda: tuple(TASKS),
     algorithms=lambda: tuple(TOKEN_ALGORITHMS), registered_by=TOKEN_ALGORITHMS.registered_by,
-    mechanisms=token_train.algorithm_mechanisms,
+    mechanisms=token_train.algorithm_mechanisms, knobs=token_config.knobs,
     task_defaults=lambda task: {},
     reference=lambda config: Reference(1.0, "maximum (every held-out answer exact)"))
 AnyTestbed = Testbed[Any, Any, Any, Any]

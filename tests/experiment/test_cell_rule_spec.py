@@ -25,8 +25,10 @@ max_kept_gain = 0.7
 [reference_scores]
 toy_reach = 50.0
 """
-# ppo and vaco at lags 0 and 2 on toy_reach, a reference for it, and the rule.
-RULED = TOY.replace('algos = ["vaco"]', 'algos = ["vaco", "ppo"]') + RULE
+# ppo and vaco at lags 0 and 2 on toy_reach, each at two learning rates (a knob both read), a
+# reference for it, and the rule.
+RULED = TOY.replace('algos = ["vaco"]', 'algos = ["vaco", "ppo"]').replace(
+    "learning_rate = 1e-3\ntv_delta = [0.1, 0.3]", "learning_rate = [1e-3, 3e-3]") + RULE
 
 
 def test_the_rule_is_parsed_as_committed():
@@ -109,7 +111,7 @@ def _runs(experiment):
             for update, step in enumerate(steps):
                 rows.append({"task": "toy_reach", "algo": config.algo, "lag_model": "uniform",
                              "lag": run.lag, "epochs": 2, "minibatches": 2, "seed": run.seed,
-                             "run_id": run.run_id, "hp_tv_delta": run.hparams["tv_delta"],
+                             "run_id": run.run_id, "hp_learning_rate": run.hparams["learning_rate"],
                              "update": update, "env_steps": int(step),
                              "eval_return": 10.0 + (final - 10.0) * step / steps[-1],
                              "diverged": False, "diverged_at": -1})
@@ -117,17 +119,17 @@ def _runs(experiment):
 
 
 def test_a_sweep_report_judges_its_runs_by_the_rule(tmp_path, capsys):
-    # Two seeds per cell, both gaining 0.7 of the way; the two tv_delta values are two cells.
+    # Two seeds per cell, both gaining 0.7 of the way; the two learning rates are two cells.
     experiment = sweep.parse_experiment(RULED)
     out = tmp_path / "report"
     summary = sweep.write_experiment_report(experiment, _runs(experiment), out)
     verdict = summary.cell_rule
     assert verdict.rule == experiment.cell_rule and verdict.largest_lag == 2.0
-    assert [c.variant for c in verdict.cells] == ["ppo[tv_delta=0.1]", "ppo[tv_delta=0.3]"]
+    assert [c.variant for c in verdict.cells] == ["ppo[learning_rate=0.001]", "ppo[learning_rate=0.003]"]
     assert all(c.passed for c in verdict.cells)
     (check,) = verdict.cells[0].lag
     assert check.kept.point == pytest.approx(0.5, abs=0.01)
-    assert verdict.every_task == ("ppo[tv_delta=0.1]", "ppo[tv_delta=0.3]")
+    assert verdict.every_task == ("ppo[learning_rate=0.001]", "ppo[learning_rate=0.003]")
     written = json.loads((out / "summary.json").read_text())
     assert written["cell_rule"]["rule"]["max_kept_gain"] == 0.7
     assert report_summary.loads((out / "summary.json").read_text()) == summary

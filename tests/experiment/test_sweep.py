@@ -265,6 +265,7 @@ def test_expansion_into_groups_and_runs():
 def test_task_overrides_apply_before_algorithm_overrides():
     text = TOY.replace('tasks = ["toy_reach"]', 'tasks = ["toy_reach", "inverted_pendulum"]') \
         .replace('algos = ["vaco"]', 'algos = ["ppo", "vaco"]') \
+        .replace("tv_delta = [0.1, 0.3]\n", "") \
         + "\n[overrides.inverted_pendulum.config]\nnum_envs = 4\nrollout_length = 16\n" \
         + "\n[overrides.inverted_pendulum.hparams]\nlearning_rate = 5e-4\n" \
         + "\n[overrides.vaco.config]\nnum_envs = 16\n"

@@ -31,8 +31,11 @@ def with_lag(lag_tables: str) -> str:
 
 
 def test_each_lag_model_is_its_own_group_named_after_it():
+    # Each algorithm sweeps a knob of its own: vaco its TV budget, ppo its gradient-norm bound.
     text = TOY_MODELS.replace('algos = ["vaco"]', 'algos = ["ppo", "vaco"]') \
-        .replace("epochs = 2", "epochs = [1, 2]")
+        .replace("tv_delta = [0.1, 0.3]\n", "").replace("epochs = 2", "epochs = [1, 2]") \
+        + "\n[overrides.vaco.hparams]\ntv_delta = [0.1, 0.3]\n" \
+        + "\n[overrides.ppo.hparams]\nmax_grad_norm = [0.5, 1.0]\n"
     experiment = sweep.parse_experiment(text)
     # Order: task, algorithm, lag model (as listed), then epochs x minibatches.
     assert [g.name for g in experiment.groups] == [

@@ -23,7 +23,9 @@ from vaco_jax.experiment import folder as sweep_folder
 
 pytestmark = pytest.mark.slow  # whole sweeps run as parts and merged
 
-TOY2 = TOY.replace('algos = ["vaco"]', 'algos = ["ppo", "vaco"]')  # 2 groups of 8 runs
+# vaco alone, then with ppo (2 groups of 8 runs), sweeping a knob both read.
+TOY1 = TOY.replace("tv_delta = [0.1, 0.3]", "max_grad_norm = [0.5, 1.0]")
+TOY2 = TOY1.replace('algos = ["vaco"]', 'algos = ["ppo", "vaco"]')
 PPO, VACO = "toy_reach-ppo-e2m2", "toy_reach-vaco-e2m2"
 
 
@@ -68,9 +70,10 @@ def test_bad_parts_are_refused_naming_the_form(text):
 
 def test_parts_split_groups_by_environment_steps():
     text = TOY2.replace('tasks = ["toy_reach"]', 'tasks = ["toy_reach", "inverted_pendulum"]') \
-        .replace("epochs = 2", "epochs = [1, 2]") + "\n[overrides.ppo.hparams]\ntv_delta = 0.2\n"
+        .replace("epochs = 2", "epochs = [1, 2]") \
+        + "\n[overrides.ppo.hparams]\nmax_grad_norm = 0.5\n"
     experiment = sweep.parse_experiment(text)
-    # ppo groups: 2 lags x 2 seeds; vaco groups: also 2 thresholds; 512 steps per run.
+    # ppo groups: 2 lags x 2 seeds; vaco groups: also 2 gradient-norm bounds; 512 steps per run.
     assert [(g.name, sweep.group_steps(g)) for g in experiment.groups] == [
         (f"{task}-{algo}-e{epochs}m2", runs * 512)
         for task in ("toy_reach", "inverted_pendulum") for algo, runs in (("ppo", 4), ("vaco", 8))
@@ -140,7 +143,7 @@ def test_plan_prints_runs_steps_and_time_without_compiling(toy2_file, tmp_path, 
 
 
 def test_plan_table_columns_line_up_under_long_group_names():
-    text = TOY.replace('algos = ["vaco"]', 'algos = ["vaco_realign_only"]').replace(
+    text = TOY1.replace('algos = ["vaco"]', 'algos = ["vaco_realign_only"]').replace(
         '[lag]\nmodel = "uniform"\nlevels = [0, 2]',
         '[[lag]]\nmodel = "uniform"\nlevels = [0, 2]\n[[lag]]\nmodel = "geometric"\nlevels = [1]')
     plan = sweep.make_plan(sweep.parse_experiment(text), devices=jax.devices()[:1])
@@ -404,7 +407,7 @@ def test_a_part_run_before_the_experiment_grew_merges_into_it(parts, tmp_path, c
     grown experiment when that is named, into the report of the grown experiment run whole."""
     whole, (part1, _) = parts
     before = tmp_path / "before.toml"
-    before.write_text(TOY)
+    before.write_text(TOY1)
     vaco_before = tmp_path / "vaco_before"
     assert cli.main(["sweep", str(before), "--out", str(vaco_before),
                      "--max-runs-per-batch", str(BATCH), "--no-progress"]) == 0

@@ -11,6 +11,7 @@ import pytest
 from vaco_jax import losses
 from vaco_jax import experiment as sweep
 from vaco_jax.core import phase
+from vaco_jax.core.knobs import read_by
 from vaco_jax.core.policy_buffer import push
 from vaco_jax.tokens.algorithms import ALGORITHMS, STABILISER_METRICS
 from vaco_jax.tokens.surrogates import (AdvantageInputs, TokenTerms, group_centred,
@@ -557,3 +558,13 @@ def test_a_token_sweep_takes_any_algorithm_and_sweeps_its_thresholds(monkeypatch
     assert sorted(set(np.asarray(caps).tolist())) == [1.5, 4.0]  # one program, traced caps
     with pytest.raises(ValueError, match=r"is_cap must be finite and lie in \[1, inf\)"):
         sweep.parse_experiment(SWEEP.replace("is_cap = [1.5, 4.0]", "is_cap = [0.5, 4.0]"))
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_each_token_entry_declares_every_knob_its_loss_reads(algo):
+    """What `TokenAlgorithm.hparams` declares is what the refusal trusts: a knob the loss reads
+    but the entry omits would be refused where it acts."""
+    terms = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)),
+                         _terms(algo, [[-1.0, -2.0], [-0.5, -0.5]]))
+    read = read_by(ALGORITHMS[algo].policy_loss, TokenHParams(), terms)
+    assert read <= set(ALGORITHMS[algo].hparams), sorted(read)

@@ -232,8 +232,16 @@ model = "fixed"
 levels = [0, 3]
 
 [hparams]
-vcpo_is_cap = [4.0, 8.0]
 ess_target = 0.5
+
+[overrides.vcpo.hparams]
+vcpo_is_cap = [4.0, 8.0]
+
+[overrides.vcpo_ess_only.hparams]
+vcpo_is_cap = [4.0, 8.0]
+
+[overrides.vcpo_opob_only.hparams]
+vcpo_is_cap = [4.0, 8.0]
 """
 
 
@@ -246,3 +254,10 @@ def test_a_token_sweep_takes_the_vcpo_algorithms_and_sweeps_their_thresholds(mon
                                   [4, 4, 8, 8] * 2)
     with pytest.raises(ValueError, match=r"vcpo_is_cap must be finite and lie in \[1, inf\)"):
         sweep.parse_experiment(SWEEP.replace("[4.0, 8.0]", "[0.5, 8.0]"))
+    assert experiment.group("add-grpo-e1m1").swept == ()
+    # GRPO reads no VCPO cap: the same grid in the shared table would give it two identical
+    # groups of runs, and is refused.
+    with pytest.raises(ValueError, match=r"algo='grpo' does not read hyper-parameter\(s\) "
+                                         r"vcpo_is_cap"):
+        sweep.parse_experiment(SWEEP.replace("ess_target = 0.5", "ess_target = 0.5\n"
+                                             "vcpo_is_cap = [4.0, 8.0]"))

@@ -11,8 +11,9 @@ from typing import Any
 
 import jax
 
-from vaco_jax import losses
+from vaco_jax import losses, testbeds
 from vaco_jax.cli import console
+from vaco_jax.core import knobs
 from vaco_jax.core.config import MAX_SEED, Config, HParamsBase
 from vaco_jax.core.lag_models import LAG_MODELS
 from vaco_jax.core.lag_presets import LAG_PRESETS, LagChoice
@@ -264,6 +265,11 @@ def run_driver(args, config: Config, hparams: HParamsBase) -> int:
             budget_bytes=budget))  # this machine may be smaller
         overwrite, keep = False, ()
     else:
+        testbed = testbeds.named(config.testbed)
+        testbed.validate(config, None)  # the algorithm known before its knobs are asked
+        knobs.refuse_unread((name for name, _ in args.hparam), testbed.knobs(config),
+                            config.algo, "--hparam")
+
         def refuse_unfit() -> None:  # before the driver builds its trainer (a warm start, say)
             io.check_output_dir(out)
             memory.check_memory(config, hparams, args.seeds, budget_bytes=budget)

@@ -14,6 +14,7 @@ buffer. Every `updates_per_period` updates the learner is evaluated deterministi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import chex
@@ -27,6 +28,7 @@ from vaco_jax.core import phase
 from vaco_jax.control.algorithms import ALGORITHMS, PolicyTerms, ValueTerms
 from vaco_jax.control.config import ControlHParams, ControlConfig, adapts_kl_coef, validate
 from vaco_jax.core.divergence import freeze_if_diverged
+from vaco_jax.core.knobs import read_by as knobs_read_by
 from vaco_jax.core.trainer import Metrics, Trainer
 from vaco_jax.control.envs import make_env
 from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes
@@ -75,6 +77,30 @@ def algorithm_mechanisms(algo: str) -> frozenset[str]:
                         advantages=samples, tv_log_rho=samples, tv=None,
                         kl_coef=jax.ShapeDtypeStruct((), jnp.float32))
     return phase.recorded_mechanisms(lambda t: loss(t, ControlHParams()), terms)
+
+
+EVERY_RUN_KNOBS = ("learning_rate", "lag", "gamma", "entropy_coef", "value_coef",
+                   "max_grad_norm", "value_clip_eps", "init_log_std")
+"""What every control run reads (`init_log_std` for a Gaussian policy)."""
+KL_KNOBS = ("kl_coef", "kl_target", "kl_coef_min", "kl_coef_max")
+"""What an adaptive-KL algorithm's runs read: its penalty's coefficient and its adaptation."""
+
+
+def knobs(config: ControlConfig) -> frozenset[str]:
+    """The hyper-parameters a run of `config` reads: every run's, those of its algorithm's
+    advantage estimator and loss (traced once, `knobs.read_by`), its KL penalty's and its
+    ESS step scaling's."""
+    algorithm = ALGORITHMS[config.algo]
+    samples = jax.ShapeDtypeStruct((3, 2), jnp.float32)
+    terms = PolicyTerms(log_prob=samples, behaviour_log_prob=samples, phase_log_prob=samples,
+                        advantages=samples, tv_log_rho=samples, tv=None,
+                        kl_coef=jax.ShapeDtypeStruct((), jnp.float32))
+    values = ValueTerms(*(samples,) * len(dataclasses.fields(ValueTerms)))
+    return (frozenset(EVERY_RUN_KNOBS)
+            | knobs_read_by(algorithm.loss, ControlHParams(), terms)
+            | knobs_read_by(algorithm.advantages.estimate, ControlHParams(), values)
+            | frozenset(KL_KNOBS if algorithm.adaptive_kl else ())
+            | frozenset(("ess_target",) if algorithm.ess_scaling else ()))
 
 
 @struct.dataclass

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from vaco_jax import testbeds
+from vaco_jax.core import knobs
 from vaco_jax.core.config import Config, ConfigAxis, axis_labels, check_seeds
 from vaco_jax.core.lag_models import LAG_MODELS, LagModel
 from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
@@ -390,9 +391,18 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
     runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=float(level),
                          hparams=dict(zip(swept, point)))
                  for i, (level, point, seed) in enumerate(points))
-    group = Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs, axes=axes)
-    with fields.context(f"group {name}"):
-        testbed.validate(config, group.hparams(range(len(runs))))
+    return validated(Group(name=name, config=config, fixed=fixed, swept=swept, runs=runs,
+                           axes=axes), testbed)
+
+
+def validated(group: Group, testbed: Testbed) -> Group:
+    """`group`, refused (ValueError naming it) where its config or any run's hyper-parameters
+    are not valid, or where it sweeps a hyper-parameter its algorithm does not read (its runs
+    would differ in nothing)."""
+    with fields.context(f"group {group.name}"):
+        testbed.validate(group.config, group.hparams(range(len(group.runs))))
+        knobs.refuse_unread(group.swept, testbed.knobs(group.config), group.config.algo,
+                            "a sweep ([hparams], [overrides] or [tune])")
     return group
 
 

@@ -144,11 +144,9 @@ def _tuning_group(name: str, group: spec.Group, tune: Tune, testbed: Testbed) ->
     runs = tuple(spec.RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=0.0,
                               hparams={tune.hparam: value, **dict(zip(group.swept, point))})
                  for i, (value, point, seed) in enumerate(points))
-    tuning = spec.Group(name=name, config=config, fixed=group.fixed,
-                        swept=(tune.hparam, *group.swept), runs=runs, axes=group.axes)
-    with fields.context(f"group {name}"):
-        testbed.validate(config, tuning.hparams(range(len(runs))))
-    return tuning
+    return spec.validated(spec.Group(name=name, config=config, fixed=group.fixed,
+                                     swept=(tune.hparam, *group.swept), runs=runs,
+                                     axes=group.axes), testbed)
 
 
 def tuning_groups(groups: tuple[spec.Group, ...], tune: Tune, testbed: Testbed

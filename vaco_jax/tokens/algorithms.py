@@ -62,7 +62,9 @@ class TokenAlgorithm:
     policy_loss: PolicyLoss
     description: str
     source: str
-    hparams: tuple[str, ...]  # the traced `TokenHParams` its loss reads (beyond the optimiser's)
+    # The `TokenHParams` its loss reads beyond every run's (`config.knobs`): a sweep or `--hparam`
+    # of any other is refused, as it would change nothing.
+    hparams: tuple[str, ...]
     # Overrides `TokenConfig.aggregation` where the algorithm defines its own normalisation.
     aggregation: str | None = None
     ess_scaling: bool = False

@@ -210,6 +210,17 @@ class TokenHParams(HParamsBase):
     kl_cov_fraction: Any = 0.002
 
 
+EVERY_RUN_KNOBS = ("learning_rate", "lag", "temperature", "max_grad_norm")
+"""What every token run reads."""
+
+
+def knobs(config: TokenConfig) -> frozenset[str]:
+    """The hyper-parameters a run of `config` reads: every run's, AdamW's weight decay where it
+    runs AdamW, and those its algorithm's entry declares (`TokenAlgorithm.hparams`)."""
+    optimiser = ("weight_decay",) if config.optimizer == "adamw" else ()
+    return frozenset((*EVERY_RUN_KNOBS, *optimiser, *algorithms.ALGORITHMS[config.algo].hparams))
+
+
 def tba_replay_lag(buffer_capacity: int, on_policy_prob: float = 0.95) -> Empirical:
     """TBA's replay mix as a lag model: each generator (a prompt group under the default
     `group_unit`) draws the newest policy with `on_policy_prob` (TBA's GSM8K value) and one of
