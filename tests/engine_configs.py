@@ -39,3 +39,27 @@ learning_rate = 1e-3
 tv_delta = [0.1, 0.3]
 """
 """The text of a tiny sweep on `toy_reach`: one group of 8 runs."""
+
+TINY_SWEEP = """\
+name = "tiny"
+description = "tiny"
+tasks = ["toy_reach"]
+algos = ["ppo"]
+seeds = 1
+
+[lag]
+model = "fixed"
+levels = [0]
+
+[config]
+num_envs = 8
+rollout_length = 16
+total_steps = 256
+buffer_capacity = 4
+episode_length = 40
+eval_every = 2
+num_eval_envs = 4
+actor_hidden = [16]
+critic_hidden = [16]
+"""
+"""The text of a smaller sweep on `toy_reach`: one run of 2 updates, one program."""

@@ -86,3 +86,11 @@ def refused(capsys, argv: list[str]) -> str:
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, f"not one line: {captured.err!r}"
     return lines[0]
+
+
+def finished_sweep(folder: Path, experiment: str) -> Path:
+    """`folder/sweep`: the sweep of the experiment text `experiment`, run to its end."""
+    (folder / "experiment.toml").write_text(experiment)
+    assert cli.main(["sweep", str(folder / "experiment.toml"), "--out", str(folder / "sweep"),
+                     "--no-progress"]) == 0
+    return folder / "sweep"

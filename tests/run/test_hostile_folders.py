@@ -39,7 +39,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from folder_snapshots import bounded, contents, digest, refused, snapshot, surroundings_of
+from engine_configs import TINY_SWEEP
+from folder_snapshots import (bounded, contents, digest, finished_sweep, refused, snapshot,
+                              surroundings_of)
 from vaco_jax import cli
 from vaco_jax.report.runs_table import REPORT_WRITES
 from vaco_jax.infra import io, manifest, run_folder
@@ -986,38 +988,10 @@ def test_sweep_overwrite_refuses_a_manifest_that_points_outside(place, capsys, e
     assert contents(snapshot(root), set()) == contents(inside, set())
 
 
-TINY = """\
-name = "tiny"
-description = "tiny"
-tasks = ["toy_reach"]
-algos = ["ppo"]
-seeds = 1
-
-[lag]
-model = "fixed"
-levels = [0]
-
-[config]
-num_envs = 8
-rollout_length = 16
-total_steps = 256
-buffer_capacity = 4
-episode_length = 40
-eval_every = 2
-num_eval_envs = 4
-actor_hidden = [16]
-critic_hidden = [16]
-"""
-
-
 @pytest.fixture(scope="module")
 def part(tmp_path_factory) -> Path:
     """A finished sweep of one run, a part `report --parts` merges."""
-    folder = tmp_path_factory.mktemp("part")
-    (folder / "tiny.toml").write_text(TINY)
-    assert cli.main(["sweep", str(folder / "tiny.toml"), "--out", str(folder / "sweep"),
-                     "--no-progress"]) == 0
-    return folder / "sweep"
+    return finished_sweep(tmp_path_factory.mktemp("part"), TINY_SWEEP)
 
 
 @pytest.mark.slow  # a sweep is run for the part it merges

@@ -15,42 +15,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from folder_snapshots import contents, refused, snapshot
+from engine_configs import TINY_SWEEP
+from folder_snapshots import contents, finished_sweep, refused, snapshot
 from vaco_jax import cli
 from vaco_jax.experiment import merge
-
-TINY = """\
-name = "tiny"
-description = "tiny"
-tasks = ["toy_reach"]
-algos = ["ppo"]
-seeds = 4
-
-[lag]
-model = "fixed"
-levels = [0]
-
-[config]
-num_envs = 8
-rollout_length = 16
-total_steps = 256
-buffer_capacity = 4
-episode_length = 40
-eval_every = 2
-num_eval_envs = 4
-actor_hidden = [16]
-critic_hidden = [16]
-"""
-
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     """A finished 4-run sweep (one batch of one group)."""
-    folder = tmp_path_factory.mktemp("finished")
-    (folder / "tiny.toml").write_text(TINY)
-    assert cli.main(["sweep", str(folder / "tiny.toml"), "--out", str(folder / "sweep"),
-                     "--no-progress"]) == 0
-    return folder / "sweep"
+    return finished_sweep(tmp_path_factory.mktemp("finished"),
+                          TINY_SWEEP.replace("seeds = 1", "seeds = 4"))
 
 
 @pytest.fixture
