@@ -4,6 +4,8 @@ user's unless told otherwise), or loaded from there, what it says, and the train
 import dataclasses
 import logging
 import re
+import threading
+import time
 from pathlib import Path
 
 import jax
@@ -39,7 +41,7 @@ def test_warm_start_learns_is_saved_and_reused(tmp_path, monkeypatch):
     trained = evaluation.greedy_accuracy(policy, params, prompts, answers, TASK.answer_length)
     assert trained > untrained + 0.1
 
-    (folder,) = [p for p in tmp_path.iterdir()]
+    (folder,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]  # beside its lock
     assert folder.name == f"sort-{warm_start.settings_hash(TASK, SPEC, settings)}"
 
     def no_training(*_):
@@ -74,6 +76,28 @@ def test_cache_folders_written_before_the_task_classes_are_still_found():
     new = {warm_start.settings_hash(tasks.make_task("add_steps", 3), ModelSpec(), settings)
            for settings in supervised.PRESETS.values()}
     assert len(new) == 2 and not new & set(before.values())
+
+
+def test_runs_needing_one_warm_start_at_once_train_it_once(tmp_path, monkeypatch):
+    """A sweep's foreground program and the one it prepares in the background (threads of one
+    process), or two sweeps: the first trains the warm start, the other waits and loads it."""
+    trained = []
+
+    def slow_training(task, spec, settings):
+        trained.append(threading.current_thread().name)
+        time.sleep(1.0)  # long enough for the other to arrive while it trains
+        return TokenPolicy(spec).init(jax.random.PRNGKey(1)), None
+    monkeypatch.setattr(supervised, "supervised_train", slow_training)
+    start = _start(WarmStart(steps=3), tmp_path)
+    results = {}
+    threads = [threading.Thread(target=lambda n=n: results.__setitem__(n, warm_start.resolve(
+        start)), name=f"run{n}") for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(trained) == 1 and sorted(results) == [0, 1]
+    jax.tree.map(np.testing.assert_array_equal, results[0], results[1])
 
 
 def test_a_warm_start_says_where_it_is_saved_and_whence_it_is_loaded(tmp_path, monkeypatch):
@@ -146,5 +170,6 @@ def test_a_trainer_is_given_its_warm_start_resolved_and_a_control_trainer_is_kep
     assert warm_start.starting_trainer(started) is started
     state = started.init(jax.random.PRNGKey(0), TokenHParams.create())
     jax.tree.map(np.testing.assert_array_equal, state.params, trained)
-    assert [p.name for p in tmp_path.iterdir()] == [
-        f"sort-{warm_start.settings_hash(config.task_spec, config.model_spec, config.warm_start)}"]
+    name = "sort-" + warm_start.settings_hash(config.task_spec, config.model_spec,
+                                              config.warm_start)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".{name}.lock", name]

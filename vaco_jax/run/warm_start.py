@@ -8,12 +8,16 @@ it, wherever it is started. Each process of a run over several trains or restore
 (`docs/multi_process.md` says when they get the same parameters).
 
 What it does is logged (`logging`, logger `vaco_jax.run.warm_start`, level INFO): training,
-then `warm start: N steps in S s -> FOLDER`, or `warm start: loaded from FOLDER`.
+then `warm start: N steps in S s -> FOLDER`, or `warm start: loaded from FOLDER`, after
+`warm start: waiting for another run that is training it` where another thread or process
+holds the folder's lock (`.FOLDER.lock` beside it), so each warm start is trained once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
@@ -22,7 +26,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TypeVar
+from typing import Iterator, TypeVar
 
 import jax
 import numpy as np
@@ -66,16 +70,49 @@ def default_cache_dir() -> Path:
 
 def resolve(start: SupervisedStart) -> Params:
     """The warm start's parameters: restored from its cache folder when trained before with the
-    same settings, else trained now (and saved there, unless it has no cache folder)."""
+    same settings, else trained now (and saved there, unless it has no cache folder). Of the
+    runs that need the same warm start at once (a sweep's foreground program and the one it
+    prepares in the background, or two sweeps), one trains it and the others wait, then load
+    it."""
     task, spec, settings = start.task, start.spec, start.settings
-    folder = (None if start.cache_dir is None else Path(start.cache_dir).absolute()
+    if start.cache_dir is None:
+        return _train(start, None)
+    folder = (Path(start.cache_dir).absolute()
               / f"{task.name}-{settings_hash(task, spec, settings)}")
-    if folder is not None and folder.exists():
-        params = _restore(folder, jax.eval_shape(TokenPolicy(spec).init, jax.random.PRNGKey(0)))
-        _log.info("warm start: loaded from %s", folder)
-        return params
+    with _training_lock(folder):
+        if folder.exists():
+            params = _restore(folder, jax.eval_shape(TokenPolicy(spec).init,
+                                                     jax.random.PRNGKey(0)))
+            _log.info("warm start: loaded from %s", folder)
+            return params
+        return _train(start, folder)
+
+
+@contextlib.contextmanager
+def _training_lock(folder: Path) -> Iterator[None]:
+    """Holds the lock of the warm start cached in `folder`, waiting (and saying so) while
+    another thread or process holds it: a lock file beside the folder, locked by `flock`, which
+    threads of one process contend for too, each through its own open file."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder.parent / f".{folder.name}.lock",
+                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log.info("warm start: waiting for another run that is training it -> %s", folder)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _train(start: SupervisedStart, folder: Path | None) -> Params:
+    """Trains the warm start now, saving it in `folder` (None: not cached)."""
+    settings = start.settings
     fault_point("warm_start", 0)
-    _log.info("warm start: training %d supervised steps on %s ...", settings.steps, task.name)
+    _log.info("warm start: training %d supervised steps on %s ...", settings.steps,
+              start.task.name)
     began = time.perf_counter()
     params = start.train()
     if folder is not None:
