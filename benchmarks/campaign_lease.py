@@ -89,7 +89,7 @@ def step_peers(ctx: Context) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "benchmarks.purejaxrl", "--script",
                            "continuous", "--checkout", str(PUREJAXRL), "--seeds", "1",
                            "--config", json.dumps(config), "--out", str(out)], cwd=ROOT)
-    pure = (records.load_json(out, records.BENCHMARK_RESULT).plain()
+    pure = (records.load_json(out, records.BENCHMARK_RESULT).value
             if done.returncode == 0 and out.exists() else None)
     result = {"brax": brax, **peer_ratios(brax, pure), "purejaxrl_config": config}
     if pure is None:  # Brax's side is kept: it was timed in this call all the same

@@ -93,7 +93,7 @@ class Context:
         for folder in (self.out, DONE):
             if (folder / f"{step}.json").exists():
                 return records.load_json(folder / f"{step}.json",
-                                         records.BENCHMARK_RESULT)["result"].plain()
+                                         records.BENCHMARK_RESULT)["result"].value
         raise RuntimeError(f"step {step!r} has no result in {self.out} nor {DONE}: run it first")
 
 
@@ -173,7 +173,7 @@ def _suite_process(module: str, out: Path, *args: str,
     done = subprocess.run(command, cwd=ROOT, check=False, env=env)
     if done.returncode != 0 or not out.exists():
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode})")
-    return records.load_json(out, records.BENCHMARK_RESULT).plain()
+    return records.load_json(out, records.BENCHMARK_RESULT).value
 
 
 def _run_py(ctx: Context, name: str, *args: str) -> dict[str, Any]:
@@ -314,7 +314,7 @@ def roofline_check(rate: float, measured: dict[str, Any]) -> dict[str, Any] | No
 
     from benchmarks import hardware, roofline
 
-    results = records.load_json(path, records.BENCHMARK_RESULT).plain()
+    results = records.load_json(path, records.BENCHMARK_RESULT).value
     peak = hardware.peak_for(jax.devices()[0].device_kind)
     hw = next((k for k, v in hardware.HARDWARE.items() if v is peak), None)
     if hw not in ("h100", "h200"):  # predicted for those GPUs only (the dry run: none)

@@ -248,7 +248,7 @@ def _records(returned: Path) -> Iterator[Path]:
 def _check_records(folder: Path, overwrite: bool) -> None:
     """Refuses a dry run's files and, unless `overwrite`, a step already collected."""
     for path in sorted(folder.glob("*.json")):
-        sizes = _sizes_of(records.load_json(path, records.BENCHMARK_RESULT).plain())
+        sizes = _sizes_of(records.load_json(path, records.BENCHMARK_RESULT).value)
         if sizes not in (None, "gpu"):
             raise ValueError(f"{path.name} was measured at the sizes {sizes!r}, not the "
                              "campaign's 'gpu': not collected")

@@ -35,7 +35,7 @@ def curves(result: dict) -> dict[str, np.ndarray]:
 def main(out: str, paths: list[str]) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for path in paths:
-        result = records.load_json(path, records.BENCHMARK_RESULT).plain()
+        result = records.load_json(path, records.BENCHMARK_RESULT).value
         steps = np.asarray(result["env_steps"])
         for label, runs in curves(result).items():
             # Updates in which no episode ended are NaN; long episodes leave only a few points.

@@ -429,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                    help="add to (replace the named parts of) an existing --out file")
     args = p.parse_args(argv)
     if args.table:
-        results = records.load_json(args.table, records.BENCHMARK_RESULT).plain()
+        results = records.load_json(args.table, records.BENCHMARK_RESULT).value
         print(markdown(results))
         return results
     if args.out and Path(args.out).exists() and not (args.overwrite or args.append):
@@ -443,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                "hardware": {k: dataclasses.asdict(v) for k, v in HARDWARE.items()},
                                "physics_rates": list(PHYSICS_RATES), "control": {}}
     if args.append and args.out and Path(args.out).exists():
-        earlier = records.load_json(args.out, records.BENCHMARK_RESULT).plain()
+        earlier = records.load_json(args.out, records.BENCHMARK_RESULT).value
         results = {**earlier, **{k: results[k] for k in ("hardware", "physics_rates")},
                    "control": earlier.get("control", {})}
         results.setdefault("appended_by", []).append(harness.machine())

@@ -102,7 +102,7 @@ def default_out(preset: str) -> Path:
 def _existing(out: Path, settings: suites.Settings, selected: set[str]) -> dict[str, Any]:
     """The results file to append to; the settings both runs know must agree, except those
     that only a sub-benchmark being measured again reads."""
-    results = records.load_json(out, records.BENCHMARK_RESULT).plain()
+    results = records.load_json(out, records.BENCHMARK_RESULT).value
     new = json.loads(json.dumps(settings.to_dict()))
     old = results["settings"]
     differ = {k for k, v in new.items()
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.memory_probe is not None:
         probe = records.parse_json(args.memory_probe, "--memory-probe", records.COMMAND_LINE)
-        print(json.dumps(suites.memory_probe(probe.plain())), flush=True)
+        print(json.dumps(suites.memory_probe(probe.value)), flush=True)
         return {}
     settings = settings_from(args)
     out = Path(args.out) if args.out else default_out(preset_name(args))

@@ -79,7 +79,7 @@ def run_rounds(folder: Path, rounds: int, runner: Runner) -> list[tuple[int, str
             partial = final.with_name(f".{final.name}.tmp")
             load = {"loadavg_1min": os.getloadavg()[0], "busy_cores": harness.busy_cores()}
             runner(side, partial)
-            result = records.load_json(partial, records.BENCHMARK_RESULT).plain()
+            result = records.load_json(partial, records.BENCHMARK_RESULT).value
             result["speed_round"] = {"round": r, "position": position, "load_before": load}
             io.write_text(final, json.dumps(result))
             partial.unlink()
@@ -119,7 +119,7 @@ def keep_commands(folder: Path, commands: dict[str, Any]) -> None:
     since its rounds would then pair unlike settings."""
     recorded = folder / COMMANDS_FILE
     if recorded.exists():
-        if records.load_json(recorded, records.BENCHMARK_RESULT).plain() != commands:
+        if records.load_json(recorded, records.BENCHMARK_RESULT).value != commands:
             raise SystemExit(f"{folder} holds rounds of other settings ({recorded}); "
                              "choose another --out")
         return
@@ -174,7 +174,7 @@ def summarise(folder: Path) -> dict[str, Any]:
     if not rounds:
         raise SystemExit(f"{folder} holds no round with both results")
     rows = [round_record(r, *(records.load_json(result_path(folder, side, r),
-                                                records.BENCHMARK_RESULT).plain()
+                                                records.BENCHMARK_RESULT).value
                               for side in SIDES)) for r in rounds]
     summary: dict[str, Any] = {"rounds": rows, "resamples": RESAMPLES, "seed": 0}
     for clock in ("wall", "cpu"):

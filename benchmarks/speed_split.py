@@ -221,7 +221,7 @@ def compile_times(argv: Sequence[str], checkout: Path | None,
                                    check=True, cwd=Path(__file__).resolve().parent.parent)
             out[name].append(records.parse_json(
                 found.stdout.strip().splitlines()[-1], f"the last line of --compile-one {name}",
-                records.BENCHMARK_RESULT).plain())
+                records.BENCHMARK_RESULT).value)
     return out
 
 

@@ -77,7 +77,7 @@ class _MergedReport:
                       for g in self._groups(names)}
         self.groups = [g for part in saved["parts"].items() for g in self._groups(part["groups"])
                        if g not in unfinished]
-        self.merged = {key: saved[key].plain()
+        self.merged = {key: saved[key].value
                        for key in ("parts", "missing_groups", "unfinished_groups")}
         self.unfinished: list[str] = []
         self.runs = records.read_parquet(folder / report.RUNS_FILE, _REMERGE, present=("run_id",))

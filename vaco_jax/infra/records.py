@@ -22,7 +22,7 @@ import stat
 import tomllib
 import zipfile
 from collections.abc import Iterator, Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -284,9 +284,6 @@ class Field:
         key = shown(key, 60)  # a key is the record's text: never a second line
         return f"{self.path}.{key}" if self.path else key
 
-    def has(self, key: str) -> bool:
-        return key in self.table()
-
     def __getitem__(self, key: str) -> Field:
         table = self.table()
         if key not in table:
@@ -340,15 +337,6 @@ class Field:
         except ValueError as error:
             raise self.refuse(str(error)) from None
 
-    def relative_path(self) -> str:
-        """A normalised relative path inside the record's folder: no `..`, no absolute path."""
-        path = self.string(4096)
-        parts = PurePosixPath(path).parts
-        if (not path or path.startswith("/") or "\\" in path or not path.isprintable()
-                or any(p in (".", "..") for p in parts) or str(PurePosixPath(path)) != path):
-            raise self.refuse(f"{shown(path)!r} is not a relative path inside the folder")
-        return path
-
     def boolean(self) -> bool:
         if not isinstance(self.value, bool):
             raise self.refuse(f"must be true or false, not {shown(self.value, 60)}")
@@ -379,8 +367,3 @@ class Field:
         if not math.isnan(value) and not low <= value <= high:
             raise self.refuse(f"{value:g} is out of range [{low:g}, {high:g}]")
         return value
-
-    def plain(self) -> Any:
-        """The value as parsed, for a reader that validates it by other means (a config's
-        `from_dict`): the bounds of its record still hold."""
-        return self.value

@@ -493,7 +493,7 @@ def loads(text: str) -> Summary:
 
 def _read(saved: records.Field) -> Summary:
     try:  # an older version's keys renamed, on a record that may be of any shape
-        now = compat.summary_as_now(saved.plain())
+        now = compat.summary_as_now(saved.value)
     except (TypeError, AttributeError, KeyError) as error:
         raise saved.refuse(f"not a summary any version wrote ({type(error).__name__}: "
                            f"{records.shown(error, 100)})") from None
