@@ -8,7 +8,7 @@ after it and comparing the two bit for bit:
     python benchmarks/fingerprint.py compare /tmp/before /tmp/after
 
 The runs go through the command line only, so the fingerprint does not depend on the package's
-module layout: every control algorithm and every token algorithm in a toy sweep, single
+module layout: every built-in control and token algorithm in a toy sweep, single
 `train` and `tokens` runs (several lag models, both warm-up rules: `clip` unless a run names
 `redraw`, so that fingerprints written before `redraw` became the default compare), and
 with `--quick` the quick study and the token quick study of `experiments/`. Every `.parquet`
@@ -91,11 +91,16 @@ steps = 30
 add = 1.0
 """
 
-CONTROL_ALGOS = ["ppo", "ppo_recompute", "ppo_kl", "spo", "decoupled_ppo", "impala", "vaco",
-                 "vaco_filter_only", "vaco_realign_only", "decoupled_ppo_ess"]
+# Every built-in algorithm, named (not read from the registry) so that an older checkout runs
+# the same list.
+CONTROL_ALGOS = ["ppo", "ppo_recompute", "ppo_kl", "spo", "decoupled_ppo", "impala",
+                 "impala_multistep", "vaco", "vaco_filter_only", "vaco_filter_only_behaviour",
+                 "vaco_realign_only", "decoupled_ppo_ess", "sapo", "icepop", "kl_cov"]
 TOKEN_ALGOS = ["grpo", "dr_grpo", "reinforce", "rloo", "tis", "mis", "decoupled_ppo",
-               "freshness", "m2po", "topr", "gspo", "cispo", "bapo", "vaco", "vcpo",
-               "vcpo_ess_only", "vcpo_opob_only"]
+               "freshness", "freshness_mask", "m2po", "m2po_drop", "topr", "gspo",
+               "gspo_behaviour", "cispo", "cispo_behaviour", "bapo", "vaco", "grpo_tv_filter",
+               "dppo_binary_tv", "dppo_binary_kl", "tba", "vcpo", "vcpo_ess_only",
+               "vcpo_opob_only", "sapo", "gmpo", "icepop", "opsm", "kl_cov"]
 TRAIN_RUNS = {
     "train_in_flight_redraw": ["--algo", "vaco", "--lag", "in_flight:3", "--lag-warmup",
                                "redraw", "--tv-scope", "batch"],

@@ -20,6 +20,7 @@ from typing import Any, Callable, Generic
 from vaco_jax.control import envs
 from vaco_jax.control import train as control_train
 from vaco_jax.control.algorithms import ALGORITHMS
+from vaco_jax.control import config as control_config
 from vaco_jax.control.config import ControlConfig, ControlHParams
 from vaco_jax.control.config import validate as validate_control
 from vaco_jax.control.networks import Policy
@@ -104,7 +105,7 @@ CONTROL: Testbed[ControlConfig, ControlHParams, control_train.ControlState, Poli
     trainer=control_train.ControlTrainer, metrics=control_train.METRICS, score_name="return",
     steps_name="environment steps", task_field="env", tasks=envs.names,
     algorithms=lambda: tuple(ALGORITHMS), registered_by=ALGORITHMS.registered_by,
-    mechanisms=control_train.algorithm_mechanisms, knobs=control_train.knobs,
+    mechanisms=control_train.algorithm_mechanisms, knobs=control_config.knobs,
     task_defaults=_control_task_defaults,
     reference=_control_reference)
 TOKENS: Testbed[TokenConfig, TokenHParams, token_train.TokenState, Params] = Testbed(

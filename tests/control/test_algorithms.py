@@ -4,9 +4,12 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from vaco_jax import losses
-from vaco_jax.control.algorithms import ALGORITHMS, GAE, PolicyTerms
+from vaco_jax.control import train as control_train
+from vaco_jax.control.algorithms import ALGORITHMS, GAE, PolicyTerms, ValueTerms
+from vaco_jax.core.knobs import read_by
 from vaco_jax.control.config import ControlHParams
 
 
@@ -101,3 +104,24 @@ def test_kept_normalization_gives_zero_when_the_filter_drops_every_sample():
     value, metrics, grad = _vaco_loss_and_grad(terms, ControlHParams.create(tv_delta=0.1))
     assert float(metrics["filter_fraction"]) == 1.0
     assert float(value) == 0.0 and np.all(np.asarray(grad) == 0.0)
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_each_control_entry_declares_the_knobs_and_metrics_its_loss_reads_and_reports(algo):
+    """The knobs an entry and its estimator declare are those its loss and estimator read (a
+    run holds those and refuses a sweep of any other), and its metrics those its loss reports
+    among the trainer's columns."""
+    entry = ALGORITHMS[algo]
+    samples = jax.ShapeDtypeStruct((3, 2), jnp.float32)
+    terms = PolicyTerms(log_prob=samples, behaviour_log_prob=samples, phase_log_prob=samples,
+                        advantages=samples, tv_log_rho=samples, tv=None,
+                        kl_coef=jax.ShapeDtypeStruct((), jnp.float32))
+    values = ValueTerms(*(samples,) * 6)
+    estimator = read_by(entry.advantages.estimate, ControlHParams(), values)
+    assert estimator == {k.name for k in entry.advantages.knobs}
+    # The loss also reads V-trace's rho_bar, to report the share the estimator truncated.
+    assert (read_by(entry.loss, ControlHParams(), terms) | estimator
+            == {k.name for k in (*entry.knobs, *entry.advantages.knobs)})
+    _, reported = jax.eval_shape(lambda t: entry.loss(t, ControlHParams()), terms)
+    columns = set(control_train.MECHANISMS + control_train.SOFT_STABILISERS)
+    assert set(reported) & columns == {m.name for m in entry.metrics}

@@ -442,7 +442,7 @@ def test_phase_kl_is_the_weighted_kl_from_the_phase_policy_to_the_learner_after_
 
 
 @pytest.mark.parametrize("changes,message", [
-    (dict(kl_coef_min=0.0), r"kl_coef_min must be > 0"),
+    (dict(kl_coef_min=0.0), r"kl_coef_min must lie in \(0, inf\)"),
     (dict(kl_coef_min=2.0, kl_coef_max=1.0, kl_coef=1.5), r"kl_coef_min must be <= kl_coef_max"),
     (dict(kl_coef=5.0, kl_coef_max=1.0), r"kl_coef must lie in \[kl_coef_min, kl_coef_max\]")])
 def test_kl_coefficient_bounds_are_validated(changes, message):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from folder_snapshots import refused
 from vaco_jax import testbeds
 from vaco_jax.control.config import ControlConfig
-from vaco_jax.core.knobs import read_by, refuse_unread
+from vaco_jax.core.knobs import Knob, by_name, check_values, read_by, refuse_unread
 from vaco_jax.experiment import parse_experiment
 from vaco_jax.tokens.config import TokenConfig, TokenHParams
 
@@ -85,3 +86,60 @@ def test_a_hparam_flag_its_algorithm_ignores_is_one_line(tmp_path, capsys, argv,
     line = refused(capsys, [*argv, "--out", str(tmp_path / "out"), "--no-progress"])
     assert "--hparam: algo=" in line and f"does not read hyper-parameter(s) {name}" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_knob_refuses_a_bad_interval_and_a_default_outside_it():
+    with pytest.raises(ValueError, match=r"Knob k: within='0, 1' is not an interval"):
+        Knob("k", 0.5, "a knob", "0, 1")
+    with pytest.raises(ValueError, match=r"Knob k: its default 0.0 lies outside \(0, inf\)"):
+        Knob("k", 0.0, "a knob", "(0, inf)")
+    with pytest.raises(ValueError, match="a knob's name must be an identifier"):
+        Knob("k-1", 0.0, "a knob")
+
+
+@pytest.mark.parametrize("within, inside, outside", [
+    ("(0, inf)", [1e-9, 1e9], [0.0, -1.0, np.inf]),
+    ("[0, 1]", [0.0, 1.0], [-1e-9, 1.0 + 1e-6, np.nan]),
+    ("(0, 1]", [1.0], [0.0]),
+    ("[1, inf)", [1.0], [0.999])])
+def test_a_knob_contains_what_its_interval_says(within, inside, outside):
+    knob = Knob("k", inside[0], "a knob", within)
+    assert knob.contains(np.asarray(inside))
+    assert not any(knob.contains(np.asarray(value)) for value in outside)
+
+
+def test_one_check_names_the_knob_its_range_and_its_upper_knob():
+    low = Knob("low", 0.1, "", "[0, 1]", at_most="high")
+    table = by_name([low, Knob("high", 0.5, "", "[0, 1]")])
+    check_values(table, {"low": [0.2, 0.4], "high": [0.3, 0.5]})
+    with pytest.raises(ValueError, match=r"hyper-parameter low must lie in \[0, 1\], got \[2.0\]"):
+        check_values(table, {"low": [2.0], "high": [0.5]})
+    with pytest.raises(ValueError, match=r"hyper-parameter high must be finite, got \[nan\]"):
+        check_values(table, {"low": [0.1], "high": [np.nan]})
+    with pytest.raises(ValueError, match=r"low must be <= high, got low=\[0.4\] and high=\[0.3\]"):
+        check_values(table, {"low": [0.4], "high": [0.3]})
+
+
+def test_two_different_knobs_under_one_name_are_refused_and_a_named_value_is_its_number():
+    with pytest.raises(ValueError, match="two different knobs are declared as 'k'"):
+        by_name([Knob("k", 1.0, "one"), Knob("k", 2.0, "another")])
+    assert by_name([Knob("k", 1.0, "one")] * 2) == {"k": Knob("k", 1.0, "one")}
+    tv = TokenHParams.knob_table()["tv_delta"]
+    assert tv.value_of("tvpo_lm") == 0.015 and tv.value_of("0.2") == 0.2
+    with pytest.raises(ValueError, match="tv_delta needs a number or one of vaco_mujoco"):
+        tv.value_of("loose")
+
+
+def test_hyper_parameters_hold_their_knobs_as_leaves_and_record_every_built_in_one():
+    held = TokenHParams.create(knobs=("lag", "m2po_tau"), m2po_tau=0.1)
+    assert held.names == ("lag", "m2po_tau") and len(jax.tree.leaves(held)) == 2
+    stacked = TokenHParams.stack([held, held.replace(m2po_tau=0.2)])
+    np.testing.assert_allclose(jax.vmap(lambda hp: hp.m2po_tau * 2)(stacked), [0.2, 0.4])
+    record = stacked.record()
+    assert tuple(record)[:len(TokenHParams.recorded)] == TokenHParams.recorded
+    np.testing.assert_allclose(record["clip_eps"], [0.2, 0.2])  # not held: its default
+    with pytest.raises(ValueError, match=r"unknown hyper-parameter\(s\) \['clip_eps'\]"):
+        TokenHParams.create(knobs=("lag",), clip_eps=0.1)
+    with pytest.raises(ValueError, match=r"hold no knob\(s\) \['clip_eps'\]"):
+        held.replace(clip_eps=0.1)
+    assert set(held.only(["lag", "clip_eps"]).names) == {"lag", "clip_eps"}

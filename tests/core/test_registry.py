@@ -3,12 +3,15 @@ once on first use, a failing plugin reported, the entry point that registered ea
 and an installed plugin's algorithms training in
 `vaco-jax train`, `tokens` and `sweep`."""
 
+import dataclasses
 import importlib.metadata
 import json
 import subprocess
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 
 from engine_configs import TOY_EXPERIMENT
@@ -16,6 +19,9 @@ from fake_plugins import fake_entry_points, install_example_plugin, private_regi
 from processes import vaco_command, vaco_env
 from vaco_jax import testbeds
 from vaco_jax.control import algorithms as control
+from vaco_jax.control.hparams import ControlHParams
+from vaco_jax.experiment import parse_experiment
+from vaco_jax.core.knobs import Metric
 from vaco_jax.core.registry import ENTRY_POINT_GROUP
 from vaco_jax.tokens import algorithms as tokens
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
@@ -46,6 +52,17 @@ def test_register_refuses_a_duplicate_a_bad_name_and_another_testbeds_entry(regi
         tokens.ALGORITHMS.register(_ppo_entry("my_ppo"))
     replaced = control.ALGORITHMS.register(_ppo_entry("ppo"), replace=True)
     assert control.ALGORITHMS["ppo"] is replaced
+
+
+def test_register_refuses_a_metric_the_trainer_has_no_column_for(registries):
+    unknown = Metric("wobble_fraction", "a metric no trainer writes")
+    with pytest.raises(ValueError, match=r"algo='ppo_wobble' declares metric\(s\) \['wobble_"
+                                         r"fraction'\] the control trainer has no column"):
+        control.ALGORITHMS.register(dataclasses.replace(_ppo_entry("ppo_wobble"),
+                                                        metrics=(unknown,)))
+    with pytest.raises(ValueError, match="the token trainer has no column"):
+        tokens.ALGORITHMS.register(dataclasses.replace(tokens.ALGORITHMS["grpo"],
+                                                       name="grpo_wobble", metrics=(unknown,)))
 
 
 def test_entry_points_register_algorithms_once_on_first_use(registries, monkeypatch):
@@ -114,6 +131,53 @@ def test_the_example_plugins_token_algorithm_trains(registries, monkeypatch,
     assert 0 <= float(metrics["clip_fraction"]) <= 1  # the plugin's own mechanism is recorded
 
 
+PLUGIN_SWEEP = """\
+tasks = ["add"]
+algos = ["{algo}"]
+seeds = 2
+testbed = "tokens"
+
+[lag]
+model = "fixed"
+levels = [0]
+
+[hparams]
+dual_clip = [2.0, 3.0]
+"""
+
+
+def test_the_example_plugin_sweeps_its_own_knob(registries, monkeypatch, example_plugin_path):
+    import dual_clip_plugin
+    fake_entry_points(monkeypatch, ENTRY_POINT_GROUP,
+                      {"register_all": dual_clip_plugin.register_all})
+    (group,) = parse_experiment(PLUGIN_SWEEP.format(algo="grpo_dual_clip")).groups
+    hparams = group.hparams(range(len(group.runs)))
+    np.testing.assert_allclose(hparams.dual_clip, [2.0, 2.0, 3.0, 3.0])
+    assert "tv_delta" not in hparams.names  # a run holds its own knobs only
+    with pytest.raises(ValueError, match=r"hyper-parameter dual_clip must lie in "
+                                         r"\(1, inf\)"):
+        parse_experiment(PLUGIN_SWEEP.format(algo="grpo_dual_clip").replace("2.0, 3.0", "0.5"))
+    with pytest.raises(ValueError, match="algo='grpo' does not read hyper-parameter\\(s\\) "
+                                         "dual_clip"):
+        parse_experiment(PLUGIN_SWEEP.format(algo="grpo"))
+
+
+def test_the_example_plugins_knob_changes_its_loss(registries, monkeypatch, example_plugin_path):
+    """A negative advantage on a ratio far above the clip: the dual clip floors its objective at
+    c A, so the loss is c |A| and moves with the knob."""
+    import dual_clip_plugin
+    fake_entry_points(monkeypatch, ENTRY_POINT_GROUP,
+                      {"register_all": dual_clip_plugin.register_all})
+    terms = control.PolicyTerms(
+        log_prob=jnp.log(jnp.array([10.0])), behaviour_log_prob=jnp.zeros(1),
+        phase_log_prob=jnp.zeros(1), advantages=jnp.array([-1.0]), tv_log_rho=jnp.zeros(1),
+        tv=None, kl_coef=jnp.zeros(()))
+    for dual_clip in (2.0, 3.0):
+        hp = ControlHParams.create(knobs=("clip_eps", "dual_clip"), dual_clip=dual_clip)
+        loss, _ = dual_clip_plugin.ppo_dual_clip(terms, hp)
+        np.testing.assert_allclose(loss, dual_clip, rtol=1e-6)
+
+
 def _with_plugin(env: dict[str, str], site) -> dict[str, str]:
     return {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{site}"}
 
@@ -130,9 +194,11 @@ def test_an_installed_plugin_trains_in_train_and_sweep(example_plugin_path, tmp_
     assert json.loads((run / "config.json").read_text())["config"]["algo"] == "ppo_dual_clip"
     experiment = tmp_path / "plugin.toml"
     experiment.write_text(TOY_EXPERIMENT.replace('algos = ["vaco"]', 'algos = ["ppo_dual_clip"]')
-                          .replace("tv_delta = [0.1, 0.3]", ""))
+                          .replace("tv_delta = [0.1, 0.3]", "dual_clip = [2.0, 3.0]"))
     swept = subprocess.run(vaco_command("sweep", str(experiment), "--out", str(tmp_path / "sweep"),
                                         "--no-progress"),
                            env=env, capture_output=True, text=True, timeout=900)
     assert swept.returncode == 0, swept.stderr
     assert "ppo_dual_clip" in (tmp_path / "sweep" / "report.md").read_text()
+    runs = pd.read_parquet(tmp_path / "sweep" / "runs.parquet")
+    assert set(runs["hp_dual_clip"]) == {2.0, 3.0}  # the plugin's own knob, swept

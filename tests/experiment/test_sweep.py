@@ -258,7 +258,8 @@ def test_expansion_into_groups_and_runs():
     np.testing.assert_allclose(stacked.tv_delta, [0.1, 0.1])
     np.testing.assert_allclose(stacked.lag, [0.0, 2.0])
     np.testing.assert_allclose(stacked.learning_rate, [1e-3, 1e-3])
-    np.testing.assert_allclose(stacked.clip_eps, [ControlHParams().clip_eps] * 2)
+    np.testing.assert_allclose(stacked.gamma, [ControlHParams().gamma] * 2)
+    assert "clip_eps" not in stacked.names  # vaco does not read it, so its runs do not hold it
 
 
 

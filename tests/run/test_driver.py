@@ -254,7 +254,7 @@ def test_divergence_is_reported_and_other_runs_kept(tmp_path):
     (dict(actor_hidden=()), {}, "actor_hidden must be a non-empty tuple"),
     ({}, dict(lag=4.0), r"lag for lag_model='uniform' must be an integer in \[0, 3\]"),
     (dict(lag_model=Geometric()), dict(lag=0.0), r"must lie in \(0, 1\]"),
-    ({}, dict(learning_rate=0.0), "learning_rate must be > 0"),
+    ({}, dict(learning_rate=0.0), r"learning_rate must lie in \(0, inf\)"),
     ({}, dict(gamma=1.5), r"gamma must lie in \[0, 1\]"),
 ])
 def test_bad_configurations_fail_before_compilation(monkeypatch, changes, hparams, message):

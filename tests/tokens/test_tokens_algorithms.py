@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax import losses
+from vaco_jax import losses, testbeds
 from vaco_jax import experiment as sweep
 from vaco_jax.core import phase
 from vaco_jax.core.knobs import read_by
@@ -77,11 +77,10 @@ def test_rloo_and_group_mean_baselines_by_hand():
                                group_centred(_inputs(reward)), rtol=1e-6)
 
 
-def test_registry_names_known_hparams_and_every_entry_documents_itself():
-    fields = {f.name for f in dataclasses.fields(TokenHParams)}
+def test_every_entry_and_each_of_its_knobs_documents_itself():
     for algo in ALGORITHMS.values():
-        assert set(algo.hparams) <= fields, algo.name
         assert algo.description and algo.source, algo.name
+        assert all(knob.description for knob in algo.knobs), algo.name
 
 
 # ---------------------------------------------------------------------------- hand-computed losses
@@ -499,23 +498,23 @@ def test_an_update_whose_every_sequence_is_masked_leaves_parameters_and_optimise
      "region measures pi_theta/pi_T, which is exactly 1"),
     ({"algo": "dppo_binary_tv", "tv_reference": "phase", "minibatches": 1}, {},
      "set tv_reference='behaviour'"),
-    ({}, {"tv_delta": 2.5}, r"tv_delta must be finite and lie in \[0, 2\]"),
-    ({}, {"trust_is_cap": 0.5}, r"trust_is_cap must be finite and lie in \[1, inf\)"),
-    ({}, {"dppo_delta_high": 1.5}, r"dppo_delta_high must be finite and lie in \[0, 1\]"),
-    ({}, {"tba_beta": 0.0}, r"tba_beta must be finite and lie in \(0, inf\)"),
-    ({}, {"is_cap": 0.5}, r"is_cap must be finite and lie in \[1, inf\), got 0.5"),
+    ({}, {"tv_delta": 2.5}, r"tv_delta must lie in \[0, 2\]"),
+    ({}, {"trust_is_cap": 0.5}, r"trust_is_cap must lie in \[1, inf\)"),
+    ({}, {"dppo_delta_high": 1.5}, r"dppo_delta_high must lie in \[0, 1\]"),
+    ({}, {"tba_beta": 0.0}, r"tba_beta must lie in \(0, inf\)"),
+    ({}, {"is_cap": 0.5}, r"is_cap must lie in \[1, inf\), got 0.5"),
     ({}, {"is_cap": np.inf}, r"is_cap must be finite"),
-    ({}, {"mis_low": 1.5}, r"mis_low must be finite and lie in \[0, 1\]"),
-    ({}, {"m2po_tau": 0.0}, r"m2po_tau must be finite and lie in \(0, inf\)"),
+    ({}, {"mis_low": 1.5}, r"mis_low must lie in \[0, 1\]"),
+    ({}, {"m2po_tau": 0.0}, r"m2po_tau must lie in \(0, inf\)"),
     ({}, {"tv_delta": [0.1, np.nan]}, r"tv_delta must be finite, got \[0.1"),
-    ({}, {"freshness_alpha": -1.0}, r"freshness_alpha must be finite and lie in \[0, inf\)"),
-    ({}, {"gspo_clip_high": 0.0}, r"gspo_clip_high must be finite and lie in \(0, inf\)"),
-    ({}, {"cispo_eps_low": 2.0}, r"cispo_eps_low must be finite and lie in \[0, 1\]"),
-    ({}, {"bapo_positive_share": 0.0}, r"bapo_positive_share must be finite and lie in \(0, 1\]"),
+    ({}, {"freshness_alpha": -1.0}, r"freshness_alpha must lie in \[0, inf\)"),
+    ({}, {"gspo_clip_high": 0.0}, r"gspo_clip_high must lie in \(0, inf\)"),
+    ({}, {"cispo_eps_low": 2.0}, r"cispo_eps_low must lie in \[0, 1\]"),
+    ({}, {"bapo_positive_share": 0.0}, r"bapo_positive_share must lie in \(0, 1\]"),
     ({}, {"bapo_high_start": 2.0, "bapo_high_end": 1.5},
      "bapo_high_start must be <= bapo_high_end"),
-    ({}, {"ess_target": 0.0}, r"ess_target must be finite and lie in \(0, 1\]"),
-    ({}, {"clip_eps": -0.1}, r"clip_eps must be finite and lie in \(0, inf\)"),
+    ({}, {"ess_target": 0.0}, r"ess_target must lie in \(0, 1\]"),
+    ({}, {"clip_eps": -0.1}, r"clip_eps must lie in \(0, inf\)"),
 ])
 def test_bad_algorithms_and_thresholds_fail_before_compilation(changes, hparams, message):
     with pytest.raises(ValueError, match=message):
@@ -556,15 +555,38 @@ def test_a_token_sweep_takes_any_algorithm_and_sweeps_its_thresholds(monkeypatch
     assert groups["tis"].config.is_level == "sequence"
     caps = groups["tis"].hparams(range(len(groups["tis"].runs))).is_cap
     assert sorted(set(np.asarray(caps).tolist())) == [1.5, 4.0]  # one program, traced caps
-    with pytest.raises(ValueError, match=r"is_cap must be finite and lie in \[1, inf\)"):
+    with pytest.raises(ValueError, match=r"is_cap must lie in \[1, inf\)"):
         sweep.parse_experiment(SWEEP.replace("is_cap = [1.5, 4.0]", "is_cap = [0.5, 4.0]"))
 
 
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
-def test_each_token_entry_declares_every_knob_its_loss_reads(algo):
-    """What `TokenAlgorithm.hparams` declares is what the refusal trusts: a knob the loss reads
-    but the entry omits would be refused where it acts."""
+def test_each_token_entry_declares_the_knobs_and_metrics_its_loss_reads_and_reports(algo):
+    """What `TokenAlgorithm.knobs` declares is what a run holds and what the refusal of unread
+    knobs trusts; what `metrics` declares is what its runs report. The knobs read where it
+    collects (a refusal of stale generations) and by its schedule count as its own."""
+    entry = ALGORITHMS[algo]
+    static = {"rollout_is": "token"} if entry.rollout_correction else {}
     terms = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)),
-                         _terms(algo, [[-1.0, -2.0], [-0.5, -0.5]]))
-    read = read_by(ALGORITHMS[algo].policy_loss, TokenHParams(), terms)
-    assert read <= set(ALGORITHMS[algo].hparams), sorted(read)
+                         _terms(algo, [[-1.0, -2.0], [-0.5, -0.5]], **static))
+    read = read_by(entry.policy_loss, TokenHParams(), terms)
+    if entry.hparam_schedule is not None:
+        read |= read_by(lambda update, hp: entry.hparam_schedule(hp, update), TokenHParams(),
+                        jax.ShapeDtypeStruct((), jnp.float32))
+    if entry.refuses_stale:
+        read |= {"freshness_alpha"}  # `TokenTrainer.behaviour_versions` reads it
+    own = {k.name for k in entry.knobs} - {"ess_target"} if entry.ess_scaling else {
+        k.name for k in entry.knobs}
+    assert read == own, sorted(read ^ own)
+    _, reported = jax.eval_shape(lambda t: entry.policy_loss(t, TokenHParams()), terms)
+    reported = set(reported) & set(STABILISER_METRICS)
+    if entry.refuses_stale:
+        reported |= {"stale_dropped_fraction"}  # reported where it collects
+    assert reported == {m.name for m in entry.metrics}
+
+
+def test_a_token_run_holds_its_own_knobs_and_a_loss_reading_another_fails_naming_it():
+    config = TokenConfig(algo="m2po")
+    held = TokenHParams.create().only(testbeds.TOKENS.knobs(config))
+    assert set(held.names) == {"learning_rate", "lag", "temperature", "max_grad_norm", "m2po_tau"}
+    with pytest.raises(AttributeError, match="hold no knob 'clip_eps'"):
+        ALGORITHMS["grpo"].policy_loss(_terms("grpo", [[-1.0, -2.0], [-0.5, -0.5]]), held)

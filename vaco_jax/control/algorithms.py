@@ -25,8 +25,11 @@ import jax
 from flax import struct
 
 from vaco_jax import estimators, losses
-from vaco_jax.control.hparams import ControlHParams
-from vaco_jax.core import phase
+from vaco_jax.core import knobs, phase
+from vaco_jax.core.config import HParamsBase
+from vaco_jax.core.knobs import Knob, Metric
+from vaco_jax.core.method_knobs import (ICEPOP_HIGH, ICEPOP_LOW, KL_COV_COEF, KL_COV_FRACTION,
+                                        SAPO_TAU_NEG, SAPO_TAU_POS)
 from vaco_jax.core.registry import AlgorithmRegistry
 
 
@@ -42,12 +45,21 @@ class ValueTerms:
     log_rho: jax.Array  # log(pi / beta), pi the policy whose values V-trace estimates
 
 
-def _gae(t: ValueTerms, hp: ControlHParams) -> tuple[jax.Array, jax.Array]:
+GAE_LAMBDA = Knob("gae_lambda", 0.95, "GAE's lambda", "[0, 1]")
+VTRACE_LAMBDA = Knob("vtrace_lambda", 1.0, "V-trace's lambda", "[0, 1]")
+RHO_BAR = Knob("rho_bar", 1.0, "V-trace: the truncation of the ratio in its value targets (and "
+               "the share truncated reported)", "(0, inf)")
+C_BAR = Knob("c_bar", 1.0, "V-trace: the truncation of its trace coefficients", "(0, inf)")
+RHO_BAR_PG = Knob("rho_bar_pg", 1.0, "V-trace: the truncation of the ratio in its "
+                  "policy-gradient advantages", "(0, inf)")
+
+
+def _gae(t: ValueTerms, hp: HParamsBase) -> tuple[jax.Array, jax.Array]:
     return estimators.gae(t.reward, t.values, t.next_values, t.discounts, t.continuations,
                           hp.gae_lambda)
 
 
-def _vtrace(t: ValueTerms, hp: ControlHParams) -> tuple[jax.Array, jax.Array]:
+def _vtrace(t: ValueTerms, hp: HParamsBase) -> tuple[jax.Array, jax.Array]:
     return estimators.vtrace(t.reward, t.values, t.next_values, t.discounts, t.continuations,
                              t.log_rho, lambda_=hp.vtrace_lambda, rho_bar=hp.rho_bar,
                              c_bar=hp.c_bar, rho_bar_pg=hp.rho_bar_pg)
@@ -70,14 +82,30 @@ class PolicyTerms:
     tv_delta_convention: str = struct.field(pytree_node=False, default="budget")
 
 
-PolicyLoss = Callable[[PolicyTerms, ControlHParams], tuple[jax.Array, dict]]
+PolicyLoss = Callable[[PolicyTerms, HParamsBase], tuple[jax.Array, dict]]
+
+CLIP_FRACTION = Metric("clip_fraction", "samples whose gradient a clip zeroes or bounds")
+FILTER_FRACTION = Metric("filter_fraction", "samples VACO's TV filter drops")
+IS_TRUNCATED = Metric("is_truncated_fraction", "samples whose importance weight hits its cap "
+                      "(V-trace's rho_bar, or decoupled PPO's is_cap)")
+IS_MASKED = Metric("is_masked_fraction", "samples a mask drops (IcePop's band)")
+GATE_WEIGHT_MEAN = Metric("gate_weight_mean", "sapo: the mean slope of its soft gate, 1 "
+                          "on-policy")
+KL_PENALTY_MEAN = Metric("kl_penalty_mean", "kl_cov: the mean penalty on the samples of "
+                         "largest covariance")
 
 
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
+    """An algorithm of the control testbed: its advantage estimator, its policy surrogate, the
+    knobs the surrogate reads (`knobs`, beside the estimator's and every run's: `knobs.py`)
+    and the metrics it reports (`metrics`, among the trainer's columns)."""
+
     name: str
     advantages: Advantages
     policy_loss: PolicyLoss
+    knobs: tuple[Knob, ...] = ()
+    metrics: tuple[Metric, ...] = ()
     ess_scaling: bool = False
     adaptive_kl: bool = False
     description: str = ""
@@ -94,7 +122,7 @@ class Algorithm:
     def minibatch_over_envs(self) -> bool:
         return self.advantages.per_minibatch
 
-    def loss(self, t: PolicyTerms, hp: ControlHParams) -> tuple[jax.Array, dict]:
+    def loss(self, t: PolicyTerms, hp: HParamsBase) -> tuple[jax.Array, dict]:
         """The policy surrogate, with the share of samples whose V-trace ratio the advantage
         estimator truncated (`is_truncated_fraction`) where it truncates one."""
         value, metrics = self.policy_loss(t, hp)
@@ -139,37 +167,46 @@ class Advantages:
     is reported as a mechanism (`Algorithm.loss`); None for GAE, which truncates nothing."""
 
     name: str
-    estimate: Callable[[ValueTerms, ControlHParams], tuple[jax.Array, jax.Array]]
+    estimate: Callable[[ValueTerms, HParamsBase], tuple[jax.Array, jax.Array]]
+    knobs: tuple[Knob, ...]
     per_minibatch: bool = False
     truncated_log_rho: Callable[[PolicyTerms], jax.Array] | None = None
 
 
-GAE = Advantages("gae", _gae)
-VTRACE_PHASE = Advantages("vtrace_phase", _vtrace, truncated_log_rho=_staleness)
-VTRACE_MINIBATCH = Advantages("vtrace_minibatch", _vtrace, per_minibatch=True,
+_VTRACE_KNOBS = (VTRACE_LAMBDA, RHO_BAR, C_BAR, RHO_BAR_PG)
+GAE = Advantages("gae", _gae, (GAE_LAMBDA,))
+VTRACE_PHASE = Advantages("vtrace_phase", _vtrace, _VTRACE_KNOBS, truncated_log_rho=_staleness)
+VTRACE_MINIBATCH = Advantages("vtrace_minibatch", _vtrace, _VTRACE_KNOBS, per_minibatch=True,
                               truncated_log_rho=_behaviour_ratio)
 
+CLIP_EPS = Knob("clip_eps", 0.2, "PPO's clip range of the ratio, [1 - eps, 1 + eps]", "(0, inf)")
+IS_CAP = Knob("is_cap", 8.0, "decoupled PPO: the truncation of the staleness pi_T/beta",
+              "(0, inf)")
+TV_DELTA = Knob("tv_delta", 0.2, "VACO's TV budget, read under `tv_delta_convention`: the "
+                "paper's MuJoCo 0.2 (`losses.TV_BUDGETS` names the authors' others)", "[0, inf)",
+                named=losses.TV_BUDGETS)
 
-def _ppo(t: PolicyTerms, hp: ControlHParams):
+
+def _ppo(t: PolicyTerms, hp: HParamsBase):
     return losses.ppo_clip_loss(_behaviour_ratio(t), t.advantages, hp.clip_eps)
 
 
-def _ppo_kl(t: PolicyTerms, hp: ControlHParams):
+def _ppo_kl(t: PolicyTerms, hp: HParamsBase):
     return losses.ppo_kl_loss(_behaviour_ratio(t), t.advantages, t.kl_coef)
 
 
-def _spo(t: PolicyTerms, hp: ControlHParams):
+def _spo(t: PolicyTerms, hp: HParamsBase):
     return losses.spo_loss(_behaviour_ratio(t), t.advantages, hp.clip_eps)
 
 
-def _decoupled_ppo(t: PolicyTerms, hp: ControlHParams):
+def _decoupled_ppo(t: PolicyTerms, hp: HParamsBase):
     loss, metrics = losses.decoupled_ppo_loss(_phase_ratio(t), _staleness(t), t.advantages,
                                               hp.clip_eps, staleness_cap=hp.is_cap)
     truncated = losses.exceeds_cap(_staleness(t), hp.is_cap)
     return loss, {**metrics, "is_truncated_fraction": truncated.mean(dtype=jax.numpy.float32)}
 
 
-def _impala(t: PolicyTerms, hp: ControlHParams):
+def _impala(t: PolicyTerms, hp: HParamsBase):
     # The V-trace policy-gradient advantages already carry the truncated ratio min(rho_bar_pg, r).
     return losses.policy_gradient_loss(t.log_prob, t.advantages)
 
@@ -182,7 +219,7 @@ def _tv_filtered(surrogate_log_ratio: Callable[[PolicyTerms], jax.Array]) -> Pol
     kept samples only, so filtering changes the step's direction, not its scale (the loss is 0
     when nothing is kept).
     """
-    def loss(t: PolicyTerms, hp: ControlHParams):
+    def loss(t: PolicyTerms, hp: HParamsBase):
         threshold = losses.tv_threshold(hp.tv_delta, t.tv_delta_convention)
         keep, filter_metrics = losses.tv_filter_mask(t.tv_log_rho, t.advantages, threshold,
                                                      tv=t.tv)
@@ -195,16 +232,16 @@ def _tv_filtered(surrogate_log_ratio: Callable[[PolicyTerms], jax.Array]) -> Pol
     return loss
 
 
-def _phase_ppo(t: PolicyTerms, hp: ControlHParams):
+def _phase_ppo(t: PolicyTerms, hp: HParamsBase):
     return losses.ppo_clip_loss(_phase_ratio(t), t.advantages, hp.clip_eps)
 
 
-def _sapo(t: PolicyTerms, hp: ControlHParams):
+def _sapo(t: PolicyTerms, hp: HParamsBase):
     return losses.sapo_loss(_behaviour_ratio(t), t.advantages, hp.sapo_tau_pos, hp.sapo_tau_neg,
                             aggregation="token-mean")
 
 
-def _icepop(t: PolicyTerms, hp: ControlHParams):
+def _icepop(t: PolicyTerms, hp: HParamsBase):
     weights = losses.masked_is_weights(_staleness(t), hp.icepop_low, hp.icepop_high)
     loss, metrics = losses.ppo_clip_loss(_phase_ratio(t), t.advantages, hp.clip_eps,
                                          weights=weights)
@@ -214,51 +251,84 @@ def _icepop(t: PolicyTerms, hp: ControlHParams):
                   phase.KEPT: (weights > 0).sum()}
 
 
-def _kl_cov(t: PolicyTerms, hp: ControlHParams):
+def _kl_cov(t: PolicyTerms, hp: HParamsBase):
     return losses.kl_cov_loss(_behaviour_ratio(t), t.log_prob, t.advantages, hp.kl_cov_coef,
                               hp.kl_cov_fraction)
 
 
-ALGORITHMS: AlgorithmRegistry[Algorithm] = AlgorithmRegistry("control", Algorithm, (
-    Algorithm("ppo", GAE, _ppo,
+BUILT_IN: tuple[Algorithm, ...] = (
+    Algorithm("ppo", GAE, _ppo, (CLIP_EPS,), (CLIP_FRACTION,),
               description="PPO-clip on the behaviour ratio pi_theta/beta (naive asynchronous PPO)"),
-    Algorithm("ppo_recompute", GAE, _phase_ppo, phase_clip_only=True,
+    Algorithm("ppo_recompute", GAE, _phase_ppo, (CLIP_EPS,), (CLIP_FRACTION,),
+              phase_clip_only=True,
               description="PPO-clip on pi_theta/pi_T, old log-probs recomputed at phase start, "
                           "no staleness correction (what most asynchronous systems run)"),
     Algorithm("ppo_kl", GAE, _ppo_kl, adaptive_kl=True,
               description="PPO with a KL(beta || pi_theta) penalty, its coefficient adapted to "
                           "the phase's KL(pi_T || pi_T+1)"),
-    Algorithm("spo", GAE, _spo, description="Simple policy optimisation (quadratic ratio penalty)"),
-    Algorithm("decoupled_ppo", GAE, _decoupled_ppo,
-              description="Clip pi_theta/pi_T, weight by truncated staleness pi_T/beta (Hilton et al.)"),
-    Algorithm("impala", VTRACE_MINIBATCH, _impala, one_step_per_batch=True,
+    Algorithm("spo", GAE, _spo, (CLIP_EPS,),
+              description="Simple policy optimisation (quadratic ratio penalty)"),
+    Algorithm("decoupled_ppo", GAE, _decoupled_ppo, (CLIP_EPS, IS_CAP),
+              (CLIP_FRACTION, IS_TRUNCATED),
+              description="Clip pi_theta/pi_T, weight by truncated staleness pi_T/beta "
+                          "(Hilton et al.)"),
+    Algorithm("impala", VTRACE_MINIBATCH, _impala, (), (IS_TRUNCATED,), one_step_per_batch=True,
               description="IMPALA policy gradient, V-trace from the current parameters, one "
                           "gradient step per batch"),
-    Algorithm("impala_multistep", VTRACE_MINIBATCH, _impala,
+    Algorithm("impala_multistep", VTRACE_MINIBATCH, _impala, (), (IS_TRUNCATED,),
               description="IMPALA's loss reused for epochs x minibatches steps, V-trace "
                           "recomputed every minibatch (`impala` before the fidelity review)"),
-    Algorithm("vaco", VTRACE_PHASE, _tv_filtered(_phase_ratio), tv_filter=True,
+    Algorithm("vaco", VTRACE_PHASE, _tv_filtered(_phase_ratio), (TV_DELTA,),
+              (FILTER_FRACTION, IS_TRUNCATED), tv_filter=True,
               description="VACO: V-trace realignment once per phase + TV filtering of gradients"),
-    Algorithm("vaco_filter_only", GAE, _tv_filtered(_phase_ratio), tv_filter=True,
+    Algorithm("vaco_filter_only", GAE, _tv_filtered(_phase_ratio), (TV_DELTA,),
+              (FILTER_FRACTION,), tv_filter=True,
               description="VACO ablation: vaco with GAE advantages instead of the realignment"),
-    Algorithm("vaco_filter_only_behaviour", GAE, _tv_filtered(_behaviour_ratio), tv_filter=True,
+    Algorithm("vaco_filter_only_behaviour", GAE, _tv_filtered(_behaviour_ratio), (TV_DELTA,),
+              (FILTER_FRACTION,), tv_filter=True,
               description="VACO ablation (`vaco_filter_only` before the fidelity review): GAE "
                           "advantages and -r A on the behaviour ratio, two changes from vaco"),
-    Algorithm("vaco_realign_only", VTRACE_PHASE, _phase_ppo, phase_clip_only=True,
+    Algorithm("vaco_realign_only", VTRACE_PHASE, _phase_ppo, (CLIP_EPS,),
+              (CLIP_FRACTION, IS_TRUNCATED), phase_clip_only=True,
               description="VACO ablation: PPO-clip on realigned advantages, no filter"),
     # Not VCPO: VCPO targets an ESS ratio of 1 with clipping effectively off; this keeps
     # decoupled PPO's clip and `ess_target` (default 0.5) and borrows only the ESS step scaling.
-    Algorithm("decoupled_ppo_ess", GAE, _decoupled_ppo, ess_scaling=True,
+    Algorithm("decoupled_ppo_ess", GAE, _decoupled_ppo, (CLIP_EPS, IS_CAP),
+              (CLIP_FRACTION, IS_TRUNCATED), ess_scaling=True,
               description="Decoupled PPO (clip, truncated IS) with an ESS-scaled learning rate "
                           "(sqrt(min(1, ess/ess_target)))"),
-    Algorithm("sapo", GAE, _sapo,
+    Algorithm("sapo", GAE, _sapo, (SAPO_TAU_POS, SAPO_TAU_NEG), (GATE_WEIGHT_MEAN,),
               description="SAPO: -4/tau sigmoid(tau (r - 1)) A on the behaviour ratio, a soft gate "
                           "in place of PPO's clip (Gao et al. 2025)"),
-    Algorithm("icepop", GAE, _icepop,
+    Algorithm("icepop", GAE, _icepop, (CLIP_EPS, ICEPOP_LOW, ICEPOP_HIGH),
+              (CLIP_FRACTION, IS_MASKED),
               description="IcePop: PPO-clip on pi_theta/pi_T weighted by the staleness pi_T/beta "
                           "inside [icepop_low, icepop_high], masked outside (Ling Team 2025)"),
-    Algorithm("kl_cov", GAE, _kl_cov,
+    Algorithm("kl_cov", GAE, _kl_cov, (KL_COV_COEF, KL_COV_FRACTION), (KL_PENALTY_MEAN,),
               description="KL-Cov: unclipped -r A on the behaviour ratio plus kl_cov_coef |log r| "
                           "on the samples of largest covariance (A - mean A)(log pi - mean log pi) "
                           "(Cui et al. 2025)"),
-))
+)
+
+# The stabiliser columns in the order control metrics tables listed them before each entry
+# declared its metrics (`knobs.columns`).
+_COLUMNS = ("clip_fraction", "filter_fraction", "is_truncated_fraction", "is_masked_fraction",
+            "gate_weight_mean", "kl_penalty_mean")
+_REPORTED = knobs.columns((m for a in BUILT_IN for m in a.metrics), _COLUMNS)
+MECHANISMS = tuple(n for n in _REPORTED if n in phase.MECHANISM_FRACTIONS)
+"""The stabilisers control algorithms have (`phase.MECHANISM_FRACTIONS`), recorded for every
+algorithm, NaN where it has none, with the share of each phase's steps at which they acted."""
+SOFT_STABILISERS = tuple(n for n in _REPORTED if n not in phase.MECHANISM_FRACTIONS)
+"""Soft stabilisers weigh every sample rather than drop some: their per-step means, NaN where an
+algorithm has none (SAPO's gate slope, 1 on-policy; KL-Cov's penalty)."""
+
+
+def _reports_known_metrics(entry: Algorithm) -> None:
+    unknown = [m.name for m in entry.metrics if m.name not in _REPORTED]
+    if unknown:
+        raise ValueError(f"register: algo={entry.name!r} declares metric(s) {unknown} the control "
+                         f"trainer has no column for; its columns: {', '.join(_REPORTED)}")
+
+
+ALGORITHMS: AlgorithmRegistry[Algorithm] = AlgorithmRegistry(
+    "control", Algorithm, BUILT_IN, check=_reports_known_metrics)

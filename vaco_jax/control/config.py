@@ -17,7 +17,7 @@ import numpy as np
 
 from vaco_jax import losses
 from vaco_jax.control import algorithms, envs
-from vaco_jax.control.hparams import ControlHParams
+from vaco_jax.control.hparams import EVERY_RUN_KNOBS, ControlHParams, algorithm_knobs
 from vaco_jax.control.networks import ACTIVATIONS
 from vaco_jax.core.config import (Config, check_choice, check_lag_settings, check_positive_int,
                                    once_per_config)
@@ -186,35 +186,23 @@ def adapts_kl_coef(config: ControlConfig) -> bool:
 
 
 def validate_hparams(config: ControlConfig, hparams: ControlHParams) -> None:
-    values = {n: np.asarray(getattr(hparams, n), np.float64) for n in ControlHParams.field_names()}
-    for name, array in values.items():
-        if not np.all(np.isfinite(array)):
-            raise ValueError(f"hyper-parameter {name} must be finite, got {array.tolist()}")
-    for name in ("learning_rate", "clip_eps", "rho_bar", "c_bar", "rho_bar_pg", "is_cap",
-                 "ess_target", "max_grad_norm", "kl_coef_min", "sapo_tau_pos", "sapo_tau_neg",
-                 "kl_cov_fraction"):
-        if np.any(values[name] <= 0):
-            raise ValueError(f"hyper-parameter {name} must be > 0, got {values[name].tolist()}")
-    for name in ("tv_delta", "kl_coef", "kl_target", "entropy_coef", "value_coef",
-                 "value_clip_eps", "kl_cov_coef"):
-        if np.any(values[name] < 0):
-            raise ValueError(f"hyper-parameter {name} must be >= 0, got {values[name].tolist()}")
-    for name in ("gamma", "gae_lambda", "vtrace_lambda", "icepop_low"):
-        if np.any((values[name] < 0) | (values[name] > 1)):
-            raise ValueError(f"hyper-parameter {name} must lie in [0, 1], got {values[name].tolist()}")
-    if np.any(values["kl_cov_fraction"] > 1):
-        raise ValueError(f"hyper-parameter kl_cov_fraction must lie in (0, 1], got "
-                         f"{values['kl_cov_fraction'].tolist()}")
-    if np.any(values["icepop_high"] < 1):
-        raise ValueError(f"hyper-parameter icepop_high must be >= 1, got "
-                         f"{values['icepop_high'].tolist()}")
-    low, high = values["kl_coef_min"], values["kl_coef_max"]
-    if np.any(low > high):
-        raise ValueError(f"hyper-parameter kl_coef_min must be <= kl_coef_max, got kl_coef_min="
-                         f"{low.tolist()} and kl_coef_max={high.tolist()}")
-    if adapts_kl_coef(config) and np.any((values["kl_coef"] < low) | (values["kl_coef"] > high)):
-        raise ValueError(f"hyper-parameter kl_coef must lie in [kl_coef_min, kl_coef_max] for the "
-                         f"adaptive coefficient of algo={config.algo!r}, got kl_coef="
-                         f"{values['kl_coef'].tolist()}, kl_coef_min={low.tolist()} and "
-                         f"kl_coef_max={high.tolist()}")
-    config.lag_model.check_level(values["lag"], config.buffer_capacity)
+    """Each knob within its range (`HParamsBase.check`), the adaptive KL coefficient within its
+    own, and the lag within what the lag model and the buffer allow."""
+    hparams.check()
+    if adapts_kl_coef(config):
+        values = {n: np.asarray(getattr(hparams, n), np.float64)
+                  for n in ("kl_coef", "kl_coef_min", "kl_coef_max")}
+        low, high = values["kl_coef_min"], values["kl_coef_max"]
+        if np.any((values["kl_coef"] < low) | (values["kl_coef"] > high)):
+            raise ValueError(f"hyper-parameter kl_coef must lie in [kl_coef_min, kl_coef_max] "
+                             f"for the adaptive coefficient of algo={config.algo!r}, got kl_coef="
+                             f"{values['kl_coef'].tolist()}, kl_coef_min={low.tolist()} and "
+                             f"kl_coef_max={high.tolist()}")
+    config.lag_model.check_level(np.asarray(hparams.lag, np.float64), config.buffer_capacity)
+
+
+def knobs(config: ControlConfig) -> frozenset[str]:
+    """The knobs a run of `config` reads: every run's and its algorithm's
+    (`hparams.algorithm_knobs`)."""
+    algorithm = algorithms.ALGORITHMS[config.algo]
+    return frozenset(k.name for k in (*EVERY_RUN_KNOBS, *algorithm_knobs(algorithm)))

@@ -14,7 +14,6 @@ buffer. Every `updates_per_period` updates the learner is evaluated deterministi
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import chex
@@ -25,10 +24,11 @@ from flax import struct
 
 from vaco_jax import losses
 from vaco_jax.core import phase
-from vaco_jax.control.algorithms import ALGORITHMS, PolicyTerms, ValueTerms
+from vaco_jax.control.algorithms import (ALGORITHMS, MECHANISMS, SOFT_STABILISERS, PolicyTerms,
+                                         ValueTerms)
 from vaco_jax.control.config import ControlHParams, ControlConfig, adapts_kl_coef, validate
+from vaco_jax.control.hparams import KL_COEF
 from vaco_jax.core.divergence import freeze_if_diverged
-from vaco_jax.core.knobs import read_by as knobs_read_by
 from vaco_jax.core.trainer import Metrics, Trainer
 from vaco_jax.control.envs import make_env
 from vaco_jax.control.envs.episodes import EpisodeState, reset_episodes
@@ -50,14 +50,8 @@ from vaco_jax.control.rollout import Transitions, evaluate, rollout
 #   0.5 |ratio - 1| (unweighted); for `tv_forward` the per-minibatch quantiles averaged over the
 #   phase's steps, for `tv_backward` those of the whole phase batch.
 
-# The stabilisers control algorithms have (`phase.MECHANISM_FRACTIONS`), recorded for every
-# algorithm, NaN where it has none, with the share of each phase's steps at which they acted:
-# those of the losses, and the steps skipped for want of a kept sample.
-MECHANISMS = ("clip_fraction", "filter_fraction", "is_truncated_fraction", "is_masked_fraction")
+# The stabilisers the losses declare, and the steps skipped for want of a kept sample.
 STEP_MECHANISMS = (*MECHANISMS, phase.SKIPPED_STEP)
-# Soft stabilisers weigh every sample rather than drop some: their per-step means, NaN where an
-# algorithm has none (SAPO's gate slope, 1 on-policy; KL-Cov's penalty).
-SOFT_STABILISERS = ("gate_weight_mean", "kl_penalty_mean")
 METRICS = ("env_steps", "episode_return", "eval_return", "version_gap_mean", "version_gap_max",
            "initial_policy_share", "tv_backward", "tv_backward_median", "tv_backward_p90",
            "tv_forward", "tv_forward_median", "tv_forward_p90", "approx_kl", "behaviour_kl",
@@ -77,30 +71,6 @@ def algorithm_mechanisms(algo: str) -> frozenset[str]:
                         advantages=samples, tv_log_rho=samples, tv=None,
                         kl_coef=jax.ShapeDtypeStruct((), jnp.float32))
     return phase.recorded_mechanisms(lambda t: loss(t, ControlHParams()), terms)
-
-
-EVERY_RUN_KNOBS = ("learning_rate", "lag", "gamma", "entropy_coef", "value_coef",
-                   "max_grad_norm", "value_clip_eps", "init_log_std")
-"""What every control run reads (`init_log_std` for a Gaussian policy)."""
-KL_KNOBS = ("kl_coef", "kl_target", "kl_coef_min", "kl_coef_max")
-"""What an adaptive-KL algorithm's runs read: its penalty's coefficient and its adaptation."""
-
-
-def knobs(config: ControlConfig) -> frozenset[str]:
-    """The hyper-parameters a run of `config` reads: every run's, those of its algorithm's
-    advantage estimator and loss (traced once, `knobs.read_by`), its KL penalty's and its
-    ESS step scaling's."""
-    algorithm = ALGORITHMS[config.algo]
-    samples = jax.ShapeDtypeStruct((3, 2), jnp.float32)
-    terms = PolicyTerms(log_prob=samples, behaviour_log_prob=samples, phase_log_prob=samples,
-                        advantages=samples, tv_log_rho=samples, tv=None,
-                        kl_coef=jax.ShapeDtypeStruct((), jnp.float32))
-    values = ValueTerms(*(samples,) * len(dataclasses.fields(ValueTerms)))
-    return (frozenset(EVERY_RUN_KNOBS)
-            | knobs_read_by(algorithm.loss, ControlHParams(), terms)
-            | knobs_read_by(algorithm.advantages.estimate, ControlHParams(), values)
-            | frozenset(KL_KNOBS if algorithm.adaptive_kl else ())
-            | frozenset(("ess_target",) if algorithm.ess_scaling else ()))
 
 
 @struct.dataclass
@@ -203,7 +173,9 @@ class ControlTrainer(Trainer[ControlConfig, ControlHParams, ControlState, Policy
             buffer=init_buffer(Policy(actor_params, stats), cfg.buffer_capacity),
             episodes=episodes,
             per_actor_lags=per_actor,
-            kl_coef=jnp.asarray(hp.kl_coef, jnp.float32),
+            # Only an adaptive-KL algorithm reads its coefficient; the others report the default.
+            kl_coef=jnp.asarray(hp.kl_coef if self.algorithm.adaptive_kl else KL_COEF.default,
+                                jnp.float32),
             key=key,
             update=jnp.zeros((), jnp.int32),
             env_steps=jnp.zeros((), jnp.int32),

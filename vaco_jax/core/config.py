@@ -13,10 +13,12 @@ import functools
 import json
 from typing import Any, Callable, ClassVar, Iterable, Mapping, Self, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax.core import lag_presets
+from vaco_jax.core import knobs, lag_presets
+from vaco_jax.core.knobs import Knob
 from vaco_jax.core.lag_models import LAG_MODELS, LAG_WARMUPS, RECORD_NAMES, LagModel, named
 from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
 
@@ -69,6 +71,12 @@ class Config:
     testbed: ClassVar[str]
     # The fields an experiment may sweep as axes of groups (`ConfigAxis`).
     axes: ClassVar[tuple[ConfigAxis, ...]] = ()
+
+    def only(self, names: Iterable[str]) -> Self:
+        """The hyper-parameters of the knobs `names`: the values held, defaults for the others
+        (float32 leaves)."""
+        names = set(names)
+        return self.create(names, **{n: v for n, v in self.values.items() if n in names})
 
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
@@ -124,45 +132,111 @@ class Config:
 
 
 class HParamsBase:
-    """Base of every testbed's numeric hyper-parameters (a `flax.struct` dataclass whose
-    fields all have float defaults): building them as float32 leaves and stacking runs."""
+    """Base of every testbed's numeric hyper-parameters: a run's knobs (`knobs.Knob`), name ->
+    leaf, a pytree, so one compiled program is `jax.vmap`-ed over seeds and values alike.
 
-    # Values a field also takes by name, e.g. {"tv_delta": {"tvpo_lm": 0.015}}.
-    named_values: ClassVar[Mapping[str, Mapping[str, float]]] = {}
+    A run holds exactly the knobs it reads (`Testbed.knobs`, `create(knobs=...)`, `only`): a
+    loss that reads another fails while tracing, naming it. Built with no arguments they hold
+    every knob the testbed declares at its default (`knob_table`), as read-only tracing wants.
+    Each is read as an attribute (`hp.clip_eps`).
+    """
+
+    # The knobs every record (`config.json`) lists, read or not, as records did while every run
+    # held every knob: their identities and resume checks stay as they were.
+    recorded: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, values: Mapping[str, Any] | None = None):
+        if values is None:
+            values = {n: k.default for n, k in self.knob_table().items()}
+        object.__setattr__(self, "values", dict(values))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        jax.tree_util.register_pytree_with_keys(
+            cls, lambda hp: (tuple((jax.tree_util.DictKey(n), v) for n, v in hp.values.items()),
+                             tuple(hp.values)),
+            lambda names, leaves: cls(dict(zip(names, leaves))),
+            lambda hp: (tuple(hp.values.values()), tuple(hp.values)))
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values")
+        if values is None or name.startswith("__"):
+            raise AttributeError(name)
+        if name in values:
+            return values[name]
+        raise AttributeError(f"these hyper-parameters hold no knob {name!r} (they hold "
+                             f"{', '.join(values)}): a loss reads only the knobs its "
+                             f"algorithm's entry declares")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"hyper-parameters are immutable: hp.replace({name}=...)")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.values!r})"
+
+    @classmethod
+    def knob_table(cls) -> Mapping[str, Knob]:
+        """Every knob the testbed declares, by name: every run's and each registered
+        algorithm's, plugins' included."""
+        raise NotImplementedError
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+        return tuple(cls.knob_table())
 
     @classmethod
     def value_of(cls, name: str, value: Any) -> float:
-        """`value` as a number: a number, or one of the names `named_values` gives `name`."""
-        names = cls.named_values.get(name, {})
-        if isinstance(value, str) and value in names:
-            return float(names[value])
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            allowed = f" or one of {', '.join(names)}" if names else ""
-            raise ValueError(f"hyper-parameter {name} needs a number{allowed}, "
-                             f"got {value!r}") from None
+        """`value` as a number: a number, or one of the names its knob takes (`Knob.named`)."""
+        return cls.knob_table()[name].value_of(value)
 
     @classmethod
-    def create(cls, **values: Any) -> Self:
-        """The hyper-parameters with float32 leaves, defaults where `values` names none;
-        unknown names are refused, naming the allowed ones."""
-        unknown = sorted(set(values) - set(cls.field_names()))
+    def create(cls, knobs: Iterable[str] | None = None, **values: Any) -> Self:
+        """The hyper-parameters of `knobs` (every knob where None) with float32 leaves, defaults
+        where `values` names none; a name outside them is refused, naming the allowed ones."""
+        table = cls.knob_table()
+        names = tuple(table) if knobs is None else tuple(n for n in table if n in set(knobs))
+        unknown = sorted(set(values) - set(names) | set(knobs or ()) - set(table))
         if unknown:
-            raise ValueError(f"unknown hyper-parameter(s) {unknown}; allowed: "
-                             f"{list(cls.field_names())}")
-        merged = {**{n: getattr(cls(), n) for n in cls.field_names()}, **values}
-        return cls(**{n: jnp.asarray(v, jnp.float32) for n, v in merged.items()})
+            raise ValueError(f"unknown hyper-parameter(s) {unknown}; allowed: {list(names)}")
+        merged = {**{n: table[n].default for n in names}, **values}
+        return cls({n: jnp.asarray(merged[n], jnp.float32) for n in names})
 
     @classmethod
     def stack(cls, runs: list[Self]) -> Self:
         """Stacks per-run hyper-parameters along a new leading axis for `vmap`."""
-        return cls(**{n: jnp.stack([jnp.asarray(getattr(r, n), jnp.float32) for r in runs])
-                      for n in cls.field_names()})
+        return cls({n: jnp.stack([jnp.asarray(r.values[n], jnp.float32) for r in runs])
+                    for n in runs[0].values})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.values)
+
+    def only(self, names: Iterable[str]) -> Self:
+        """The hyper-parameters of the knobs `names`: the values held, defaults for the others
+        (float32 leaves)."""
+        names = set(names)
+        return self.create(names, **{n: v for n, v in self.values.items() if n in names})
+
+    def replace(self, **changes: Any) -> Self:
+        """These hyper-parameters with `changes` to knobs they hold."""
+        unknown = sorted(set(changes) - set(self.values))
+        if unknown:
+            raise ValueError(f"these hyper-parameters hold no knob(s) {unknown}")
+        return type(self)({**self.values, **changes})
+
+    def check(self) -> None:
+        """Refuses a value outside its knob's range (`knobs.check_values`)."""
+        knobs.check_values(self.knob_table(), self.values)
+
+    def record(self) -> dict[str, np.ndarray]:
+        """Name -> values as a run's record lists them: the knobs held, and those of `recorded`
+        it does not hold at their defaults (float32, one per run)."""
+        table = self.knob_table()
+        shape = np.shape(next(iter(self.values.values()))) if self.values else ()
+        held = {n: np.asarray(v) for n, v in self.values.items()}
+        listed = {n: held.pop(n) if n in held else np.full(shape, table[n].default, np.float32)
+                  for n in self.recorded}
+        return {**listed, **held}
 
 
 def check_choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:

@@ -14,7 +14,7 @@ the algorithm then trains in `vaco-jax train`, `tokens` and `sweep` like a built
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, Protocol, TypeVar
 
 from vaco_jax.infra.entry_points import call_entry_points, calling, describe
@@ -34,8 +34,10 @@ class AlgorithmRegistry(Mapping[str, EntryT], Generic[EntryT]):
     entry points (once per process), so a plugin's algorithms are there wherever names are
     checked or listed."""
 
-    def __init__(self, testbed: str, entry_type: type[EntryT], builtins: Iterable[EntryT]):
+    def __init__(self, testbed: str, entry_type: type[EntryT], builtins: Iterable[EntryT],
+                 check: Callable[[EntryT], None] | None = None):
         self._testbed, self._entry_type = testbed, entry_type
+        self._check = check  # refuses (ValueError) an entry its testbed cannot run
         self._entries: dict[str, EntryT] = {}
         # The entry point that registered each name; None for one registered outside any.
         self._sources: dict[str, importlib.metadata.EntryPoint | None] = {}
@@ -50,6 +52,8 @@ class AlgorithmRegistry(Mapping[str, EntryT], Generic[EntryT]):
         if not isinstance(entry.name, str) or not entry.name.isidentifier():
             raise ValueError(f"register: an algorithm's name must be an identifier, "
                              f"got {entry.name!r}")
+        if self._check is not None:
+            self._check(entry)
         if entry.name in self._entries and not replace:
             raise ValueError(f"register: algo={entry.name!r} is already registered on the "
                              f"{self._testbed} testbed; pass replace=True to override it")

@@ -82,11 +82,15 @@ class Group:
         return _axes_part(type(self.config), self.axes)
 
     def hparams(self, indices: Sequence[int]) -> Any:
-        """The stacked hyper-parameters of `runs[i]` for each `i` in `indices` (leaves `[R]`)."""
+        """The stacked hyper-parameters of `runs[i]` for each `i` in `indices` (leaves `[R]`):
+        the knobs its algorithm reads (a value of `fixed` for another, from a table the groups
+        share, is left out)."""
         runs = [self.runs[i] for i in indices]
-        values = testbeds.named(self.config.testbed).hparams.create(
+        testbed = testbeds.named(self.config.testbed)
+        values = testbed.hparams.create(
             **self.fixed, lag=[r.lag for r in runs],
-            **{n: [r.hparams[n] for r in runs] for n in self.swept})
+            **{n: [r.hparams[n] for r in runs] for n in self.swept}
+        ).only(testbed.knobs(self.config))
         return jax.tree.map(lambda x: jnp.broadcast_to(x, (len(runs),)), values)
 
     def run_hparams(self, index: int) -> Any:

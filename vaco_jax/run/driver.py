@@ -115,8 +115,8 @@ class Driver:
         saved = from_process_0(lambda: run_folder.saved_config(Path(out_dir)))
         try:
             testbed = testbeds.named(saved["testbed"])
-            hparams = testbed.hparams(**{k: jnp.asarray(v, jnp.float32)
-                                         for k, v in saved["hparams"].items()})
+            hparams = testbed.hparams.create(**{k: jnp.asarray(v, jnp.float32)
+                                                for k, v in saved["hparams"].items()})
             return cls(compat.recorded_config(testbed.config, saved["config"]), hparams,
                        saved["seeds"])
         except (KeyError, TypeError, AttributeError) as error:
@@ -250,7 +250,9 @@ def _record(testbed: testbeds.AnyTestbed, config: Config, hparams: HParamsBase,
     """The record of these runs, their seeds and hyper-parameters checked (`hparams` leaves
     scalars or one value per seed) before anything is compiled."""
     seeds = check_seeds(seeds)
-    hparams = _broadcast_hparams(hparams, len(seeds))
+    testbed.validate(config, None)  # the algorithm known before its knobs are asked
+    # The runs hold the knobs they read, and only those: a loss reading another fails to trace.
+    hparams = _broadcast_hparams(hparams.only(testbed.knobs(config)), len(seeds))
     testbed.validate(config, hparams)
     return RunRecord(testbed, config, seeds, hparams)
 

@@ -110,8 +110,7 @@ class RunRecord:
 
     def describe(self) -> dict[str, Any]:
         cfg = self.config
-        hparams = {f.name: np.asarray(getattr(self.hparams, f.name)).tolist()
-                   for f in dataclasses.fields(self.hparams)}
+        hparams = {name: values.tolist() for name, values in self.hparams.record().items()}
         return {"testbed": self.testbed.name, "config": cfg.to_dict(), "seeds": self.seeds,
                 "hparams": hparams, "num_updates": cfg.num_updates,
                 "steps_per_update": cfg.steps_per_update,
@@ -124,6 +123,11 @@ class RunRecord:
         saved = run_folder.saved_config(out)
         current = json.loads(json.dumps(self.describe(), default=io.jsonable))
         recorded = {k: saved.get(k) for k in current}
+        # A knob these runs do not read decides nothing: records list every built-in one.
+        held = set(self.hparams.names)
+        for record in (recorded, current):
+            if isinstance(record.get("hparams"), dict):
+                record["hparams"] = {k: v for k, v in record["hparams"].items() if k in held}
         try:
             recorded["config"] = compat.config_as_now(type(self.config), recorded["config"])
         except (TypeError, AttributeError, KeyError) as error:  # a forged config's shape

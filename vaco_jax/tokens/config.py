@@ -1,16 +1,18 @@
-"""Settings of the token testbed: static `TokenConfig` and traced `TokenHParams`."""
+"""Settings of the token testbed: static `TokenConfig`, and traced `TokenHParams` holding the
+knobs every run reads, declared here, and its algorithm's (`vaco_jax.tokens.algorithms`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
-from flax import struct
 
+from vaco_jax import losses
 from vaco_jax.core.config import (Config, ConfigAxis, HParamsBase, check_choice,
                                    check_lag_settings, check_positive_int, once_per_config)
-from vaco_jax import losses
+from vaco_jax.core.knobs import Knob, by_name
 from vaco_jax.losses import AGGREGATIONS
 from vaco_jax.core.lag_models import Empirical, Fixed, LagModel
 from vaco_jax.core.lag_presets import LagPreset
@@ -139,86 +141,46 @@ class TokenConfig(Config):
         return self.batch_size
 
 
-@struct.dataclass
-class TokenHParams(HParamsBase):
-    """Numeric hyper-parameters, traced: vmappable over runs without recompiling. `lag` is the
-    lag model's parameter: versions behind for `fixed`, `uniform`, `per_actor` and (at the
-    first token) `in_flight`, the staleness bound `eta` for `bounded`, the probability `p` for
-    `geometric`, unused for `empirical`."""
-
-    named_values = {"tv_delta": losses.TV_BUDGETS}
-
-    learning_rate: Any = 3e-4  # 1e-3 is unstable on `add` from the warm start
-    weight_decay: Any = 0.1  # `optimizer="adamw"` only: decoupled weight decay (VCPO's 0.1)
-    lag: Any = 0.0
-    clip_eps: Any = 0.2
-    temperature: Any = 1.0
-    max_grad_norm: Any = 1.0
-    # The stabilisers' thresholds (`vaco_jax.tokens.algorithms` says which algorithm reads which).
-    # tis / decoupled_ppo / gspo and cispo's `rollout_is`: the truncation cap (verl's
-    # `rollout_is_threshold` 2.0); mis: the upper bound
-    is_cap: Any = 2.0
-    mis_low: Any = 0.0  # mis: the lower bound of the kept ratios
-    freshness_alpha: Any = 1.0  # freshness: the oldest version gap kept
-    m2po_tau: Any = 0.04  # m2po, m2po_drop: the second-moment budget
-    gspo_clip_low: Any = 3e-4  # gspo: the sequence ratio's clip range
-    gspo_clip_high: Any = 4e-4
-    cispo_eps_low: Any = 1.0  # cispo: the weight's clip range [1 - low, 1 + high]
-    cispo_eps_high: Any = 1.0
-    bapo_positive_share: Any = 0.4  # bapo: the target share of positive tokens' gradient
-    bapo_low_start: Any = 0.6  # bapo: the path of the lower ratio bound
-    bapo_low_end: Any = 0.9
-    bapo_high_start: Any = 1.2  # bapo: the path of the upper ratio bound
-    bapo_high_end: Any = 3.0
-    # vaco, grpo_tv_filter: the TV budget, read under `tv_delta_convention`; the default is
-    # TVPO's language-model budget 0.015 (`losses.TV_BUDGETS` names the authors' values).
-    tv_delta: Any = 0.015
-    # vaco, dppo_*: the cap C of their truncated-IS weight sg(min(r, C)); the authors' scripts
-    # set 10000, which leaves the weight untruncated in practice.
-    trust_is_cap: Any = 1e4
-    dppo_delta_low: Any = 0.15  # dppo_binary_tv: how far p may fall (A <= 0) ...
-    dppo_delta_high: Any = 0.15  # ... or rise (A > 0) past its old value
-    dppo_kl_delta: Any = 0.05  # dppo_binary_kl: the bound of KL(Bernoulli(p_old) || Bernoulli(p))
-    # tba: the KL coefficient beta of trajectory balance, rewards divided by it, decayed linearly
-    # from tba_beta to tba_beta_final over tba_beta_decay_updates updates (TBA's GSM8K launch
-    # script: 0.014 to 0.004 over 500); tba_beta_final = tba_beta holds it constant, as every
-    # result committed before 2026-11-28 did.
-    tba_beta: Any = 0.014
-    tba_beta_final: Any = 0.004
-    tba_beta_decay_updates: Any = 500.0
-    # vcpo*: the cap `C` of the sequence importance weight. Not `is_cap`: VCPO's sequence weight
-    # is a product over tokens and its paper caps it at 8, while `is_cap` bounds the token weights
-    # of tis / mis / decoupled_ppo at 2; one field would give one of them a wrong default.
-    vcpo_is_cap: Any = 8.0
-    # vcpo, vcpo_ess_only: the ESS ratio below which the step shrinks (VCPO's `ess_0` = 1).
-    ess_target: Any = 1.0
-    # sapo: the gate's temperatures for A > 0 and A <= 0 (verl's and the SAPO script's values).
-    sapo_tau_pos: Any = 1.0
-    sapo_tau_neg: Any = 1.05
-    # gmpo: the log-ratio's clip range [-low, high] (GMPO's README: 0.4 both, ratios e^+-0.4).
-    gmpo_clip_low: Any = 0.4
-    gmpo_clip_high: Any = 0.4
-    # icepop: the band of the staleness pi_T/beta kept (the Ring-1T paper's alpha and beta).
-    icepop_low: Any = 0.5
-    icepop_high: Any = 5.0
-    # opsm: the mean per-token log(beta/pi_theta), in nats, past which a negative sequence is
-    # dropped (DeepSeek-V3.2 gives no value; TRL's suggested start).
-    opsm_delta: Any = 0.5
-    # kl_cov: the penalty's coefficient and the share of tokens it selects (the authors' 7B
-    # script: k_percent 0.2, i.e. 0.002, and ppo_kl_coef 1).
-    kl_cov_coef: Any = 1.0
-    kl_cov_fraction: Any = 0.002
-
-
-EVERY_RUN_KNOBS = ("learning_rate", "lag", "temperature", "max_grad_norm")
+LEARNING_RATE = Knob("learning_rate", 3e-4, "Adam's step size (1e-3 is unstable on `add` from "
+                     "the warm start)", "(0, inf)")
+# The lag model's parameter, checked by it (`LagModel.check_level`): versions behind for
+# `fixed`, `uniform`, `per_actor` and (at the first token) `in_flight`, the staleness bound
+# `eta` for `bounded`, the probability `p` for `geometric`, unused for `empirical`.
+LAG = Knob("lag", 0.0, "the lag model's parameter (versions behind, a bound or a probability)")
+TEMPERATURE = Knob("temperature", 1.0, "the sampling temperature of generation and of the "
+                   "log-probabilities", "(0, inf)")
+MAX_GRAD_NORM = Knob("max_grad_norm", 1.0, "the global gradient norm clipped to", "(0, inf)")
+EVERY_RUN_KNOBS = (LEARNING_RATE, LAG, TEMPERATURE, MAX_GRAD_NORM)
 """What every token run reads."""
+WEIGHT_DECAY = Knob("weight_decay", 0.1, "`optimizer='adamw'` only: decoupled weight decay "
+                    "(VCPO's 0.1)", "[0, inf)")
+
+
+class TokenHParams(HParamsBase):
+    """A token run's knobs, traced: vmappable over runs without recompiling."""
+
+    recorded: ClassVar[tuple[str, ...]] = (
+        "learning_rate", "weight_decay", "lag", "clip_eps", "temperature", "max_grad_norm",
+        "is_cap", "mis_low", "freshness_alpha", "m2po_tau", "gspo_clip_low", "gspo_clip_high",
+        "cispo_eps_low", "cispo_eps_high", "bapo_positive_share", "bapo_low_start",
+        "bapo_low_end", "bapo_high_start", "bapo_high_end", "tv_delta", "trust_is_cap",
+        "dppo_delta_low", "dppo_delta_high", "dppo_kl_delta", "tba_beta", "tba_beta_final",
+        "tba_beta_decay_updates", "vcpo_is_cap", "ess_target", "sapo_tau_pos", "sapo_tau_neg",
+        "gmpo_clip_low", "gmpo_clip_high", "icepop_low", "icepop_high", "opsm_delta",
+        "kl_cov_coef", "kl_cov_fraction")
+
+    @classmethod
+    def knob_table(cls) -> Mapping[str, Knob]:
+        return by_name([*EVERY_RUN_KNOBS, WEIGHT_DECAY,
+                            *(k for a in algorithms.ALGORITHMS.values() for k in a.knobs)])
 
 
 def knobs(config: TokenConfig) -> frozenset[str]:
-    """The hyper-parameters a run of `config` reads: every run's, AdamW's weight decay where it
-    runs AdamW, and those its algorithm's entry declares (`TokenAlgorithm.hparams`)."""
-    optimiser = ("weight_decay",) if config.optimizer == "adamw" else ()
-    return frozenset((*EVERY_RUN_KNOBS, *optimiser, *algorithms.ALGORITHMS[config.algo].hparams))
+    """The knobs a run of `config` reads: every run's, AdamW's weight decay where it runs AdamW,
+    and those its algorithm's entry declares (`TokenAlgorithm.knobs`)."""
+    optimiser = (WEIGHT_DECAY,) if config.optimizer == "adamw" else ()
+    return frozenset(k.name for k in (*EVERY_RUN_KNOBS, *optimiser,
+                                      *algorithms.ALGORITHMS[config.algo].knobs))
 
 
 def tba_replay_lag(buffer_capacity: int, on_policy_prob: float = 0.95) -> Empirical:
@@ -295,71 +257,8 @@ def _validate_config(config: TokenConfig) -> None:
                          f"num_updates={config.num_updates}")
 
 
-# Allowed ranges of the traced hyper-parameters: (low, high, low included, high included).
-HPARAM_RANGES = {
-    "learning_rate": (0.0, np.inf, False, False),
-    "weight_decay": (0.0, np.inf, True, False),
-    "clip_eps": (0.0, np.inf, False, False),
-    "temperature": (0.0, np.inf, False, False),
-    "max_grad_norm": (0.0, np.inf, False, False),
-    "is_cap": (1.0, np.inf, True, False),
-    "mis_low": (0.0, 1.0, True, True),
-    "freshness_alpha": (0.0, np.inf, True, False),
-    "m2po_tau": (0.0, np.inf, False, False),
-    "gspo_clip_low": (0.0, 1.0, False, True),
-    "gspo_clip_high": (0.0, np.inf, False, False),
-    "cispo_eps_low": (0.0, 1.0, True, True),
-    "cispo_eps_high": (0.0, np.inf, False, False),
-    "bapo_positive_share": (0.0, 1.0, False, True),
-    "bapo_low_start": (0.0, 1.0, False, True),
-    "bapo_low_end": (0.0, 1.0, False, True),
-    "bapo_high_start": (1.0, np.inf, True, False),
-    "bapo_high_end": (1.0, np.inf, True, False),
-    "tv_delta": (0.0, 2.0, True, True),  # an L1 budget is at most 2
-    "trust_is_cap": (1.0, np.inf, True, False),
-    "dppo_delta_low": (0.0, 1.0, True, True),
-    "dppo_delta_high": (0.0, 1.0, True, True),
-    "dppo_kl_delta": (0.0, np.inf, True, False),
-    "tba_beta": (0.0, np.inf, False, False),
-    "tba_beta_final": (0.0, np.inf, False, False),
-    "tba_beta_decay_updates": (0.0, np.inf, False, False),
-    "vcpo_is_cap": (1.0, np.inf, True, False),
-    "ess_target": (0.0, 1.0, False, True),
-    "sapo_tau_pos": (0.0, np.inf, False, False),
-    "sapo_tau_neg": (0.0, np.inf, False, False),
-    "gmpo_clip_low": (0.0, np.inf, False, False),
-    "gmpo_clip_high": (0.0, np.inf, False, False),
-    "icepop_low": (0.0, 1.0, True, True),
-    "icepop_high": (1.0, np.inf, True, False),
-    "opsm_delta": (0.0, np.inf, True, False),
-    "kl_cov_coef": (0.0, np.inf, True, False),
-    "kl_cov_fraction": (0.0, 1.0, False, True),
-}
-# Pairs that must be ordered: (lower, upper).
-HPARAM_ORDER = (("bapo_low_start", "bapo_low_end"), ("bapo_high_start", "bapo_high_end"))
-
-
-def _in_range(name: str, value: np.ndarray) -> None:
-    low, high, low_in, high_in = HPARAM_RANGES[name]
-    above = value >= low if low_in else value > low
-    below = value <= high if high_in else value < high
-    if not np.all(np.isfinite(value) & above & below):
-        interval = f"{'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
-        raise ValueError(f"hyper-parameter {name} must be finite and lie in {interval}, got "
-                         f"{value.tolist()}")
-
-
 def validate_hparams(config: TokenConfig, hparams: TokenHParams) -> None:
-    """The driver's and the command line's check; the trainer itself takes any values, so a
-    non-finite one can still be run on purpose (the divergence freeze is tested so)."""
-    values = {k: np.asarray(v, np.float64) for k, v in dataclasses.asdict(hparams).items()}
-    for name, array in values.items():
-        if not np.all(np.isfinite(array)):
-            raise ValueError(f"hyper-parameter {name} must be finite, got {array.tolist()}")
-    for name in HPARAM_RANGES:
-        _in_range(name, values[name])
-    for lower, upper in HPARAM_ORDER:
-        if np.any(values[lower] > values[upper]):
-            raise ValueError(f"hyper-parameter {lower} must be <= {upper}, got {lower}="
-                             f"{values[lower].tolist()} and {upper}={values[upper].tolist()}")
-    config.lag_model.check_level(values["lag"], config.buffer_capacity)
+    """Each knob within its range (`HParamsBase.check`) and the lag within what the lag model
+    and the buffer allow."""
+    hparams.check()
+    config.lag_model.check_level(np.asarray(hparams.lag, np.float64), config.buffer_capacity)

@@ -1,5 +1,5 @@
 """The token surrogates of the lag-robust methods of 2025-26 in the registry
-(`vaco_jax.tokens.algorithms`): `sapo`, `gmpo`, `icepop`, `opsm` and `kl_cov`, each the library's
+(`vaco_jax.tokens.algorithms`): `sapo`, `gmpo`, `icepop` and `kl_cov`, each the library's
 loss (`vaco_jax.losses.lag_robust`) on the ratios `TokenTerms` names.
 
 Where the authors' code takes its ratio to verl's recomputed `old_log_prob` and our token
@@ -11,11 +11,19 @@ reads the phase ratio `pi_theta / pi_T`, its mask the staleness `pi_T / beta`.
 
 from __future__ import annotations
 
-import jax
-
 from vaco_jax import losses
 from vaco_jax.core import phase
-from vaco_jax.tokens.surrogates import TokenTerms, _fraction, _kept, _ppo_clip
+from vaco_jax.core.knobs import Knob, Metric
+from vaco_jax.tokens.surrogates import TokenTerms, _fraction, _kept
+
+# GMPO's README: 0.4 both, ratios e^+-0.4.
+GMPO_CLIP_LOW = Knob("gmpo_clip_low", 0.4, "gmpo: the log-ratio's clip below 0", "(0, inf)")
+GMPO_CLIP_HIGH = Knob("gmpo_clip_high", 0.4, "gmpo: the log-ratio's clip above 0", "(0, inf)")
+
+GATE_WEIGHT_MEAN = Metric("gate_weight_mean", "sapo: the mean slope of its soft gate, 1 "
+                          "on-policy")
+KL_PENALTY_MEAN = Metric("kl_penalty_mean", "kl_cov: the mean penalty on the tokens of largest "
+                         "covariance")
 
 
 def sapo(t: TokenTerms, hp):
@@ -41,16 +49,6 @@ def icepop(t: TokenTerms, hp):
                   "is_weight_mean": losses.aggregate(weights, t.mask),
                   "is_masked_fraction": _fraction(weights == 0, t),
                   phase.KEPT: _kept(weights, t)}
-
-
-def opsm(t: TokenTerms, hp):
-    keep, masked = losses.off_policy_sequence_mask(
-        jax.lax.stop_gradient(t.log_prob), t.behaviour_log_prob, t.advantages, hp.opsm_delta,
-        t.mask)
-    # Dropped sequences stay in the mean's count, as TRL's masked GRPO loss keeps them.
-    loss, metrics = _ppo_clip(t, hp, weights=keep)
-    return loss, {"clip_fraction": metrics["clip_fraction"],
-                  "is_masked_fraction": masked["mask_fraction"], phase.KEPT: _kept(keep, t)}
 
 
 def kl_cov(t: TokenTerms, hp):

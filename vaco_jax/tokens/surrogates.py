@@ -31,6 +31,7 @@ from flax import struct
 
 from vaco_jax import estimators, losses
 from vaco_jax.core import phase
+from vaco_jax.core.knobs import Knob, Metric
 
 
 @struct.dataclass
@@ -97,6 +98,71 @@ class AdvantageInputs:
 
 AdvantageFn = Callable[[AdvantageInputs], jax.Array]
 PolicyLoss = Callable[[TokenTerms, Any], tuple[jax.Array, dict]]  # (terms, TokenHParams)
+
+# ---------------------------------------------------------------------------- knobs
+CLIP_EPS = Knob("clip_eps", 0.2, "PPO's clip range of the ratio, [1 - eps, 1 + eps]", "(0, inf)")
+IS_CAP = Knob("is_cap", 2.0, "the truncation cap of tis, decoupled_ppo and the rollout "
+              "correction of gspo and cispo (verl's rollout_is_threshold 2.0); mis: the upper "
+              "bound", "[1, inf)")
+MIS_LOW = Knob("mis_low", 0.0, "mis: the lower bound of the kept ratios", "[0, 1]")
+FRESHNESS_ALPHA = Knob("freshness_alpha", 1.0, "freshness: the oldest version gap kept",
+                       "[0, inf)")
+M2PO_TAU = Knob("m2po_tau", 0.04, "m2po: the second-moment budget", "(0, inf)")
+GSPO_CLIP_LOW = Knob("gspo_clip_low", 3e-4, "gspo: the sequence ratio's clip below 1", "(0, 1]")
+GSPO_CLIP_HIGH = Knob("gspo_clip_high", 4e-4, "gspo: the sequence ratio's clip above 1",
+                      "(0, inf)")
+CISPO_EPS_LOW = Knob("cispo_eps_low", 1.0, "cispo: the weight's clip range [1 - low, ...]",
+                     "[0, 1]")
+CISPO_EPS_HIGH = Knob("cispo_eps_high", 1.0, "cispo: ... [..., 1 + high]", "(0, inf)")
+BAPO_POSITIVE_SHARE = Knob("bapo_positive_share", 0.4, "bapo: the target share of positive "
+                           "tokens' gradient", "(0, 1]")
+BAPO_LOW_START = Knob("bapo_low_start", 0.6, "bapo: where the lower ratio bound's path starts",
+                      "(0, 1]", at_most="bapo_low_end")
+BAPO_LOW_END = Knob("bapo_low_end", 0.9, "bapo: where it ends", "(0, 1]")
+BAPO_HIGH_START = Knob("bapo_high_start", 1.2, "bapo: where the upper ratio bound's path "
+                       "starts", "[1, inf)", at_most="bapo_high_end")
+BAPO_HIGH_END = Knob("bapo_high_end", 3.0, "bapo: where it ends", "[1, inf)")
+TV_DELTA = Knob("tv_delta", 0.015, "vaco, grpo_tv_filter: the TV budget, read under "
+                "`tv_delta_convention`; TVPO's language-model budget (`losses.TV_BUDGETS` names "
+                "the authors' values)", "[0, 2]", named=losses.TV_BUDGETS)  # an L1 budget <= 2
+# The authors' scripts set 10000, which leaves the weight untruncated in practice.
+TRUST_IS_CAP = Knob("trust_is_cap", 1e4, "vaco, dppo_*: the cap C of their truncated-IS weight "
+                    "sg(min(r, C))", "[1, inf)")
+DPPO_DELTA_LOW = Knob("dppo_delta_low", 0.15, "dppo_binary_tv: how far p may fall (A <= 0) past "
+                      "its old value", "[0, 1]")
+DPPO_DELTA_HIGH = Knob("dppo_delta_high", 0.15, "dppo_binary_tv: how far p may rise (A > 0)",
+                       "[0, 1]")
+DPPO_KL_DELTA = Knob("dppo_kl_delta", 0.05, "dppo_binary_kl: the bound of "
+                     "KL(Bernoulli(p_old) || Bernoulli(p))", "[0, inf)")
+# TBA's GSM8K launch script: 0.014 to 0.004 over 500 updates; tba_beta_final = tba_beta holds
+# it constant, as every result committed before 2026-11-28 did.
+TBA_BETA = Knob("tba_beta", 0.014, "tba: the KL coefficient beta of trajectory balance at the "
+                "start (rewards are divided by it)", "(0, inf)")
+TBA_BETA_FINAL = Knob("tba_beta_final", 0.004, "tba: beta after its linear decay", "(0, inf)")
+TBA_BETA_DECAY_UPDATES = Knob("tba_beta_decay_updates", 500.0, "tba: the updates over which "
+                              "beta decays", "(0, inf)")
+# Not `is_cap`: VCPO's sequence weight is a product over tokens and its paper caps it at 8,
+# while `is_cap` bounds the token weights of tis / mis / decoupled_ppo at 2.
+VCPO_IS_CAP = Knob("vcpo_is_cap", 8.0, "vcpo*: the cap C of the sequence importance weight",
+                   "[1, inf)")
+ESS_TARGET = Knob("ess_target", 1.0, "vcpo, vcpo_ess_only: the ESS ratio below which the step "
+                  "shrinks (VCPO's ess_0)", "(0, 1]")
+
+# ---------------------------------------------------------------------------- metrics
+CLIP_FRACTION = Metric("clip_fraction", "valid tokens (sequences for gspo) whose gradient a "
+                       "clip zeroes or bounds")
+IS_WEIGHT_MEAN = Metric("is_weight_mean", "the mean importance weight applied (truncated, "
+                        "masked or tapered)")
+IS_TRUNCATED = Metric("is_truncated_fraction", "valid tokens (sequences for vcpo) whose weight "
+                      "hits its cap")
+IS_MASKED = Metric("is_masked_fraction", "valid tokens a mask drops (mis, m2po_drop, dppo_*)")
+IS_TAPERED = Metric("is_tapered_fraction", "valid tokens whose weight TOPR's taper sets below 1")
+STALE_DROPPED = Metric("stale_dropped_fraction", "valid tokens of sequences older than "
+                       "`freshness_alpha` versions (freshness_mask), or the generations refused "
+                       "at collection as that stale (freshness)")
+FILTER_FRACTION = Metric("filter_fraction", "valid tokens VACO's (TVPO's) TV filter drops")
+BAPO_RATIO_LOW = Metric("bapo_ratio_low", "the lower ratio bound BAPO chose")
+BAPO_RATIO_HIGH = Metric("bapo_ratio_high", "the upper ratio bound BAPO chose")
 
 
 # ---------------------------------------------------------------------------- advantages

@@ -69,8 +69,7 @@ def describe(config: Config, hparams: Mapping[str, float], seed: int,
 def run_hparams(hparams: Any, row: int) -> dict[str, float]:
     """Run `row`'s values of stacked hyper-parameters (leaves `[R]`), each float32 as its
     shortest decimal (0.0003, not 0.0003000000142), as it was given."""
-    return {f.name: float(str(np.asarray(getattr(hparams, f.name))[row]))
-            for f in dataclasses.fields(hparams)}
+    return {name: float(str(np.asarray(values)[row])) for name, values in hparams.values.items()}
 
 
 def seed_runs(driver: Driver, group: str) -> list[LoggedRun]:
