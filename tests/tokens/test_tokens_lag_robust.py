@@ -1,6 +1,7 @@
 """The token registry's lag-robust methods of 2025-26 (`sapo`, `gmpo`, `icepop`, `opsm`,
-`kl_cov`): which ratio each reads, by hand; at lag 0 each steps as GRPO; on a stale batch each
-mechanism acts and on a fresh one none does; refused thresholds."""
+`kl_cov`, and the behaviour-ratio forms `*_behaviour`): which ratio each reads, by hand; at lag 0
+each steps as GRPO; on a stale batch each mechanism that reads the staleness acts and on a fresh
+one none does, and one on the phase ratio acts on the update alone; refused thresholds."""
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,8 @@ from test_tokens_algorithms import (PARAMS, TINY, _loss_and_grad, _terms,  # noq
 from vaco_jax.tokens.config import TokenHParams, validate
 from vaco_jax.tokens.train import TokenTrainer
 
-NEW = ("sapo", "gmpo", "icepop", "opsm", "kl_cov")
+STALENESS_MECHANISMS = ("sapo_behaviour", "gmpo_behaviour", "icepop", "opsm", "kl_cov_behaviour")
+"""The methods whose mechanism reads the generator's staleness at a phase's first step."""
 
 
 def test_icepop_clips_the_phase_ratio_and_masks_the_staleness_outside_its_band():
@@ -42,18 +44,24 @@ def test_opsm_reads_the_learners_distance_to_the_sampler():
     assert metrics["is_masked_fraction"] == 0.0
 
 
-def test_sapo_gmpo_and_kl_cov_read_the_behaviour_ratio():
-    # pi_theta = pi_T, both a factor 2 (first token) above beta: the phase ratio is 1.
-    behaviour = jnp.asarray([[-np.log(2.0), 0.0]] * 2, jnp.float32)
-    kwargs = dict(log_prob=jnp.zeros((2, 2)), behaviour=behaviour, phase=jnp.zeros((2, 2)))
-    _, _, sapo = _loss_and_grad("sapo", _terms("sapo", **kwargs))
+@pytest.mark.parametrize("suffix, moved", [("", "phase"), ("_behaviour", "behaviour")])
+def test_sapo_gmpo_and_kl_cov_read_the_phase_ratio_or_under_their_old_names_the_behaviour_one(
+        suffix, moved):
+    # pi_theta a factor 2 (first token) above the policy the ratio is taken to (pi_T by default,
+    # beta under the old names) and equal to the other, so the other ratio is 1.
+    above = jnp.asarray([[-np.log(2.0), 0.0]] * 2, jnp.float32)
+    kwargs = dict(log_prob=jnp.zeros((2, 2)),
+                  behaviour=above if moved == "behaviour" else jnp.zeros((2, 2)),
+                  phase=above if moved == "phase" else jnp.zeros((2, 2)))
+    _, _, sapo = _loss_and_grad("sapo" + suffix, _terms("sapo" + suffix, **kwargs))
     s = 1 / (1 + np.exp(-1.0))  # tau 1 (A > 0) and 1.05 (A < 0) at r = 2
     s_neg = 1 / (1 + np.exp(-1.05))
     assert sapo["gate_weight_mean"] == pytest.approx(
         (4 * s * (1 - s) + 4 * s_neg * (1 - s_neg) + 2) / 4, rel=1e-5)
-    _, _, gmpo = _loss_and_grad("gmpo", _terms("gmpo", **kwargs))
+    _, _, gmpo = _loss_and_grad("gmpo" + suffix, _terms("gmpo" + suffix, **kwargs))
     assert gmpo["clip_fraction"] == pytest.approx(0.25)  # ln 2 > 0.4 where A > 0
-    _, _, kl_cov = _loss_and_grad("kl_cov", _terms("kl_cov", **kwargs), kl_cov_fraction=1.0)
+    _, _, kl_cov = _loss_and_grad("kl_cov" + suffix, _terms("kl_cov" + suffix, **kwargs),
+                                  kl_cov_fraction=1.0)
     assert kl_cov["kl_penalty_mean"] == pytest.approx(2 * np.log(2.0) / 4, rel=1e-5)
 
 
@@ -87,7 +95,13 @@ MECHANISM = {"sapo": "gate_weight_mean", "gmpo": "clip_fraction",
 IDLE = {"sapo": 1.0, "gmpo": 0.0, "icepop": 0.0, "opsm": 0.0, "kl_cov": 0.0}
 
 
-@pytest.mark.parametrize("algo", NEW)
+def _mechanism(trainer, state, batch, algo):
+    name = algo.removesuffix("_behaviour")
+    metrics = trainer._loss(state.params, batch, TokenHParams())[1]
+    return float(metrics[MECHANISM[name]]), IDLE[name]
+
+
+@pytest.mark.parametrize("algo", STALENESS_MECHANISMS)
 def test_each_mechanism_acts_on_stale_data_and_not_on_fresh(lagged_batches, algo):
     states, batches = lagged_batches
     trainer = TokenTrainer(TINY.replace(algo=algo, minibatches=1), PARAMS)
@@ -95,20 +109,24 @@ def test_each_mechanism_acts_on_stale_data_and_not_on_fresh(lagged_batches, algo
     for index in (0, 1):
         state, batch = jax.tree.map(lambda x: x[index], (states, batches))
         batch = batch.replace(advantages=jnp.linspace(-1.0, 1.0, TINY.batch_size))
-        values.append(float(trainer._loss(state.params, batch, TokenHParams())[1][MECHANISM[algo]]))
-    assert values[0] == pytest.approx(IDLE[algo], abs=1e-6)
-    assert abs(values[1] - IDLE[algo]) > 1e-3, values
+        value, idle = _mechanism(trainer, state, batch, algo)
+        values.append(value)
+    assert values[0] == pytest.approx(idle, abs=1e-6)
+    assert abs(values[1] - idle) > 1e-3, values
 
 
-@pytest.mark.parametrize("hparams,message", [
-    ({"sapo_tau_neg": 0.0}, r"sapo_tau_neg must lie in \(0, inf\)"),
-    ({"gmpo_clip_high": -0.1}, r"gmpo_clip_high must lie in \(0, inf\)"),
-    ({"icepop_low": 1.5}, r"icepop_low must lie in \[0, 1\]"),
-    ({"icepop_high": 0.5}, r"icepop_high must lie in \[1, inf\)"),
-    ({"opsm_delta": -1.0}, r"opsm_delta must lie in \[0, inf\)"),
-    ({"kl_cov_coef": np.inf}, r"kl_cov_coef must be finite"),
-    ({"kl_cov_fraction": 0.0}, r"kl_cov_fraction must lie in \(0, 1\]"),
-])
-def test_bad_thresholds_fail_before_compilation(hparams, message):
-    with pytest.raises(ValueError, match=message):
-        validate(TINY, TokenHParams.create(**hparams))
+@pytest.mark.parametrize("algo", ("sapo", "gmpo", "kl_cov"))
+def test_on_the_phase_ratio_a_mechanism_acts_on_the_update_and_not_on_staleness(lagged_batches,
+                                                                                algo):
+    """At a phase's first step pi_theta = pi_T, so on stale data the mechanism is idle; once the
+    learner has moved from pi_T (here: pi_T's log-probs shifted by +-0.8) it acts."""
+    states, batches = lagged_batches
+    trainer = TokenTrainer(TINY.replace(algo=algo, minibatches=1), PARAMS)
+    state, batch = jax.tree.map(lambda x: x[1], (states, batches))  # the stale batch
+    batch = batch.replace(advantages=jnp.linspace(-1.0, 1.0, TINY.batch_size))
+    value, idle = _mechanism(trainer, state, batch, algo)
+    assert value == pytest.approx(idle, abs=1e-5)
+    shift = 0.8 * jnp.where(jnp.arange(batch.phase_log_prob.shape[-1]) % 2 == 0, 1.0, -1.0)
+    value, idle = _mechanism(trainer, state, batch.replace(
+        phase_log_prob=batch.phase_log_prob + shift), algo)
+    assert abs(value - idle) > 1e-3, value

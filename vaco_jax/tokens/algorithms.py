@@ -214,19 +214,31 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
     _vcpo_entry("vcpo_opob_only", off_policy_optimal, False,
                 "VCPO without its step scaling: advantages with the off-policy optimal baseline"),
     TokenAlgorithm(
-        "sapo", group_relative, lag_robust.sapo, knobs=(SAPO_TAU_POS, SAPO_TAU_NEG),
-        metrics=(GATE_WEIGHT_MEAN,),
+        "sapo", group_relative, lag_robust.sapo(surrogates.phase_ratio),
+        knobs=(SAPO_TAU_POS, SAPO_TAU_NEG), metrics=(GATE_WEIGHT_MEAN,),
         aggregation="seq-mean-token-mean",
-        description="-4/tau sigmoid(tau (r - 1)) A on the behaviour ratio: a soft gate in place "
-                    "of PPO's clip, tau = sapo_tau_pos for A > 0 and sapo_tau_neg otherwise; "
-                    "seq-mean-token-mean",
+        description="-4/tau sigmoid(tau (r - 1)) A on the phase ratio pi_theta/pi_T (verl's "
+                    "recomputed old policy): a soft gate in place of PPO's clip, tau = "
+                    "sapo_tau_pos for A > 0 and sapo_tau_neg otherwise; seq-mean-token-mean",
         source="Gao et al. 2025 (Soft Adaptive Policy Optimization, SAPO)"),
     TokenAlgorithm(
-        "gmpo", group_relative, lag_robust.gmpo, knobs=(GMPO_CLIP_LOW, GMPO_CLIP_HIGH),
-        metrics=(CLIP_FRACTION,),
-        description="-A exp(mean_t clip(log r)) per sequence: the geometric mean of the "
-                    "behaviour ratios, each log-ratio clipped to [-gmpo_clip_low, "
+        "sapo_behaviour", group_relative, lag_robust.sapo(surrogates.behaviour_ratio),
+        knobs=(SAPO_TAU_POS, SAPO_TAU_NEG), metrics=(GATE_WEIGHT_MEAN,),
+        aggregation="seq-mean-token-mean",
+        description="the `sapo` before 2026-12-07: its gate on the behaviour ratio pi_theta/beta",
+        source="Gao et al. 2025 (Soft Adaptive Policy Optimization, SAPO)"),
+    TokenAlgorithm(
+        "gmpo", group_relative, lag_robust.gmpo(surrogates.phase_ratio),
+        knobs=(GMPO_CLIP_LOW, GMPO_CLIP_HIGH), metrics=(CLIP_FRACTION,),
+        description="-A exp(mean_t clip(log r)) per sequence: the geometric mean of the phase "
+                    "ratios pi_theta/pi_T, each log-ratio clipped to [-gmpo_clip_low, "
                     "gmpo_clip_high] in its advantage's direction",
+        source="Zhao et al. 2025 (Geometric-Mean Policy Optimization, GMPO)"),
+    TokenAlgorithm(
+        "gmpo_behaviour", group_relative, lag_robust.gmpo(surrogates.behaviour_ratio),
+        knobs=(GMPO_CLIP_LOW, GMPO_CLIP_HIGH), metrics=(CLIP_FRACTION,),
+        description="the `gmpo` before 2026-12-07: the geometric mean of the behaviour ratios "
+                    "pi_theta/beta",
         source="Zhao et al. 2025 (Geometric-Mean Policy Optimization, GMPO)"),
     TokenAlgorithm(
         "icepop", group_relative, lag_robust.icepop,
@@ -236,11 +248,17 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
                     "pi_T/beta inside [icepop_low, icepop_high] and masked outside it",
         source="Ling Team 2025 (Every Step Evolves: Ring-1T, IcePop)"),
     TokenAlgorithm(
-        "kl_cov", group_relative, lag_robust.kl_cov, knobs=(KL_COV_COEF, KL_COV_FRACTION),
-        metrics=(KL_PENALTY_MEAN,),
-        description="unclipped -r A on the behaviour ratio plus kl_cov_coef |log r| on the "
-                    "kl_cov_fraction of tokens (at least one) of largest covariance "
+        "kl_cov", group_relative, lag_robust.kl_cov(surrogates.phase_ratio),
+        knobs=(KL_COV_COEF, KL_COV_FRACTION), metrics=(KL_PENALTY_MEAN,),
+        description="unclipped -r A on the phase ratio pi_theta/pi_T plus kl_cov_coef |log r| "
+                    "on the kl_cov_fraction of tokens (at least one) of largest covariance "
                     "(A - mean A)(log pi - mean log pi)",
+        source="Cui et al. 2025 (The Entropy Mechanism of RL for Reasoning LMs, KL-Cov)"),
+    TokenAlgorithm(
+        "kl_cov_behaviour", group_relative, lag_robust.kl_cov(surrogates.behaviour_ratio),
+        knobs=(KL_COV_COEF, KL_COV_FRACTION), metrics=(KL_PENALTY_MEAN,),
+        description="the `kl_cov` before 2026-12-07: its loss and penalty on the behaviour ratio "
+                    "pi_theta/beta",
         source="Cui et al. 2025 (The Entropy Mechanism of RL for Reasoning LMs, KL-Cov)"),
     *methods.entries())
 
