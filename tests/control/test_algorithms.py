@@ -125,3 +125,25 @@ def test_each_control_entry_declares_the_knobs_and_metrics_its_loss_reads_and_re
     _, reported = jax.eval_shape(lambda t: entry.loss(t, ControlHParams()), terms)
     columns = set(control_train.MECHANISMS + control_train.SOFT_STABILISERS)
     assert set(reported) & columns == {m.name for m in entry.metrics}
+
+
+def test_vaco_no_filter_is_vaco_where_its_filter_drops_nothing_and_not_where_it_does():
+    """The one-change ablation: the same realigned, unclipped surrogate without the filter."""
+    key = jax.random.PRNGKey(3)
+    log_prob = 0.05 * jax.random.normal(key, (64,))
+    terms = PolicyTerms(log_prob=log_prob, behaviour_log_prob=jnp.zeros(64),
+                        phase_log_prob=jnp.zeros(64),
+                        advantages=jax.random.normal(jax.random.fold_in(key, 1), (64,)),
+                        tv_log_rho=log_prob, tv=None, kl_coef=jnp.zeros(()))
+    ablation = ALGORITHMS["vaco_no_filter"]
+    assert ablation.advantages is ALGORITHMS["vaco"].advantages  # the realignment kept
+    loose = ControlHParams.create(tv_delta=2.0)  # TV threshold 1.0: nothing is dropped
+    loss = lambda algo, hp, t: ALGORITHMS[algo].loss(t, hp)[0]  # noqa: E731
+    np.testing.assert_allclose(loss("vaco_no_filter", loose, terms), loss("vaco", loose, terms),
+                               rtol=1e-6)
+    grads = [jax.grad(lambda lp: loss(algo, loose, terms.replace(log_prob=lp)))(log_prob)
+             for algo in ("vaco_no_filter", "vaco")]
+    np.testing.assert_allclose(*grads, rtol=1e-6)
+    tight = ControlHParams.create(tv_delta=0.0)  # every sample that raises TV is dropped
+    assert ALGORITHMS["vaco"].loss(terms, tight)[1]["filter_fraction"] > 0
+    assert loss("vaco_no_filter", tight, terms) != pytest.approx(loss("vaco", tight, terms))

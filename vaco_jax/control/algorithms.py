@@ -232,6 +232,11 @@ def _tv_filtered(surrogate_log_ratio: Callable[[PolicyTerms], jax.Array]) -> Pol
     return loss
 
 
+def _phase_importance_sampled(t: PolicyTerms, hp: HParamsBase):
+    """VACO's surrogate `-r_T A` without its filter: the unclipped phase ratio."""
+    return losses.importance_sampled_loss(_phase_ratio(t), t.advantages)
+
+
 def _phase_ppo(t: PolicyTerms, hp: HParamsBase):
     return losses.ppo_clip_loss(_phase_ratio(t), t.advantages, hp.clip_eps)
 
@@ -291,6 +296,9 @@ BUILT_IN: tuple[Algorithm, ...] = (
     Algorithm("vaco_realign_only", VTRACE_PHASE, _phase_ppo, (CLIP_EPS,),
               (CLIP_FRACTION, IS_TRUNCATED), phase_clip_only=True,
               description="VACO ablation: PPO-clip on realigned advantages, no filter"),
+    Algorithm("vaco_no_filter", VTRACE_PHASE, _phase_importance_sampled, (), (IS_TRUNCATED,),
+              description="VACO ablation (one change): vaco without its TV filter, the unclipped "
+                          "-r A on pi_theta/pi_T with realigned advantages"),
     # Not VCPO: VCPO targets an ESS ratio of 1 with clipping effectively off; this keeps
     # decoupled PPO's clip and `ess_target` (default 0.5) and borrows only the ESS step scaling.
     Algorithm("decoupled_ppo_ess", GAE, _decoupled_ppo, (CLIP_EPS, IS_CAP),
