@@ -256,7 +256,7 @@ def sweep_steps(experiment: Path = PAPER_SWEEP, parts: int = 1) -> list[dict[str
     sweep fits one batch)."""
     from vaco_jax.experiment import load_experiment
     from vaco_jax.experiment.parts import parse_part, selected_groups
-    from vaco_jax.experiment.spec import group_steps
+    from vaco_jax.experiment.groups import group_steps
 
     exp = load_experiment(experiment)
     out = []

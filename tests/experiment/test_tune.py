@@ -9,7 +9,7 @@ import pytest
 
 from engine_configs import TOY_EXPERIMENT as TOY
 from vaco_jax import experiment as sweep
-from vaco_jax.experiment import tune
+from vaco_jax.experiment import tune, tune_spec
 from vaco_jax.report.markdown_tuning import tuning_section
 from vaco_jax.report.summary import (Tuning, TuningCandidate, TuningChoice, _to_json,
                                      parsed)
@@ -36,7 +36,7 @@ def test_tuning_groups_run_synchronously_on_their_own_seeds_first():
     assert {(r.lag, r.seed, r.hparams["learning_rate"]) for r in tuning.runs} == {
         (0.0, seed, rate) for seed in (5, 6) for rate in RATES}
     assert experiment.tuned_by == {STUDIED: TUNING} and experiment.swept_hparams == ()
-    assert experiment.tune.rule is tune.RULES["best_sync_auc"]
+    assert experiment.tune.rule is tune_spec.RULES["best_sync_auc"]
 
 
 def test_a_tuning_group_goes_with_the_groups_it_tunes():
@@ -102,7 +102,7 @@ def test_the_rule_reads_the_synchronous_tuning_runs_only(rule, iqms):
 
 
 def test_equal_scores_go_to_the_smaller_value_and_diverged_ones_last():
-    rule = tune.RULES["best_sync_final"]
+    rule = tune_spec.RULES["best_sync_final"]
     assert rule.choose({3e-3: 1.0, 1e-3: 1.0}) == 1e-3
     assert rule.choose({1e-3: np.nan, 3e-3: -5.0}) == 3e-3
 
@@ -199,7 +199,7 @@ def test_the_in_cell_rule_chooses_among_all_values_when_none_meets_the_rule():
     [made] = tune.choices(experiment, pd.DataFrame(rows), "eval_return")
     assert [c.in_cell for c in made.candidates] == [False, False]
     assert made.chosen == RATES[0]  # equal finals: the smaller value
-    assert tune.RULES["best_sync_final_in_cell"].choose({1e-4: 1.0, 3e-3: 2.0},
+    assert tune_spec.RULES["best_sync_final_in_cell"].choose({1e-4: 1.0, 3e-3: 2.0},
                                                         frozenset({1e-4})) == 1e-4
 
 
@@ -253,11 +253,11 @@ def test_a_tuned_sweep_stopped_after_tuning_resumes_to_its_report(tmp_path):
         sweep.write_sweep_report(plan, out)
     summary = sweep.sweep(out, resume=True, progress=False)
     runs = pd.read_parquet(out / "runs.parquet")
-    tuning = runs[runs["run_id"].str.startswith(tune.GROUP_PREFIX)]
-    studied = runs[~runs["run_id"].str.startswith(tune.GROUP_PREFIX)]
+    tuning = runs[runs["run_id"].str.startswith(tune_spec.GROUP_PREFIX)]
+    studied = runs[~runs["run_id"].str.startswith(tune_spec.GROUP_PREFIX)]
     assert set(tuning["lag"]) == {0.0} and set(studied["lag"]) == {0.0, 2.0}
     # The rule's pick, recomputed here from the synchronous tuning rows alone.
-    auc = tune.RULES["best_sync_auc"].run_scores(tuning, "eval_return")
+    auc = tune_spec.RULES["best_sync_auc"].run_scores(tuning, "eval_return")
     rate_of = tuning.drop_duplicates("run_id").set_index("run_id")["tuned_learning_rate"]
     iqm = {rate: float(auc[rate_of == rate].mean()) for rate in RATES}  # IQM of 2: their mean
     expected = max(RATES, key=lambda r: (iqm[r], -r))

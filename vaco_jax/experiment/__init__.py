@@ -32,8 +32,9 @@ from vaco_jax.experiment.plan import (PLAN_FILE, Batch, Plan, batch_capacity, ma
 from vaco_jax.experiment.results import (batch_table, finished_batches_table, runs_table,
                                          unfinished_groups, write_experiment_report,
                                          write_sweep_report)
-from vaco_jax.experiment.spec import (Experiment, Group, RunSpec, balanced_parts, group_steps,
-                                      load_experiment, parse_experiment, same_experiment)
+from vaco_jax.experiment.groups import Group, RunSpec, balanced_parts, group_steps
+from vaco_jax.experiment.spec import (Experiment, load_experiment, parse_experiment,
+                                      same_experiment)
 
 __all__ = [
     "EXPERIMENT_FILE", "PLAN_FILE", "RUNS_DIR",

@@ -8,6 +8,8 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from vaco_jax.core.config import check_seeds
+
 
 @contextlib.contextmanager
 def context(where: str) -> Iterator[None]:
@@ -85,3 +87,26 @@ def bounded_number(key: str, value: Any, low: float, high: float, closed: bool) 
         raise ValueError(f"{key} must lie in ({low:g}, {high:g}{']' if closed else ')'}, "
                          f"got {value!r}")
     return float(value)
+
+
+MAX_RUNS = 100_000
+"""The most runs an experiment may expand into, checked on the counts before any run is built:
+every run is a Python object in the plan, a row of each batch's table and a vmapped row of its
+batch, so a typo such as `seeds = 100_000_000` would exhaust memory while merely planning. The
+paper's sweep is 1,600 runs and the largest committed experiment 3,400, so the limit leaves
+room for sweeps some thirty times larger."""
+
+
+def seeds(value: Any) -> tuple[int, ...]:
+    """`seeds = N` means seeds 0..N-1; a list names them."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError(f"seeds must be a positive count or a list of integers, got {value}")
+        if value > MAX_RUNS:
+            raise ValueError(f"seeds = {value:,} is more than an experiment's limit of "
+                             f"{MAX_RUNS:,} runs (MAX_RUNS); give fewer seeds")
+        return tuple(range(value))
+    if not isinstance(value, list):
+        raise ValueError(f"seeds must be a positive count or a list of integers, got "
+                         f"{quoted(value)}")
+    return tuple(check_seeds(values("seeds", value, int)))

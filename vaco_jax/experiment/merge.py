@@ -29,7 +29,8 @@ from vaco_jax.experiment.folder import EXPERIMENT_FILE, batch_dir, load_sweep
 from vaco_jax.experiment.plan import PLAN_FILE
 from vaco_jax.experiment.results import (finished_batches_table, resolved_plan,
                                          unfinished_groups, write_experiment_report)
-from vaco_jax.experiment.spec import Experiment, Group, load_experiment, same_experiment
+from vaco_jax.experiment.groups import Group
+from vaco_jax.experiment.spec import Experiment, load_experiment, same_experiment
 from vaco_jax.infra import io, manifest, records
 from vaco_jax.report.summary import Summary
 from vaco_jax.report.runs_table import REPORT_WRITES, SETTING_PREFIXES

@@ -15,7 +15,8 @@ import os
 import re
 from typing import Mapping
 
-from vaco_jax.experiment.spec import Experiment, Group
+from vaco_jax.experiment.groups import Group
+from vaco_jax.experiment.spec import Experiment
 
 
 @dataclasses.dataclass(frozen=True)

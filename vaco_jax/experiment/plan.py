@@ -17,7 +17,8 @@ from typing import Any, Mapping, Sequence
 import jax
 
 from vaco_jax.experiment.parts import Selection, parse_part, selected_groups
-from vaco_jax.experiment.spec import Experiment, Group, group_steps
+from vaco_jax.experiment.groups import Group, group_steps
+from vaco_jax.experiment.spec import Experiment
 from vaco_jax.infra.records import Field, shown
 from vaco_jax.run.memory import (device_memory_budget, device_refusal, host_memory_budget,
                                  host_refusal, run_memory, size_advice)

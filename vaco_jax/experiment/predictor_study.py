@@ -20,7 +20,7 @@ import pandas as pd
 from vaco_jax.experiment.folder import EXPERIMENT_FILE
 from vaco_jax.experiment.plan import PLAN_FILE
 from vaco_jax.experiment.spec import load_experiment
-from vaco_jax.experiment.tune import FINAL_FRACTION
+from vaco_jax.experiment.tune_spec import FINAL_FRACTION
 from vaco_jax.infra import io, manifest
 from vaco_jax.infra.lock import folder_lock
 from vaco_jax.infra.records import read_parquet

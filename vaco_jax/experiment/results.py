@@ -22,7 +22,8 @@ from vaco_jax.experiment import tune, tune_report
 from vaco_jax.report.summary import Summary
 from vaco_jax.experiment.folder import batch_dir, batch_finished
 from vaco_jax.experiment.plan import Batch, Plan
-from vaco_jax.experiment.spec import Experiment, Group, RunSpec
+from vaco_jax.experiment.groups import Group, RunSpec
+from vaco_jax.experiment.spec import Experiment
 from vaco_jax.infra import records
 from vaco_jax.infra.run_folder import METRICS_FILE, METRICS_INDEX, RunStatus, read_status
 from vaco_jax.infra.lock import folder_lock

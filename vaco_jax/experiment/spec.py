@@ -15,18 +15,15 @@ import itertools
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-import jax
-import jax.numpy as jnp
+from typing import Any, Mapping
 
 from vaco_jax import testbeds
-from vaco_jax.core import knobs
-from vaco_jax.core.config import Config, ConfigAxis, axis_labels, check_seeds
+from vaco_jax.core.config import ConfigAxis
 from vaco_jax.core.lag_models import LAG_MODELS, LagModel
 from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
-from vaco_jax.experiment import compat, fields
-from vaco_jax.experiment import tune as tuning
+from vaco_jax.experiment import compat, fields, tune_spec
+from vaco_jax.experiment.groups import (Group, RunSpec, _axes_part, balanced_parts, check_num_runs,
+                                       group_steps, tuning_groups, validated)
 from vaco_jax.experiment.cell_rule_spec import parse_cell_rule
 from vaco_jax.infra import records
 from vaco_jax.report.summary import CellRule
@@ -45,78 +42,6 @@ SET_ELSEWHERE = {"testbed": "the top-level testbed key", "algo": "algos",
                  "minibatches": "[forward] minibatches"}
 """Keys a `[config]` table may not set (nor the testbed's task field, which `tasks` sets), and
 where the experiment sets them."""
-MAX_RUNS = 100_000
-"""The most runs an experiment may expand into, checked on the counts before any run is built:
-every run is a Python object in the plan, a row of each batch's table and a vmapped row of its
-batch, so a typo such as `seeds = 100_000_000` would exhaust memory while merely planning. The
-paper's sweep is 1,600 runs and the largest committed experiment 3,400, so the limit leaves
-room for sweeps some thirty times larger."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSpec:
-    """One run of a group: its seed, lag level and grid point (`hparams`, swept names only)."""
-
-    run_id: str
-    seed: int
-    lag: float
-    hparams: Mapping[str, float]
-
-
-@dataclasses.dataclass(frozen=True)
-class Group:
-    """Runs sharing one compiled program (`config`); `fixed` holds the hyper-parameters every
-    run shares, `swept` the names of those the runs' grid points set, `axes` the value of each
-    config axis the experiment sweeps (`Config.axes`), which its name carries."""
-
-    name: str
-    config: Config
-    fixed: Mapping[str, float]
-    swept: tuple[str, ...]
-    runs: tuple[RunSpec, ...]
-    axes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    @property
-    def axes_part(self) -> str:
-        """The part of its name that its config axes give, e.g. `-bf16`."""
-        return _axes_part(type(self.config), self.axes)
-
-    def hparams(self, indices: Sequence[int]) -> Any:
-        """The stacked hyper-parameters of `runs[i]` for each `i` in `indices` (leaves `[R]`):
-        the knobs its algorithm reads (a value of `fixed` for another, from a table the groups
-        share, is left out)."""
-        runs = [self.runs[i] for i in indices]
-        testbed = testbeds.named(self.config.testbed)
-        values = testbed.hparams.create(
-            **self.fixed, lag=[r.lag for r in runs],
-            **{n: [r.hparams[n] for r in runs] for n in self.swept}
-        ).only(testbed.knobs(self.config))
-        return jax.tree.map(lambda x: jnp.broadcast_to(x, (len(runs),)), values)
-
-    def run_hparams(self, index: int) -> Any:
-        return jax.tree.map(lambda x: x[0], self.hparams([index]))
-
-
-def _axes_part(config_type: type[Config], axes: Mapping[str, Any]) -> str:
-    return "".join(f"-{label}" for label in axis_labels(config_type, axes))
-
-
-def group_steps(group: Group) -> int:
-    """Environment steps of all the group's runs."""
-    return len(group.runs) * group.config.num_updates * group.config.steps_per_update
-
-
-def balanced_parts(weights: Sequence[int], count: int) -> list[int]:
-    """The part (0-based) of each item: items in decreasing weight (equal weights in order)
-    each join the part with the least weight so far (the lowest such part), the
-    longest-processing-time rule. Equal weights thus go round-robin; no part's weight exceeds
-    the mean by more than the largest item, and with `count <= len(weights)` none is empty."""
-    loads, owners = [0] * count, [0] * len(weights)
-    for item in sorted(range(len(weights)), key=lambda i: -weights[i]):
-        part = min(range(count), key=lambda p: loads[p])
-        owners[item] = part
-        loads[part] += weights[item]
-    return owners
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +53,7 @@ class Experiment:
     focus_algo: str
     reference_scores: Mapping[str, float]  # per task: its score (return, accuracy) scored 1
     groups: tuple[Group, ...]
-    tune: tuning.Tune | None = None
+    tune: tune_spec.Tune | None = None
     tuned_by: Mapping[str, str] = dataclasses.field(default_factory=dict)  # group -> its tuning
     cell_rule: CellRule | None = None
     _partitions: dict[int, tuple[int, ...]] = dataclasses.field(
@@ -176,21 +101,6 @@ class Experiment:
     @property
     def num_runs(self) -> int:
         return sum(len(g.runs) for g in self.groups)
-
-
-def _seeds(value: Any) -> tuple[int, ...]:
-    """`seeds = N` means seeds 0..N-1; a list names them."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value <= 0:
-            raise ValueError(f"seeds must be a positive count or a list of integers, got {value}")
-        if value > MAX_RUNS:
-            raise ValueError(f"seeds = {value:,} is more than an experiment's limit of "
-                             f"{MAX_RUNS:,} runs (MAX_RUNS); give fewer seeds")
-        return tuple(range(value))
-    if not isinstance(value, list):
-        raise ValueError(f"seeds must be a positive count or a list of integers, got "
-                         f"{fields.quoted(value)}")
-    return tuple(check_seeds(fields.values("seeds", value, int)))
 
 
 def _hparam_values(table: Mapping[str, Any],
@@ -357,14 +267,6 @@ def _num_runs(settings: _Settings, lag: _LagSpec, num_seeds: int) -> int:
             * grid * num_seeds)
 
 
-def _check_num_runs(num_runs: int) -> None:
-    if num_runs > MAX_RUNS:
-        raise ValueError(f"the experiment expands into {num_runs:,} runs (tasks x algos x lag "
-                         f"levels x grid points x seeds x forward variants x config axis "
-                         f"values), more than the limit of {MAX_RUNS:,} (MAX_RUNS); split it "
-                         f"into several experiments or sweep fewer values")
-
-
 def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
            lag_specs: tuple[_LagSpec, ...], axes: Mapping[str, Any], seeds: tuple[int, ...],
            settings: _Settings) -> Group:
@@ -399,17 +301,6 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
                            axes=axes), testbed)
 
 
-def validated(group: Group, testbed: Testbed) -> Group:
-    """`group`, refused (ValueError naming it) where its config or any run's hyper-parameters
-    are not valid, or where it sweeps a hyper-parameter its algorithm does not read (its runs
-    would differ in nothing)."""
-    with fields.context(f"group {group.name}"):
-        testbed.validate(group.config, group.hparams(range(len(group.runs))))
-        knobs.refuse_unread(group.swept, testbed.knobs(group.config), group.config.algo,
-                            "a sweep ([hparams], [overrides] or [tune])")
-    return group
-
-
 def parse_experiment(text: str, name: str = "experiment") -> Experiment:
     """Parses and fully validates an experiment (no compilation); `name` is the default name.
 
@@ -433,7 +324,7 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
         testbed = testbeds.named(fields.values("testbed", spec.get("testbed", "control"), str)[0])
         tasks = fields.values("tasks", spec["tasks"], str, testbed.tasks())
         algos = fields.values("algos", spec["algos"], str, testbed.algorithms())
-        seeds = _seeds(spec["seeds"])
+        seeds = fields.seeds(spec["seeds"])
         focus_algo = spec.get("focus_algo", "vaco" if "vaco" in algos else algos[0])
         fields.values("focus_algo", focus_algo, str, algos)
         lag_specs = _lag_specs(spec["lag"])
@@ -459,7 +350,7 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
             for algo in algos:
                 with fields.context(f"[overrides.{algo}]"):
                     settings[task, algo] = per_task.overridden(fields.table(overrides, algo))
-        _check_num_runs(sum(_num_runs(settings[task, algo], lag, len(seeds))
+        check_num_runs(sum(_num_runs(settings[task, algo], lag, len(seeds))
                             for task in tasks for algo in algos for lag in lag_specs))
         tune = _tune(spec, testbed, settings)
         with fields.context("[cell_rule]"):
@@ -476,7 +367,7 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
                        for task in tasks for algo in algos for lag in lag_specs
                        for axes in settings[task, algo].axis_variants()
                        for epochs, minibatches in settings[task, algo].forward_variants())
-        tuned, tuned_by = tuning.tuning_groups(groups, tune, testbed) if tune else ((), {})
+        tuned, tuned_by = tuning_groups(groups, tune, testbed) if tune else ((), {})
         groups = tuned + groups  # the tuning runs go first
     return Experiment(name=name, description=str(spec.get("description", "")), source=text,
                       testbed=testbed, focus_algo=focus_algo,
@@ -485,12 +376,12 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
 
 
 def _tune(spec: Mapping[str, Any], testbed: Testbed,
-          settings: Mapping[tuple[str, str], _Settings]) -> tuning.Tune | None:
+          settings: Mapping[tuple[str, str], _Settings]) -> tune_spec.Tune | None:
     """The `[tune]` table, if any, refused where the hyper-parameters also set its value."""
     with fields.context("[tune]"):
-        tune = tuning.parse_tune(spec["tune"], testbed) if "tune" in spec else None
+        tune = tune_spec.parse_tune(spec["tune"], testbed) if "tune" in spec else None
     for (task, algo), pair in settings.items() if tune else ():
-        tuning.check_not_fixed(tune, pair.hparams, f"[hparams], [overrides.{task}] and "
+        tune_spec.check_not_fixed(tune, pair.hparams, f"[hparams], [overrides.{task}] and "
                                                    f"[overrides.{algo}]")
     return tune
 

@@ -21,147 +21,16 @@ cell; where no value meets them, it chooses among all, and the report says so.
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from typing import Any, Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
-from vaco_jax.core.lag_models import Fixed
-from vaco_jax.experiment import fields, spec
+from vaco_jax.experiment import spec
+from vaco_jax.experiment.groups import Group, grid_points
+from vaco_jax.experiment.tune_spec import FINAL_FRACTION, filled
 from vaco_jax.report import cell_rule, scoring, stats
 from vaco_jax.report.summary import CellRule
-from vaco_jax.testbeds import Testbed
-
-TUNE_KEYS = ("hparam", "values", "rule", "seeds")
-DEFAULT_HPARAM = "learning_rate"
-GROUP_PREFIX = "tune-"
-FINAL_FRACTION = 0.1
-"""The share of a run's last evaluations its final score averages: the report's default."""
-
-
-def _filled(runs: pd.DataFrame, column: str) -> pd.DataFrame:
-    """The runs' rows in order, with `filled_score`: a missing evaluation (after a run
-    diverged) takes the run's last one, as the report scores it."""
-    ordered = runs.sort_values(["run_id", "env_steps"], kind="stable")
-    return ordered.assign(filled_score=ordered.groupby("run_id")[column].ffill())
-
-
-def _final_scores(runs: pd.DataFrame, column: str) -> pd.Series:
-    """Per run: its mean score over the last `FINAL_FRACTION` of its evaluations."""
-    return scoring.final_scores(_filled(runs, column), FINAL_FRACTION)
-
-
-def _auc_scores(runs: pd.DataFrame, column: str) -> pd.Series:
-    """Per run: its mean score over training, the area under its curve."""
-    return _filled(runs, column).groupby("run_id")[["filled_score", "env_steps"]].apply(
-        lambda run: float(stats.area_under_curve(run["filled_score"], run["env_steps"])))
-
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """A selection rule: the grid value whose synchronous runs have the highest IQM of
-    `run_scores` (in the testbed's units: one method on one task needs no normalisation).
-    Equal IQMs go to the smaller value, the more cautious step; a value whose every run
-    diverged (IQM NaN) ranks below any other. With `in_cell`, only the values in `allowed`
-    (those meeting the cell rule) compete, unless none does."""
-
-    name: str
-    statistic: str
-    run_scores: Callable[[pd.DataFrame, str], pd.Series]
-    in_cell: bool = False
-
-    def choose(self, iqms: Mapping[float, float], allowed: frozenset[float] = frozenset()
-               ) -> float:
-        competing = [v for v in iqms if v in allowed] or list(iqms)
-        return min(competing, key=lambda v: (-np.nan_to_num(iqms[v], nan=-np.inf), v))
-
-
-RULES = {rule.name: rule for rule in (
-    Rule("best_sync_auc", "AUC", _auc_scores),
-    Rule("best_sync_final", "final score", _final_scores),
-    Rule("best_sync_final_in_cell", "final score", _final_scores, in_cell=True))}
-
-
-@dataclasses.dataclass(frozen=True)
-class Tune:
-    """The `[tune]` table: the tuned hyper-parameter, its grid, the rule and the seeds."""
-
-    hparam: str
-    values: tuple[float, ...]
-    rule: Rule
-    seeds: tuple[int, ...]
-
-    @property
-    def column(self) -> str:
-        """The runs table's column of the value each run used, tuning and tuned runs alike."""
-        return f"tuned_{self.hparam}"
-
-
-def parse_tune(table: Any, testbed: Testbed) -> Tune:
-    """The `[tune]` table, validated; errors name the field."""
-    if not isinstance(table, dict):
-        raise ValueError(f"must be a table ([tune]), got {fields.quoted(table)}")
-    fields.check_keys(table, TUNE_KEYS)
-    missing = [k for k in ("values", "rule", "seeds") if k not in table]
-    if missing:
-        raise ValueError(f"missing key(s) {missing}")
-    hparam = fields.values("hparam", table.get("hparam", DEFAULT_HPARAM), str)[0]
-    if hparam == "lag":
-        raise ValueError("hparam: lag is set by [lag] levels, it cannot be tuned")
-    testbed.hparams.create(**{hparam: 0.0})  # refuses an unknown name, listing the known ones
-    if isinstance(table["values"], list) and not table["values"]:
-        raise ValueError("values: the grid is empty; give at least one value")
-    values = tuple(float(v) for v in fields.values("values", table["values"]))
-    if any(v <= 0 for v in values):
-        raise ValueError(f"values must all be positive, got {fields.quoted(list(values))}")
-    rule = fields.values("rule", table["rule"], str, tuple(RULES))[0]
-    return Tune(hparam=hparam, values=values, rule=RULES[rule], seeds=spec._seeds(table["seeds"]))
-
-
-def check_not_fixed(tune: Tune, hparams: Mapping[str, Any], where: str) -> None:
-    """Refuses a tuned hyper-parameter that `[hparams]` or an override also sets."""
-    if tune.hparam in hparams:
-        raise ValueError(f"[tune] hparam: {tune.hparam} is tuned, so {where} may not set it")
-
-
-def _grid_points(group: spec.Group) -> list[tuple[float, ...]]:
-    """The distinct points of the group's other grids, in order."""
-    return list(dict.fromkeys(tuple(r.hparams[n] for n in group.swept) for r in group.runs))
-
-
-def _tuning_name(group: spec.Group, testbed: Testbed) -> str:
-    """One per task, algorithm, config axis value and forward variant."""
-    config = group.config
-    return (f"{GROUP_PREFIX}{testbed.task(config)}-{config.algo}{group.axes_part}-"
-            f"e{config.epochs}m{config.minibatches}")
-
-
-def _tuning_group(name: str, group: spec.Group, tune: Tune, testbed: Testbed) -> spec.Group:
-    """Lag 0 under `fixed`: grid value x other grid point x tuning seed, seed fastest."""
-    config = group.config.replace(lag_model=Fixed(), lag_preset=None)
-    points = itertools.product(tune.values, _grid_points(group), tune.seeds)
-    runs = tuple(spec.RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=0.0,
-                              hparams={tune.hparam: value, **dict(zip(group.swept, point))})
-                 for i, (value, point, seed) in enumerate(points))
-    return spec.validated(spec.Group(name=name, config=config, fixed=group.fixed,
-                                     swept=(tune.hparam, *group.swept), runs=runs,
-                                     axes=group.axes), testbed)
-
-
-def tuning_groups(groups: tuple[spec.Group, ...], tune: Tune, testbed: Testbed
-                  ) -> tuple[tuple[spec.Group, ...], dict[str, str]]:
-    """The tuning groups of the experiment's `groups` (one per task, algorithm, config axis
-    value and forward variant, shared by its lag models), and the tuning group of each of
-    `groups`."""
-    tuned_by = {g.name: _tuning_name(g, testbed) for g in groups}
-    first = {name: next(g for g in groups if tuned_by[g.name] == name)
-             for name in dict.fromkeys(tuned_by.values())}
-    spec._check_num_runs(sum(len(g.runs) for g in groups) + sum(
-        len(tune.values) * len(_grid_points(g)) * len(tune.seeds) for g in first.values()))
-    return (tuple(_tuning_group(name, group, tune, testbed) for name, group in first.items()),
-            tuned_by)
-
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
@@ -203,13 +72,13 @@ def _meets_cell_rule(rows: pd.DataFrame, column: str, rule: CellRule, task: str,
     """Whether one method's synchronous runs at one value (`rows`: their evaluations) meet the
     cell rule's criteria on `task`, each run normalised by its first evaluation and the task's
     `reference`, as the rule judges the baseline's cells."""
-    filled = _filled(rows, column)
-    runs = filled.groupby("run_id")["filled_score"]
+    evaluations = filled(rows, column)
+    runs = evaluations.groupby("run_id")["filled_score"]
     sync = pd.DataFrame({"raw_initial": runs.first(),
-                         "raw_final": scoring.final_scores(filled, FINAL_FRACTION)})
+                         "raw_final": scoring.final_scores(evaluations, FINAL_FRACTION)})
     sync = sync.assign(gain=sync["raw_final"] - sync["raw_initial"], task=task).reset_index()
     judged = cell_rule.judge_cell(
-        task, "", cell_rule.normalised(sync, filled, rule, {task: reference}), rule, None,
+        task, "", cell_rule.normalised(sync, evaluations, rule, {task: reference}), rule, None,
         reps=2000, seed=0)
     return judged.passed
 
@@ -226,7 +95,7 @@ def choices(experiment: spec.Experiment, runs: pd.DataFrame, score: str) -> list
             continue
         scores = tune.rule.run_scores(rows, score)
         task = experiment.testbed.task(group.config)
-        for point in _grid_points(dataclasses.replace(group, swept=group.swept[1:])):
+        for point in grid_points(dataclasses.replace(group, swept=group.swept[1:])):
             named = dict(zip(group.swept[1:], point))
             candidates = []
             for value in tune.values:
@@ -250,7 +119,7 @@ def resolved(experiment: spec.Experiment,
     `Choice.key`); groups whose method has no choice yet are left as they are."""
     tune = experiment.tune
 
-    def at_chosen(group: spec.Group) -> spec.Group:
+    def at_chosen(group: Group) -> Group:
         tuning = experiment.tuned_by.get(group.name)
         keys = [(tuning, tuple(r.hparams[n] for n in group.swept)) for r in group.runs]
         if tuning is None or not all(k in chosen for k in keys):

@@ -19,14 +19,14 @@ from vaco_jax.report import markdown
 from vaco_jax.report.runs_table import assignments
 from vaco_jax.report.summary import (Summary, Tuning, TuningCandidate, TuningChoice,
                                      dumps)
-from vaco_jax.experiment import tune
+from vaco_jax.experiment import tune, tune_spec
 from vaco_jax.experiment.spec import Experiment
 from vaco_jax.infra import io
 
 
 def _method(experiment: Experiment, choice: tune.Choice) -> str:
     """The tuning group (task, algorithm, epochs x minibatches) with its other grids' point."""
-    name = choice.group.removeprefix(tune.GROUP_PREFIX)
+    name = choice.group.removeprefix(tune_spec.GROUP_PREFIX)
     return name + (f"[{assignments(list(choice.point), list(choice.point.values()))}]"
                    if choice.point else "")
 
