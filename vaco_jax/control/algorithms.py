@@ -331,12 +331,5 @@ SOFT_STABILISERS = tuple(n for n in _REPORTED if n not in phase.MECHANISM_FRACTI
 algorithm has none (SAPO's gate slope, 1 on-policy; KL-Cov's penalty)."""
 
 
-def _reports_known_metrics(entry: Algorithm) -> None:
-    unknown = [m.name for m in entry.metrics if m.name not in _REPORTED]
-    if unknown:
-        raise ValueError(f"register: algo={entry.name!r} declares metric(s) {unknown} the control "
-                         f"trainer has no column for; its columns: {', '.join(_REPORTED)}")
-
-
 ALGORITHMS: AlgorithmRegistry[Algorithm] = AlgorithmRegistry(
-    "control", Algorithm, BUILT_IN, check=_reports_known_metrics)
+    "control", Algorithm, BUILT_IN, columns=_REPORTED)

@@ -14,9 +14,10 @@ the algorithm then trains in `vaco-jax train`, `tokens` and `sweep` like a built
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Generic, Protocol, TypeVar
 
+from vaco_jax.core.knobs import Metric
 from vaco_jax.infra.entry_points import call_entry_points, calling, describe
 
 ENTRY_POINT_GROUP = "vaco_jax.algorithms"
@@ -24,6 +25,7 @@ ENTRY_POINT_GROUP = "vaco_jax.algorithms"
 
 class Named(Protocol):
     name: str
+    metrics: tuple[Metric, ...]
 
 
 EntryT = TypeVar("EntryT", bound=Named)
@@ -35,9 +37,10 @@ class AlgorithmRegistry(Mapping[str, EntryT], Generic[EntryT]):
     checked or listed."""
 
     def __init__(self, testbed: str, entry_type: type[EntryT], builtins: Iterable[EntryT],
-                 check: Callable[[EntryT], None] | None = None):
+                 columns: Collection[str]):
         self._testbed, self._entry_type = testbed, entry_type
-        self._check = check  # refuses (ValueError) an entry its testbed cannot run
+        # The metrics its trainer writes a column for: an entry may declare no other.
+        self._columns = tuple(columns)
         self._entries: dict[str, EntryT] = {}
         # The entry point that registered each name; None for one registered outside any.
         self._sources: dict[str, importlib.metadata.EntryPoint | None] = {}
@@ -52,8 +55,11 @@ class AlgorithmRegistry(Mapping[str, EntryT], Generic[EntryT]):
         if not isinstance(entry.name, str) or not entry.name.isidentifier():
             raise ValueError(f"register: an algorithm's name must be an identifier, "
                              f"got {entry.name!r}")
-        if self._check is not None:
-            self._check(entry)
+        unknown = [m.name for m in entry.metrics if m.name not in self._columns]
+        if unknown:
+            raise ValueError(f"register: algo={entry.name!r} declares metric(s) {unknown} the "
+                             f"{self._testbed} testbed's trainer has no column for; its "
+                             f"columns: {', '.join(self._columns)}")
         if entry.name in self._entries and not replace:
             raise ValueError(f"register: algo={entry.name!r} is already registered on the "
                              f"{self._testbed} testbed; pass replace=True to override it")
