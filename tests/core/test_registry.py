@@ -57,7 +57,8 @@ def test_register_refuses_a_duplicate_a_bad_name_and_another_testbeds_entry(regi
 def test_register_refuses_a_metric_the_trainer_has_no_column_for(registries):
     unknown = Metric("wobble_fraction", "a metric no trainer writes")
     with pytest.raises(ValueError, match=r"algo='ppo_wobble' declares metric\(s\) \['wobble_"
-                                         r"fraction'\] the control testbed's trainer has no column"):
+                                         r"fraction'\] the control testbed's trainer has no "
+                                         r"column"):
         control.ALGORITHMS.register(dataclasses.replace(_ppo_entry("ppo_wobble"),
                                                         metrics=(unknown,)))
     with pytest.raises(ValueError, match="the tokens testbed's trainer has no column"):

@@ -23,12 +23,14 @@ from vaco_jax.infra.entry_points import call_entry_points, calling, describe
 ENTRY_POINT_GROUP = "vaco_jax.algorithms"
 
 
-class Named(Protocol):
+class Entry(Protocol):
+    """What the registry reads of an algorithm entry."""
+
     name: str
     metrics: tuple[Metric, ...]
 
 
-EntryT = TypeVar("EntryT", bound=Named)
+EntryT = TypeVar("EntryT", bound=Entry)
 
 
 class AlgorithmRegistry(Mapping[str, EntryT], Generic[EntryT]):
