@@ -12,13 +12,9 @@ from vaco_jax.control.algorithms import ALGORITHMS, GAE, VTRACE_PHASE, Algorithm
 from vaco_jax.core import knobs
 from vaco_jax.core.config import HParamsBase
 from vaco_jax.core.knobs import Knob
+from vaco_jax.core.lag_models import LAG
 
 LEARNING_RATE = Knob("learning_rate", 3e-4, "Adam's step size", "(0, inf)")
-# The parameter of the configured lag model, checked by it (`LagModel.check_level`): the
-# (maximum) number of versions a behaviour policy lags behind for `fixed`, `uniform`,
-# `per_actor` and (at the start of a rollout) `in_flight`, the staleness bound `eta` for
-# `bounded`, the success probability `p` of `geometric`, unused for `empirical`.
-LAG = Knob("lag", 0.0, "the lag model's parameter (versions behind, a bound or a probability)")
 GAMMA = Knob("gamma", 0.99, "the discount", "[0, 1]")
 ENTROPY_COEF = Knob("entropy_coef", 0.0, "the entropy bonus's coefficient", "[0, inf)")
 VALUE_COEF = Knob("value_coef", 0.5, "the value loss's coefficient", "[0, inf)")

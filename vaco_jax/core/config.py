@@ -72,12 +72,6 @@ class Config:
     # The fields an experiment may sweep as axes of groups (`ConfigAxis`).
     axes: ClassVar[tuple[ConfigAxis, ...]] = ()
 
-    def only(self, names: Iterable[str]) -> Self:
-        """The hyper-parameters of the knobs `names`: the values held, defaults for the others
-        (float32 leaves)."""
-        names = set(names)
-        return self.create(names, **{n: v for n, v in self.values.items() if n in names})
-
     def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
 
@@ -194,8 +188,9 @@ class HParamsBase:
         """The hyper-parameters of `knobs` (every knob where None) with float32 leaves, defaults
         where `values` names none; a name outside them is refused, naming the allowed ones."""
         table = cls.knob_table()
-        names = tuple(table) if knobs is None else tuple(n for n in table if n in set(knobs))
-        unknown = sorted(set(values) - set(names) | set(knobs or ()) - set(table))
+        wanted = set(table) if knobs is None else set(knobs)
+        names = tuple(n for n in table if n in wanted)
+        unknown = sorted(set(values) - set(names) | wanted - set(table))
         if unknown:
             raise ValueError(f"unknown hyper-parameter(s) {unknown}; allowed: {list(names)}")
         merged = {**{n: table[n].default for n in names}, **values}

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vaco_jax.core.knobs import Knob
 from vaco_jax.core.policy_buffer import (PolicyBuffer, effective_lags, max_available_lag,
                                          redraw_unavailable_lags)
 
@@ -404,6 +405,13 @@ class Empirical(RandomLagModel):
     def meaning(self, level: float, capacity: int) -> str:
         return "P(lag = 0, 1, ...) = " + ", ".join(f"{p:g}" for p in self.probabilities)
 
+
+LAG = Knob("lag", 0.0, "the lag model's parameter (versions behind, a bound or a probability)")
+"""The knob every run of every testbed reads, checked by its lag model (`LagModel.check_level`):
+the (maximum) number of versions a behaviour policy lags behind for `fixed`, `uniform`,
+`per_actor` and (at the start of a rollout) `in_flight`, the staleness bound `eta` for `bounded`,
+the success probability `p` of the truncated geometric distribution for `geometric`, unused for
+`empirical`."""
 
 LAG_MODELS: dict[str, type[LagModel]] = {
     kind.name: kind for kind in (Fixed, Uniform, Geometric, PerActor, Bounded, InFlight, Empirical)}

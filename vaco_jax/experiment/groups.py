@@ -122,11 +122,11 @@ def _tuning_group(name: str, group: Group, tune: tune_spec.Tune, testbed: Testbe
     config = group.config.replace(lag_model=Fixed(), lag_preset=None)
     points = itertools.product(tune.values, grid_points(group), tune.seeds)
     runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=0.0,
-                              hparams={tune.hparam: value, **dict(zip(group.swept, point))})
+                         hparams={tune.hparam: value, **dict(zip(group.swept, point))})
                  for i, (value, point, seed) in enumerate(points))
     return validated(Group(name=name, config=config, fixed=group.fixed,
-                                     swept=(tune.hparam, *group.swept), runs=runs,
-                                     axes=group.axes), testbed)
+                           swept=(tune.hparam, *group.swept), runs=runs, axes=group.axes),
+                     testbed)
 
 
 def tuning_groups(groups: tuple[Group, ...], tune: tune_spec.Tune, testbed: Testbed

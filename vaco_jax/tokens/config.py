@@ -14,7 +14,7 @@ from vaco_jax.core.config import (Config, ConfigAxis, HParamsBase, check_choice,
                                    check_lag_settings, check_positive_int, once_per_config)
 from vaco_jax.core.knobs import Knob, by_name
 from vaco_jax.losses import AGGREGATIONS
-from vaco_jax.core.lag_models import Empirical, Fixed, LagModel
+from vaco_jax.core.lag_models import LAG, Empirical, Fixed, LagModel
 from vaco_jax.core.lag_presets import LagPreset
 from vaco_jax.tokens import algorithms
 from vaco_jax.tokens.model import ModelSpec
@@ -143,10 +143,6 @@ class TokenConfig(Config):
 
 LEARNING_RATE = Knob("learning_rate", 3e-4, "Adam's step size (1e-3 is unstable on `add` from "
                      "the warm start)", "(0, inf)")
-# The lag model's parameter, checked by it (`LagModel.check_level`): versions behind for
-# `fixed`, `uniform`, `per_actor` and (at the first token) `in_flight`, the staleness bound
-# `eta` for `bounded`, the probability `p` for `geometric`, unused for `empirical`.
-LAG = Knob("lag", 0.0, "the lag model's parameter (versions behind, a bound or a probability)")
 TEMPERATURE = Knob("temperature", 1.0, "the sampling temperature of generation and of the "
                    "log-probabilities", "(0, inf)")
 MAX_GRAD_NORM = Knob("max_grad_norm", 1.0, "the global gradient norm clipped to", "(0, inf)")
