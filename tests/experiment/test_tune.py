@@ -10,6 +10,7 @@ import pytest
 from engine_configs import TOY_EXPERIMENT as TOY
 from vaco_jax import experiment as sweep
 from vaco_jax.experiment import tune, tune_spec
+from vaco_jax.experiment.tune_report import summary as tuning_summary
 from vaco_jax.report.markdown_tuning import tuning_section
 from vaco_jax.report.summary import (Tuning, TuningCandidate, TuningChoice, _to_json,
                                      parsed)
@@ -274,3 +275,142 @@ def test_a_tuned_sweep_stopped_after_tuning_resumes_to_its_report(tmp_path):
     merged = sweep.merge_parts([out], tmp_path / "merged")  # the one part of itself
     assert merged.tuning == summary.tuning
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "merged" / "runs.parquet"), runs)
+
+
+EXTENDED = TUNED.replace("seeds = [5, 6]", "seeds = [5, 6]\nextend = 2")
+BELOW, ABOVE = f"{TUNING}-below", f"{TUNING}-above"
+
+
+def test_the_grid_extends_past_each_end_in_steps_of_its_own_ratio():
+    tune_table = tune_spec.Tune(hparam="learning_rate", values=(1e-4, 3e-4, 1e-3),
+                                rule=tune_spec.RULES["best_sync_final"], seeds=(0,), extend=2)
+    assert tune_table.beyond("below") == (3.33e-5, 1.11e-5)
+    assert tune_table.beyond("above") == (3.33e-3, 1.11e-2)
+    assert [tune_table.edge(v) for v in (1e-4, 3e-4, 1e-3)] == ["below", None, "above"]
+    assert tune_spec.Tune(hparam="learning_rate", values=(1e-4, 1e-3), seeds=(0,),
+                          rule=tune_table.rule).edge(1e-3) is None  # no extend: no edge
+
+
+def test_extension_groups_follow_their_tuning_group_and_go_with_it():
+    experiment = sweep.parse_experiment(EXTENDED)
+    assert [g.name for g in experiment.groups] == [TUNING, BELOW, ABOVE, STUDIED]
+    assert experiment.extensions == {TUNING: {"below": BELOW, "above": ABOVE}}
+    assert [g.name for g in experiment.tuning_groups] == [TUNING, BELOW, ABOVE]
+    for name, values in ((BELOW, (3.33e-6, 1.11e-7)), (ABOVE, (0.09, 2.7))):
+        group = experiment.group(name)
+        assert group.config == experiment.group(TUNING).config
+        assert [(r.seed, r.lag, r.hparams["learning_rate"]) for r in group.runs] == [
+            (seed, 0.0, value) for value in values for seed in (5, 6)]
+    assert experiment.units == [[0, 1, 2, 3]]
+    assert [g.name for g in sweep.NamedGroups((TUNING, STUDIED)).groups(experiment)] == [
+        TUNING, BELOW, ABOVE, STUDIED]
+
+
+@pytest.mark.parametrize("extend, message", [
+    ("3", r"\[tune\]: extend must be a whole number of grid steps from 0 to 2, got 3"),
+    ("1.5", r"extend must be a whole number of grid steps from 0 to 2, got 1.5"),
+    ("true", r"extend must be a whole number of grid steps from 0 to 2, got True"),
+])
+def test_a_bad_extension_is_refused_naming_the_field(extend, message):
+    with pytest.raises(ValueError, match=message):
+        sweep.parse_experiment(EXTENDED.replace("extend = 2", f"extend = {extend}"))
+    with pytest.raises(ValueError, match=r"\[tune\]: extend: a grid of one value has no step"):
+        sweep.parse_experiment(EXTENDED.replace("values = [0.0001, 0.003]", "values = [0.001]"))
+
+
+def _peaked_rows(experiment, names, best):
+    """Every run of groups `names` rising to a final score that peaks at rate `best`."""
+    return pd.DataFrame([row for name in names for run in experiment.group(name).runs
+                         for row in _curve_rows(run.run_id, 0.0, None, 10.0 - abs(
+                             np.log10(run.hparams["learning_rate"] / best)))])
+
+
+def test_a_choice_at_the_grids_end_waits_for_its_extension_then_chooses_among_all():
+    experiment = sweep.parse_experiment(EXTENDED.replace("best_sync_auc", "best_sync_final"))
+    grid_only = _peaked_rows(experiment, [TUNING], best=0.09)
+    [waiting] = tune.choices(experiment, grid_only, "eval_return")
+    assert (waiting.chosen, waiting.extension, waiting.extended, waiting.pending) == (
+        RATES[1], ABOVE, False, True)
+    assert tune.unneeded_extensions(experiment, [waiting]) == {BELOW}
+    both = _peaked_rows(experiment, [TUNING, ABOVE], best=0.09)
+    [final] = tune.choices(experiment, both, "eval_return")
+    assert (final.chosen, final.extended, final.pending) == (0.09, True, False)
+    assert [c.value for c in final.candidates] == [*RATES, 0.09, 2.7]
+    made = tuning_summary(experiment, [final]).choices[0]
+    assert (made.extension, made.extended, made.grid_edge) == ("above", True, None)
+    text = "\n".join(tuning_section(tuning_summary(experiment, [final])))
+    assert "extends it by 2 value(s) past that end" in text
+    assert f"- {made.method}: extended above the grid to 2.7; chose 0.09." in text
+    assert "| 0.09 |" in text and "| 2.7 |" in text
+
+
+def test_the_extension_stops_after_its_steps_and_says_so():
+    experiment = sweep.parse_experiment(EXTENDED.replace("best_sync_auc", "best_sync_final"))
+    rows = _peaked_rows(experiment, [TUNING, BELOW], best=1e-9)  # better the smaller, always
+    [made] = tune.choices(experiment, rows, "eval_return")
+    assert (made.chosen, made.extension) == (1.11e-7, BELOW)
+    text = "\n".join(tuning_section(tuning_summary(experiment, [made])))
+    assert "extended below the grid to 1.11e-07; chose 1.11e-07 (the extension's end" in text
+
+
+def test_a_method_whose_own_synchronous_runs_saturate_is_marked():
+    experiment = sweep.parse_experiment(IN_CELL.replace("best_sync_final_in_cell",
+                                                        "best_sync_final"))
+    rows = [row for run in experiment.group(TUNING).runs
+            for row in _saturating_rows(run.run_id, run.hparams["learning_rate"])]
+    [made] = tune.choices(experiment, pd.DataFrame(rows), "eval_return")
+    assert [c.saturated for c in made.candidates] == [False, True]
+    assert made.chosen == RATES[1] and made.saturated
+    summary = tuning_summary(experiment, [made])
+    assert summary.choices[0].saturated and summary.extend is None
+    text = "\n".join(tuning_section(summary))
+    assert "| runs | saturates | |" in text and "| 2 | yes | **chosen** |" in text
+    assert "Saturated at the chosen value" in text
+    assert parsed(Tuning, _to_json(summary)) == summary
+
+
+@pytest.mark.slow
+def test_a_tuned_sweep_runs_the_one_extension_its_choice_needs(tmp_path):
+    out = tmp_path / "extended"
+    experiment = sweep.parse_experiment(EXTENDED.replace("extend = 2", "extend = 1"))
+    summary = sweep.sweep(out, experiment, progress=False, max_runs_per_batch=4)
+    [choice] = summary.tuning.choices
+    # Two values: the choice on the grid is an end, so one extension runs, the other never.
+    ran = BELOW if choice.extension == "below" else ABOVE
+    skipped = ABOVE if ran == BELOW else BELOW
+    assert choice.extended and (out / "runs" / f"{ran}-0").is_dir()
+    assert not (out / "runs" / f"{skipped}-0").exists()
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert set(runs["run_id"]) >= {r.run_id for r in experiment.group(ran).runs}
+    assert not set(runs["run_id"]) & {r.run_id for r in experiment.group(skipped).runs}
+    assert "unfinished" not in (out / "report.md").read_text().split("\n", 1)[0]
+    studied = runs[runs["run_id"].isin({r.run_id for r in experiment.group(STUDIED).runs})]
+    assert set(studied["tuned_learning_rate"]) == {choice.chosen}
+    assert sweep.sweep(out, resume=True, progress=False).tuning == summary.tuning
+
+
+def test_protocol_1_holds_every_method_to_the_one_tuning_rule():
+    text = "protocol = 1\n" + EXTENDED.replace("best_sync_auc", "best_sync_final").replace(
+        "seeds = [5, 6]", "seeds = [5, 6, 7, 8]")
+    assert sweep.parse_experiment(text).protocol == 1
+    for old, new, message in (
+            ("best_sync_final", "best_sync_final_in_cell",
+             r"rule = 'best_sync_final_in_cell' \(the protocol's: 'best_sync_final'\)"),
+            ("extend = 2", "extend = 1", r"extend = 1 \(the protocol's: 2\)"),
+            ("seeds = [5, 6, 7, 8]", "seeds = [5, 6, 7]",
+             r"seeds = \[5, 6, 7\] \(the protocol's: at least 4\)"),
+            ("protocol = 1", "protocol = 2", r"protocol must be 1 \(the only version so far\), "
+                                             r"got 2")):
+        with pytest.raises(ValueError, match=message):
+            sweep.parse_experiment(text.replace(old, new))
+    untuned = text[:text.index("[tune]")]  # [hparams] is the table before it
+    with pytest.raises(ValueError, match=r"protocol 1 tunes every method's rate: add a \[tune\]"):
+        sweep.parse_experiment(untuned)
+
+
+def test_the_plan_says_its_extensions_run_only_where_needed():
+    plan = sweep.make_plan(sweep.parse_experiment(EXTENDED), max_runs_per_batch=4)
+    text = sweep.plan_text(plan)
+    assert f"\n{BELOW} " in text and f"\n{ABOVE} " in text
+    assert ("of which 2 extension groups (4,096 steps): each runs only if its method's choice "
+            "is that end of the grid, so at most one of each tuning group's two") in text

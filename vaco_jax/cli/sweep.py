@@ -184,8 +184,10 @@ def _print_scores(summary: Summary, out: str) -> None:
     for choice in tuning.choices if tuning else ():
         grid = ", ".join(f"{c.value:g}" for c in choice.candidates)
         edge = f"; the grid's {choice.grid_edge}" if choice.grid_edge else ""
+        extended = f"; extended {choice.extension}" if choice.extended else ""
+        saturated = "; saturates the task" if choice.saturated else ""
         print(f"  {choice.method:<32} {tuning.hparam} {choice.chosen:g} "
-              f"({tuning.rule}, of {grid}{edge})")
+              f"({tuning.rule}, of {grid}{edge}{extended}{saturated})")
     if summary.cell_rule is not None:
         print(_cell_rule_text(summary.cell_rule))
     out = plain(out)

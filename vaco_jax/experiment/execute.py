@@ -30,7 +30,8 @@ from vaco_jax.experiment.folder import (batch_dir, batch_finished, load_sweep_to
                                         record_sweep, replan_sweep, start_sweep)
 from vaco_jax.experiment.parts import Selection
 from vaco_jax.experiment.plan import Batch, Plan
-from vaco_jax.experiment.results import metrics_readable, tuning_choices, write_sweep_report
+from vaco_jax.experiment.results import (metrics_readable, tuning_choices, unneeded_extensions,
+                                         write_sweep_report)
 from vaco_jax.experiment.spec import Experiment, parse_experiment
 from vaco_jax.run.background import in_background
 from vaco_jax.run.driver import Driver, TrainingResult
@@ -276,12 +277,22 @@ def sweep(out_dir: str | os.PathLike, experiment: Experiment | None = None, *,
 
 
 def _tuned(plan: Plan, out_dir: str | os.PathLike, **options: Any) -> Plan:
-    """Runs the plan's tuning batches, then returns the plan with its other groups at the
-    values the rule chose from them (the same choice on every process: process 0's)."""
-    run_sweep(plan, out_dir, groups={g.name for g in plan.experiment.tuning_groups}, **options)
+    """Runs the plan's tuning batches, then those of the extensions its choices at the grid's
+    end need, and returns the plan with its other groups at the values the rule chose and
+    without the extensions no choice needs (the same on every process: process 0's)."""
+    experiment = plan.experiment
+    extensions = set(experiment.extended)
+    run_sweep(plan, out_dir, groups={g.name for g in experiment.tuning_groups} - extensions,
+              **options)
+    pending = from_process_0(lambda: sorted({c.extension for c in tuning_choices(plan, out_dir)
+                                             if c.pending}))
+    if pending:
+        run_sweep(plan, out_dir, groups=set(pending), **options)
     made = from_process_0(lambda: [[*c.key, c.chosen] for c in tuning_choices(plan, out_dir)])
     chosen = {(group, tuple(point)): value for group, point, value in made}  # JSON's lists
-    return dataclasses.replace(plan, experiment=tune.resolved(plan.experiment, chosen))
+    unrun = set(from_process_0(lambda: sorted(unneeded_extensions(plan, out_dir))))
+    return dataclasses.replace(plan, experiment=tune.resolved(experiment, chosen),
+                               batches=tuple(b for b in plan.batches if b.group not in unrun))
 
 
 def _plan_from_process_0(planned: Callable[[], Plan]) -> Plan:

@@ -117,10 +117,11 @@ def _tuning_name(group: Group, testbed: Testbed) -> str:
             f"e{config.epochs}m{config.minibatches}")
 
 
-def _tuning_group(name: str, group: Group, tune: tune_spec.Tune, testbed: Testbed) -> Group:
-    """Lag 0 under `fixed`: grid value x other grid point x tuning seed, seed fastest."""
+def _tuning_group(name: str, group: Group, tune: tune_spec.Tune, values: Sequence[float],
+                  testbed: Testbed) -> Group:
+    """Lag 0 under `fixed`: value x other grid point x tuning seed, seed fastest."""
     config = group.config.replace(lag_model=Fixed(), lag_preset=None)
-    points = itertools.product(tune.values, grid_points(group), tune.seeds)
+    points = itertools.product(values, grid_points(group), tune.seeds)
     runs = tuple(RunSpec(run_id=f"{name}-r{i}", seed=seed, lag=0.0,
                          hparams={tune.hparam: value, **dict(zip(group.swept, point))})
                  for i, (value, point, seed) in enumerate(points))
@@ -129,15 +130,38 @@ def _tuning_group(name: str, group: Group, tune: tune_spec.Tune, testbed: Testbe
                      testbed)
 
 
-def tuning_groups(groups: tuple[Group, ...], tune: tune_spec.Tune, testbed: Testbed
-                  ) -> tuple[tuple[Group, ...], dict[str, str]]:
+def extension_name(tuning: str, side: str) -> str:
+    """The group that extends tuning group `tuning`'s grid past its end on `side`."""
+    return f"{tuning}-{side}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningGroups:
+    """An experiment's tuning groups, the tuning group of each of its groups (`tuned_by`), and
+    with `extend` the group past each end of each tuning group's grid (`extensions`: tuning
+    group -> side -> its group), which runs only for a method whose choice is that end."""
+
+    groups: tuple[Group, ...] = ()
+    tuned_by: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    extensions: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+
+
+def tuning_groups(groups: tuple[Group, ...], tune: tune_spec.Tune,
+                  testbed: Testbed) -> TuningGroups:
     """The tuning groups of the experiment's `groups` (one per task, algorithm, config axis
-    value and forward variant, shared by its lag models), and the tuning group of each of
-    `groups`."""
+    value and forward variant, shared by its lag models), each followed by its extensions."""
     tuned_by = {g.name: _tuning_name(g, testbed) for g in groups}
     first = {name: next(g for g in groups if tuned_by[g.name] == name)
              for name in dict.fromkeys(tuned_by.values())}
+    sides = tune_spec.SIDES if tune.extend else ()
     check_num_runs(sum(len(g.runs) for g in groups) + sum(
-        len(tune.values) * len(grid_points(g)) * len(tune.seeds) for g in first.values()))
-    return (tuple(_tuning_group(name, group, tune, testbed) for name, group in first.items()),
-            tuned_by)
+        (len(tune.values) + len(sides) * tune.extend) * len(grid_points(g)) * len(tune.seeds)
+        for g in first.values()))
+    made, extensions = [], {}
+    for name, group in first.items():
+        made.append(_tuning_group(name, group, tune, tune.values, testbed))
+        extensions[name] = {side: extension_name(name, side) for side in sides}
+        made += [_tuning_group(extension_name(name, side), group, tune, tune.beyond(side),
+                               testbed) for side in sides]
+    return TuningGroups(groups=tuple(made), tuned_by=tuned_by,
+                  extensions={k: v for k, v in extensions.items() if v})

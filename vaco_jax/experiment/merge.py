@@ -184,7 +184,7 @@ def foreign_groups(part: Experiment, whole: Experiment, names: Sequence[str]) ->
     another group, or chosen by another tuning (`[tune]`, and the `[cell_rule]` and the task's
     reference score that an in-cell rule reads). Empty when every group joins `whole`."""
     whole_groups = {group.name: group for group in whole.groups}
-    tuned = set(part.tuned_by) | set(part.tuned_by.values())
+    tuned = set(part.tuned_by) | set(part.tuned_by.values()) | set(part.extended)
     foreign = {}
     declared = {group.name: group for group in part.groups}
     for name in names:

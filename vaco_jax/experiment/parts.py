@@ -107,7 +107,8 @@ class NamedGroups:
         return f"groups {', '.join(self.names)}"
 
     def groups(self, experiment: Experiment) -> tuple[Group, ...]:
-        """The named groups, in the experiment's order."""
+        """The named groups, with the extensions of a named tuning group, in the experiment's
+        order."""
         known = [g.name for g in experiment.groups]
         unknown = [name for name in self.names if name not in known]
         if unknown:
@@ -118,7 +119,8 @@ class NamedGroups:
         if untuned:
             raise ValueError(f"--groups: the named groups take their {experiment.tune.hparam} "
                              f"from tuning group(s) {untuned}; name those too")
-        return tuple(g for g in experiment.groups if g.name in self.names)
+        extensions = {e for n in self.names for e in experiment.extensions.get(n, {}).values()}
+        return tuple(g for g in experiment.groups if g.name in {*self.names, *extensions})
 
 
 def parse_part(text: str) -> Part | NamedGroups:

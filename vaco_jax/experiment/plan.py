@@ -254,6 +254,12 @@ def plan_text(plan: Plan, steps_per_second: float | None = None) -> str:
     runs = sum(len(g.runs) for g in groups)
     lines.append(f"total: {_count(runs)} runs, {_count(steps)} environment steps "
                  f"({_count(executed)} executed, with batch padding)")
+    extensions = [g for g in groups if g.name in experiment.extended]
+    if extensions:
+        extension_steps = sum(group_steps(g) for g in extensions)
+        lines.append(f"of which {len(extensions)} extension groups ({_count(extension_steps)} "
+                     f"steps): each runs only if its method's choice is that end of the "
+                     f"grid, so at most one of each tuning group's two")
     if steps_per_second is None:
         lines.append("estimated time: executed steps / R, where R is the steps/s of a batch's "
                      "runs together (give --steps-per-second R)")

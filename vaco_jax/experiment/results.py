@@ -147,13 +147,21 @@ def tuning_choices(plan: Plan, out_dir: str | os.PathLike) -> list[tune.Choice]:
     return [] if table is None else tune.choices(experiment, table, experiment.testbed.score)
 
 
+def unneeded_extensions(plan: Plan, out_dir: str | os.PathLike) -> set[str]:
+    """The extension groups that the choices made in `out_dir` leave unrun."""
+    return tune.unneeded_extensions(plan.experiment, tuning_choices(plan, out_dir))
+
+
 def resolved_plan(plan: Plan, out_dir: str | os.PathLike) -> Plan:
-    """The plan with its tuned groups at the values chosen in `out_dir` (`tune.resolved`); a
-    plan without `[tune]` as it is."""
+    """The plan with its tuned groups at the values chosen in `out_dir` (`tune.resolved`) and
+    without the batches of the extensions no choice needs; a plan without `[tune]` as it is."""
     if plan.experiment.tune is None:
         return plan
-    chosen = {c.key: c.chosen for c in tuning_choices(plan, out_dir)}
-    return dataclasses.replace(plan, experiment=tune.resolved(plan.experiment, chosen))
+    made = tuning_choices(plan, out_dir)
+    unrun = tune.unneeded_extensions(plan.experiment, made)
+    return dataclasses.replace(
+        plan, experiment=tune.resolved(plan.experiment, {c.key: c.chosen for c in made}),
+        batches=tuple(b for b in plan.batches if b.group not in unrun))
 
 
 def runs_table(plan: Plan, out_dir: str | os.PathLike) -> pd.DataFrame:
@@ -174,7 +182,7 @@ def write_sweep_report(plan: Plan, out_dir: str | os.PathLike) -> Summary:
     title says so), holding the folder's lock."""
     with folder_lock(out_dir):
         notes = [plan.part.label] if plan.part else []
-        unfinished = unfinished_groups(plan, out_dir)
+        unfinished = unfinished_groups(resolved_plan(plan, out_dir), out_dir)
         if unfinished:
             notes.append(f"unfinished: {len(unfinished)} of {len(plan.groups)} groups not "
                          f"finished, their unfinished batches left out")

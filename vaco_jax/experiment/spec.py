@@ -23,7 +23,7 @@ from vaco_jax.core.lag_models import LAG_MODELS, LagModel
 from vaco_jax.core.lag_presets import LAG_PRESETS, LagPreset
 from vaco_jax.experiment import compat, fields, tune_spec
 from vaco_jax.experiment.groups import (Group, RunSpec, _axes_part, balanced_parts, check_num_runs,
-                                       group_steps, tuning_groups, validated)
+                                       TuningGroups, group_steps, tuning_groups, validated)
 from vaco_jax.experiment.cell_rule_spec import parse_cell_rule
 from vaco_jax.infra import records
 from vaco_jax.report.summary import CellRule
@@ -32,7 +32,7 @@ from vaco_jax.testbeds import Testbed
 REFERENCE_KEY = "reference_scores"
 TOP_LEVEL_KEYS = ("name", "description", "testbed", "tasks", "algos", "seeds", "focus_algo",
                   "lag", "forward", "config", "hparams", "overrides", "tune", "cell_rule",
-                  REFERENCE_KEY)
+                  "protocol", REFERENCE_KEY)
 LAG_KEYS = ("model", "preset", "levels")
 FORWARD_KEYS = ("epochs", "minibatches")
 OVERRIDE_KEYS = ("forward", "config", "hparams")
@@ -56,6 +56,9 @@ class Experiment:
     tune: tune_spec.Tune | None = None
     tuned_by: Mapping[str, str] = dataclasses.field(default_factory=dict)  # group -> its tuning
     cell_rule: CellRule | None = None
+    # tuning group -> side -> the group that extends its grid there (`[tune] extend`)
+    extensions: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    protocol: int | None = None  # the study protocol it keeps (`tune_spec.PROTOCOL`)
     _partitions: dict[int, tuple[int, ...]] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False)
 
@@ -63,15 +66,25 @@ class Experiment:
         return next(g for g in self.groups if g.name == name)
 
     @property
+    def extended(self) -> Mapping[str, str]:
+        """Each extension group's tuning group."""
+        return {name: tuning for tuning, sides in self.extensions.items()
+                for name in sides.values()}
+
+    @property
     def tuning_groups(self) -> tuple[Group, ...]:
-        return tuple(g for g in self.groups if g.name in set(self.tuned_by.values()))
+        """The tuning groups and their extensions: every synchronous run a choice may read."""
+        names = {*self.tuned_by.values(), *self.extended}
+        return tuple(g for g in self.groups if g.name in names)
 
     @property
     def units(self) -> list[list[int]]:
-        """Groups (indices) run in one part: a tuning group with those it tunes, others alone."""
+        """Groups (indices) run in one part: a tuning group with its extensions and the groups
+        it tunes, others alone."""
         units: dict[str, list[int]] = {}
+        owner = {**self.tuned_by, **self.extended}
         for index, group in enumerate(self.groups):
-            units.setdefault(self.tuned_by.get(group.name, group.name), []).append(index)
+            units.setdefault(owner.get(group.name, group.name), []).append(index)
         return list(units.values())
 
     def partition(self, count: int) -> tuple[int, ...]:
@@ -353,6 +366,8 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
         check_num_runs(sum(_num_runs(settings[task, algo], lag, len(seeds))
                             for task in tasks for algo in algos for lag in lag_specs))
         tune = _tune(spec, testbed, settings)
+        protocol = (tune_spec.check_protocol(spec["protocol"], tune) if "protocol" in spec
+                    else None)
         with fields.context("[cell_rule]"):
             cell_rule = (parse_cell_rule(spec["cell_rule"], algos, tasks,
                                          {lv for lag in lag_specs for lv in lag.levels},
@@ -367,12 +382,13 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
                        for task in tasks for algo in algos for lag in lag_specs
                        for axes in settings[task, algo].axis_variants()
                        for epochs, minibatches in settings[task, algo].forward_variants())
-        tuned, tuned_by = tuning_groups(groups, tune, testbed) if tune else ((), {})
-        groups = tuned + groups  # the tuning runs go first
+        tuning = tuning_groups(groups, tune, testbed) if tune else TuningGroups()
+        groups = tuning.groups + groups  # the tuning runs go first
     return Experiment(name=name, description=str(spec.get("description", "")), source=text,
                       testbed=testbed, focus_algo=focus_algo,
                       reference_scores=reference_scores, groups=groups, tune=tune,
-                      tuned_by=tuned_by, cell_rule=cell_rule)
+                      tuned_by=tuning.tuned_by, cell_rule=cell_rule,
+                      extensions=tuning.extensions, protocol=protocol)
 
 
 def _tune(spec: Mapping[str, Any], testbed: Testbed,

@@ -38,15 +38,20 @@ def _defined(x: float) -> float | None:
 def summary(experiment: Experiment, made: list[tune.Choice]) -> Tuning:
     """`summary.json`'s `tuning`: the rule, the seeds and every choice."""
     rule = experiment.tune.rule
+    extend = experiment.tune.extend
     return Tuning(
         hparam=experiment.tune.hparam, rule=rule.name, statistic=rule.statistic,
         seeds=tuple(experiment.tune.seeds), column=experiment.tune.column,
+        extend=extend or None,
         choices=tuple(TuningChoice(
             method=_method(experiment, c), group=c.group, point=dict(c.point), chosen=c.chosen,
             candidates=tuple(TuningCandidate(value=k.value, iqm=_defined(k.iqm),
                                              low=_defined(k.low), high=_defined(k.high),
-                                             runs=k.runs, in_cell=k.in_cell)
-                            for k in c.candidates))
+                                             runs=k.runs, in_cell=k.in_cell,
+                                             saturated=k.saturated)
+                            for k in sorted(c.candidates, key=lambda k: k.value)),
+            extension=c.extension and c.extension.rsplit("-", 1)[1],
+            extended=c.extended if extend else None)
             for c in made))
 
 

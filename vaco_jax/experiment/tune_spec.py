@@ -4,7 +4,9 @@ says how tuning runs and chooses).
 
 A rule scores each synchronous run (`final_scores`, `auc_scores`) and picks the grid value whose
 runs have the highest IQM; `..._in_cell` rules compete only the values whose runs meet the
-experiment's `[cell_rule]` criteria.
+experiment's `[cell_rule]` criteria. With `extend`, a method whose choice is an end of the grid
+is tuned again at up to that many values beyond that end, in steps of the grid's own ratio there
+(`Tune.beyond`), and chooses among them and the grid.
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ from vaco_jax.experiment import fields
 from vaco_jax.report import scoring, stats
 from vaco_jax.testbeds import Testbed
 
-TUNE_KEYS = ("hparam", "values", "rule", "seeds")
+TUNE_KEYS = ("hparam", "values", "rule", "seeds", "extend")
 DEFAULT_HPARAM = "learning_rate"
 GROUP_PREFIX = "tune-"
+MAX_EXTENSION = 2
+"""The most grid steps a choice at the grid's end extends it by."""
+SIDES = ("below", "above")
+"""The grid's two ends, as extension groups are named."""
 FINAL_FRACTION = 0.1
 """The share of a run's last evaluations its final score averages: the report's default."""
 
@@ -77,11 +83,29 @@ class Tune:
     values: tuple[float, ...]
     rule: Rule
     seeds: tuple[int, ...]
+    extend: int = 0
 
     @property
     def column(self) -> str:
         """The runs table's column of the value each run used, tuning and tuned runs alike."""
         return f"tuned_{self.hparam}"
+
+    def edge(self, value: float) -> str | None:
+        """The end of the grid `value` is (`"below"`: its smallest, `"above"`: its largest),
+        where an extension would look; None inside the grid or without `extend`."""
+        if not self.extend:
+            return None
+        return {min(self.values): "below", max(self.values): "above"}.get(value)
+
+    def beyond(self, side: str) -> tuple[float, ...]:
+        """The `extend` values past the grid's end on `side`, nearest first, each one step of
+        the ratio between that end and its neighbour (3 significant digits): below
+        `[1e-4, 3e-4, 1e-3]` lie 3.33e-5 and 1.11e-5."""
+        ordered = sorted(self.values)
+        end, neighbour = (ordered[0], ordered[1]) if side == "below" else (ordered[-1],
+                                                                           ordered[-2])
+        return tuple(float(f"{end * (end / neighbour) ** k:.3g}")
+                     for k in range(1, self.extend + 1))
 
 
 def parse_tune(table: Any, testbed: Testbed) -> Tune:
@@ -102,7 +126,44 @@ def parse_tune(table: Any, testbed: Testbed) -> Tune:
     if any(v <= 0 for v in values):
         raise ValueError(f"values must all be positive, got {fields.quoted(list(values))}")
     rule = fields.values("rule", table["rule"], str, tuple(RULES))[0]
-    return Tune(hparam=hparam, values=values, rule=RULES[rule], seeds=fields.seeds(table["seeds"]))
+    extend = table.get("extend", 0)
+    if isinstance(extend, bool) or not isinstance(extend, int) or not 0 <= extend <= MAX_EXTENSION:
+        raise ValueError(f"extend must be a whole number of grid steps from 0 to {MAX_EXTENSION}, "
+                         f"got {fields.quoted(extend)}")
+    if extend and len(values) < 2:
+        raise ValueError("extend: a grid of one value has no step to extend it by; give at "
+                         "least two values")
+    return Tune(hparam=hparam, values=values, rule=RULES[rule],
+                seeds=fields.seeds(table["seeds"]), extend=extend)
+
+
+PROTOCOL = 1
+"""The version of the project's study protocol: an experiment that says `protocol = 1` tunes
+every method by `PROTOCOL_RULE` with at least `PROTOCOL_SEEDS` tuning seeds and the grid
+extended by `MAX_EXTENSION` values past an end its choice is (experiments/README.md, "The
+tuning rule")."""
+PROTOCOL_RULE = "best_sync_final"
+PROTOCOL_SEEDS = 4
+
+
+def check_protocol(value: Any, tune: Tune | None) -> int:
+    """The experiment's `protocol`, refused unless its `[tune]` is the protocol's rule."""
+    if isinstance(value, bool) or value != PROTOCOL:
+        raise ValueError(f"protocol must be {PROTOCOL} (the only version so far), got "
+                         f"{fields.quoted(value)}")
+    if tune is None:
+        raise ValueError(f"protocol {PROTOCOL} tunes every method's rate: add a [tune] table "
+                         f"(rule = {PROTOCOL_RULE!r}, extend = {MAX_EXTENSION}, at least "
+                         f"{PROTOCOL_SEEDS} seeds)")
+    wrong = [f"{key} = {shown!r} (the protocol's: {wanted!r})" for key, shown, wanted in (
+        ("rule", tune.rule.name, PROTOCOL_RULE), ("extend", tune.extend, MAX_EXTENSION))
+             if shown != wanted]
+    if len(tune.seeds) < PROTOCOL_SEEDS:
+        wrong.append(f"seeds = {list(tune.seeds)} (the protocol's: at least {PROTOCOL_SEEDS})")
+    if wrong:
+        raise ValueError(f"[tune]: protocol {PROTOCOL} tunes every method alike, so it sets "
+                         f"{'; '.join(wrong)}")
+    return PROTOCOL
 
 
 def check_not_fixed(tune: Tune, hparams: Mapping[str, Any], where: str) -> None:

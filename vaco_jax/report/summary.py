@@ -306,8 +306,9 @@ class FigureRecord:
 
 @dataclasses.dataclass(frozen=True)
 class TuningCandidate:
-    """One grid value of one tuned method: the rule's IQM over its synchronous runs and, for
-    a rule that chooses within the cell rule, whether they meet it."""
+    """One value of one tuned method: the rule's IQM over its synchronous runs; for a rule
+    that chooses within the cell rule, whether they meet it; for a cell rule with `max_final`,
+    whether they saturate the task."""
 
     value: float
     iqm: float | None
@@ -315,6 +316,7 @@ class TuningCandidate:
     high: float | None
     runs: int
     in_cell: bool | None = absent_when_none()
+    saturated: bool | None = absent_when_none()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,6 +328,15 @@ class TuningChoice:
     point: dict[str, float]
     chosen: float
     candidates: tuple[TuningCandidate, ...]
+    # With `[tune] extend`: the end of the grid its choice on the grid was ("below" or
+    # "above"), and whether the values beyond it ran (they are then among the candidates).
+    extension: str | None = absent_when_none()
+    extended: bool | None = absent_when_none()
+
+    @property
+    def saturated(self) -> bool | None:
+        """Whether the method's synchronous runs at its chosen value saturate the task."""
+        return next((c.saturated for c in self.candidates if c.value == self.chosen), None)
 
     @property
     def grid_edge(self) -> str | None:
@@ -347,6 +358,7 @@ class Tuning:
     seeds: tuple[int, ...]
     column: str
     choices: tuple[TuningChoice, ...]
+    extend: int | None = absent_when_none()  # grid steps past an end a choice there may take
 
 
 @dataclasses.dataclass(frozen=True)
