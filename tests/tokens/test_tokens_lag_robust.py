@@ -44,6 +44,17 @@ def test_opsm_reads_the_learners_distance_to_the_sampler():
     assert metrics["is_masked_fraction"] == 0.0
 
 
+def test_opsm_averages_each_answer_then_the_answers():
+    # Answers of 1 and 3 valid tokens, on policy (r = 1): the paper's 1/G sum_i 1/|o_i| sum_t
+    # gives each answer half the loss, -(A_1 + A_2) / 2, and each of the long answer's tokens a
+    # third of its half; a token-mean would weigh the long answer three times the short one.
+    mask = [[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
+    terms = _terms("opsm", jnp.zeros((2, 3)), mask=mask, advantages=(1.0, 0.5))
+    loss, grad, _ = _loss_and_grad("opsm", terms)
+    assert loss == pytest.approx(-(1.0 + 0.5) / 2, rel=1e-6)
+    np.testing.assert_allclose(grad, [[-1 / 2, 0, 0], [-0.5 / 6] * 3], rtol=1e-6)
+
+
 @pytest.mark.parametrize("suffix, moved", [("", "phase"), ("_behaviour", "behaviour")])
 def test_sapo_gmpo_and_kl_cov_read_the_phase_ratio_or_under_their_old_names_the_behaviour_one(
         suffix, moved):
@@ -72,10 +83,10 @@ def _first_step_gradient(batch, params, **changes):
 
 # At lag 0 on a phase's first step every ratio is 1: SAPO's gate has GRPO's slope, GMPO's
 # geometric mean GRPO's per-token gradient over each sequence's length, nothing is masked and
-# KL-Cov's penalty has zero gradient. SAPO and GMPO average over sequences.
+# KL-Cov's penalty has zero gradient. SAPO, GMPO and OPSM average over sequences.
 @pytest.mark.parametrize("algo,aggregation", [
     ("sapo", "seq-mean-token-mean"), ("gmpo", "seq-mean-token-mean"),
-    ("icepop", "token-mean"), ("opsm", "token-mean"), ("kl_cov", "token-mean")])
+    ("icepop", "token-mean"), ("opsm", "seq-mean-token-mean"), ("kl_cov", "token-mean")])
 def test_at_lag_zero_the_new_methods_step_as_grpo(fresh_batch, algo, aggregation):
     state, batch = fresh_batch
     if algo == "kl_cov":

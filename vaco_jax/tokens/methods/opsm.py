@@ -1,7 +1,8 @@
 """Off-policy sequence masking (DeepSeek-AI 2025, DeepSeek-V3.2): GRPO with every
 negative-advantage sequence dropped whose mean token log(beta / pi_theta) exceeds `opsm_delta`,
-so that the sequences that most mislead the update, stale and bad, do not push it. One file holds
-the method whole: its knob, its surrogate and its registry entry."""
+so that the sequences that most mislead the update, stale and bad, do not push it. Averaged per
+answer, then over answers, as the paper's objective writes it (1/G sum_i 1/|o_i| sum_t). One
+file holds the method whole: its knob, its surrogate and its registry entry."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def opsm(t: TokenTerms, hp):
     keep, masked = losses.off_policy_sequence_mask(
         jax.lax.stop_gradient(t.log_prob), t.behaviour_log_prob, t.advantages, hp.opsm_delta,
         t.mask)
-    # Dropped sequences stay in the mean's count, as TRL's masked GRPO loss keeps them.
+    # A dropped sequence still counts among the answers averaged, as the paper's 1/G does.
     loss, metrics = _ppo_clip(t, hp, weights=keep)
     return loss, {"clip_fraction": metrics["clip_fraction"],
                   "is_masked_fraction": masked["mask_fraction"], phase.KEPT: _kept(keep, t)}
@@ -32,6 +33,7 @@ def opsm(t: TokenTerms, hp):
 ENTRY = TokenAlgorithm(
     "opsm", group_relative, opsm, knobs=(CLIP_EPS, OPSM_DELTA),
     metrics=(CLIP_FRACTION, IS_MASKED),
+    aggregation="seq-mean-token-mean",
     description="GRPO with every negative-advantage sequence dropped whose mean token "
-                "log(beta/pi_theta) exceeds opsm_delta",
+                "log(beta/pi_theta) exceeds opsm_delta, averaged per answer then over answers",
     source="DeepSeek-AI 2025 (DeepSeek-V3.2, off-policy sequence masking)")
