@@ -93,6 +93,28 @@ def test_off_policy_sequence_mask_drops_negative_sequences_far_from_the_sampler(
     assert float(metrics["mask_fraction"]) == pytest.approx(3 / 7)
 
 
+@pytest.mark.parametrize("divergence, kept", [("k2", [1, 0, 1]), ("k3", [1, 1, 1])])
+def test_trust_region_mask_rejects_a_sequence_by_its_largest_token_divergence(call, divergence,
+                                                                              kept):
+    # log rho per token; k2 = (log rho)^2 / 2, k3 = e^x - 1 - x. Largest k2: 0.125, 0.5 (the
+    # -1.0), 0.32 (the masked -3.0 left out); largest k3: 0.149, 0.368 (e^-1 at -1), 0.186.
+    log_rho = f32([0.5, 0.1], [0.2, -1.0], [-0.8, -3.0])
+    mask = f32([1, 1], [1, 1], [1, 0])
+    keep, metrics = call(losses.trust_region_sequence_mask, log_rho, 0.4, mask=mask,
+                         divergence=divergence)
+    np.testing.assert_array_equal(keep, np.asarray(kept)[:, None] * mask)
+    largest = {"k2": [0.125, 0.5, 0.32],
+               "k3": [np.expm1(0.5) - 0.5, np.expm1(-1.0) + 1.0, np.expm1(-0.8) + 0.8]}
+    assert float(metrics["max_divergence_mean"]) == pytest.approx(np.mean(largest[divergence]),
+                                                                  rel=1e-5)
+    # k2 rejects the second sequence's 2 of the 5 valid tokens.
+    assert float(metrics["mask_fraction"]) == pytest.approx({"k2": 2 / 5, "k3": 0.0}[divergence])
+    grad = jax.grad(lambda x: losses.trust_region_sequence_mask(x, 0.4, mask)[0].sum())(log_rho)
+    np.testing.assert_array_equal(grad, 0.0)
+    with pytest.raises(ValueError, match="unknown divergence 'kl'"):
+        losses.trust_region_sequence_mask(log_rho, 0.4, divergence="kl")
+
+
 def test_covariance_selection_picks_the_largest_centred_covariances(call):
     log_prob = f32([-1.0, -2.0], [-0.5, -3.0])
     adv = f32([1.0, 1.0], [-1.0, -1.0])

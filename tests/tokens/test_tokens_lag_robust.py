@@ -86,7 +86,8 @@ def _first_step_gradient(batch, params, **changes):
 # KL-Cov's penalty has zero gradient. SAPO, GMPO and OPSM average over sequences.
 @pytest.mark.parametrize("algo,aggregation", [
     ("sapo", "seq-mean-token-mean"), ("gmpo", "seq-mean-token-mean"),
-    ("icepop", "token-mean"), ("opsm", "seq-mean-token-mean"), ("kl_cov", "token-mean")])
+    ("icepop", "token-mean"), ("opsm", "seq-mean-token-mean"), ("kl_cov", "token-mean"),
+    ("trm", "token-mean"), ("kpop", "token-mean")])
 def test_at_lag_zero_the_new_methods_step_as_grpo(fresh_batch, algo, aggregation):
     state, batch = fresh_batch
     if algo == "kl_cov":
@@ -141,3 +142,126 @@ def test_on_the_phase_ratio_a_mechanism_acts_on_the_update_and_not_on_staleness(
     value, idle = _mechanism(trainer, state, batch.replace(
         phase_log_prob=batch.phase_log_prob + shift), algo)
     assert abs(value - idle) > 1e-3, value
+
+
+def test_trm_rejects_an_answer_whole_when_one_token_leaves_its_trust_region():
+    # pi_T / beta = e^3 on the first answer's second token: k2 = 4.5 > 2.5, so that answer
+    # leaves the loss and its token count; the second (A = -1, staleness e^0.5, k2 0.125)
+    # trains by PPO-clip on the phase ratio: 1.5 on its first token, where -A r is the larger
+    # term (max(1.5, 1.2) for A < 0), so it is not clipped.
+    log_staleness = jnp.asarray([[0.0, 3.0], [0.5, 0.0]])
+    phase = jnp.zeros((2, 2))
+    log_prob = jnp.asarray([[0.0, 0.0], [np.log(1.5), 0.0]], jnp.float32)
+    terms = _terms("trm", log_prob, behaviour=phase - log_staleness, phase=phase)
+    loss, grad, metrics = _loss_and_grad("trm", terms)
+    assert loss == pytest.approx((1.5 + 1.0) / 2, rel=1e-5)  # -A r with A = -1, over 2 tokens
+    np.testing.assert_allclose(grad, [[0, 0], [1.5 / 2, 1 / 2]], rtol=1e-5)
+    assert metrics["is_masked_fraction"] == pytest.approx(0.5)
+    _, _, metrics = _loss_and_grad("trm", terms, trm_delta=5.0)
+    assert metrics["is_masked_fraction"] == 0.0
+
+
+def _verl_seq_max_k2_ppo(log_prob, old_log_prob, rollout_log_prob, advantages, mask, threshold,
+                         clip_eps=0.2):
+    """A transcription, in numpy, of verl's decoupled-mode loss under `rollout_rs="seq_max_k2"`
+    (`rollout_corr_helper.compute_rollout_rejection_mask` then the vanilla PPO policy loss,
+    `loss_agg_mode="token-mean"`): the response mask multiplied by the per-sequence keep."""
+    log_ratio = np.clip(old_log_prob - rollout_log_prob, -20.0, 20.0)
+    k2 = 0.5 * log_ratio ** 2
+    seq_max = np.where(mask > 0, k2, -np.inf).max(axis=-1)
+    response_mask = mask * (seq_max <= threshold)[:, None]
+    ratio = np.exp(log_prob - old_log_prob)
+    adv = advantages[:, None]
+    pg = np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - clip_eps, 1 + clip_eps))
+    return (pg * response_mask).sum() / max(response_mask.sum(), 1)
+
+
+def test_trm_matches_a_transcription_of_its_authors_code_on_random_batches():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        shape = (6, 5)
+        log_prob = rng.normal(-1.0, 0.5, shape)
+        phase = log_prob + rng.normal(0.0, 0.2, shape)
+        behaviour = phase + rng.normal(0.0, 1.5, shape)
+        advantages = rng.normal(size=6)
+        mask = (rng.random(shape) < 0.8).astype(float)
+        mask[:, 0] = 1.0
+        terms = _terms("trm", jnp.asarray(log_prob, jnp.float32), behaviour=behaviour,
+                       phase=phase, advantages=jnp.asarray(advantages, jnp.float32), mask=mask)
+        loss, _, _ = _loss_and_grad("trm", terms)
+        expected = _verl_seq_max_k2_ppo(log_prob, phase, behaviour, advantages, mask, 2.5)
+        assert loss == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def _bernoulli_kl(log_p, log_q, eps=1e-8):
+    p, q = np.clip(np.exp(log_p), eps, 1 - eps), np.clip(np.exp(log_q), eps, 1 - eps)
+    return p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
+
+
+def test_kpop_masks_a_token_by_its_symmetric_bernoulli_kl_and_weights_the_rest():
+    # pi_T = 0.5 on every token; beta 0.5 (KL 0), 0.25 (KL_B 0.13 / 0.14) and 0.001 (KL_B 2.76
+    # one way, past 2): weights pi_T/beta 1, 2 and 0 (masked, kept in the count of 4).
+    phase = jnp.full((2, 2), np.log(0.5), jnp.float32)
+    behaviour = jnp.log(jnp.asarray([[0.5, 0.25], [0.001, 0.5]]))
+    terms = _terms("kpop", phase, behaviour=behaviour, phase=phase)
+    loss, grad, metrics = _loss_and_grad("kpop", terms)
+    assert _bernoulli_kl(np.log(0.5), np.log(0.001)) > 2.0 > _bernoulli_kl(np.log(0.001),
+                                                                          np.log(0.5))
+    # r = 1 everywhere: -A w / 4 with A = +1, -1 per answer.
+    assert loss == pytest.approx(-(1.0 + 2.0) / 4 + (0.0 + 1.0) / 4, rel=1e-5)
+    np.testing.assert_allclose(grad, [[-0.25, -0.5], [0.0, 0.25]], rtol=1e-5)
+    assert metrics["is_masked_fraction"] == pytest.approx(0.25)
+    assert metrics["is_weight_mean"] == pytest.approx(4 / 4)
+
+
+def _areal_kpop_loss(log_prob, prox, behave, advantages, mask, phi, eps_clip=0.2):
+    """A transcription, in numpy, of AReaL's `ppo_actor_loss_fn` with `rejection_sampling` at
+    token level, `action="mask"`, `metric="binary_kl"` (`apply_rejection_sampling`,
+    `compute_binary_kl_divergence`): weight pi_prox/beta, 0 where masked, token count taken
+    before the mask."""
+    metric = np.maximum(_bernoulli_kl(prox, behave), _bernoulli_kl(behave, prox))
+    updated = (mask > 0) & (metric <= phi)
+    weight = np.where(updated, np.exp(prox - behave), 0.0)
+    ratio = np.exp(log_prob - prox)
+    adv = advantages[:, None]
+    pg = np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - eps_clip, 1 + eps_clip)) * weight
+    return np.where(updated, pg, 0.0).sum() / max(int((mask > 0).sum()), 1)
+
+
+def test_kpop_matches_a_transcription_of_areal_on_random_batches():
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        shape = (6, 5)
+        prox = np.log(rng.uniform(0.02, 0.98, shape))
+        behave = np.log(rng.uniform(0.02, 0.98, shape))
+        log_prob = prox + rng.normal(0.0, 0.2, shape)
+        advantages = rng.normal(size=6)
+        mask = (rng.random(shape) < 0.8).astype(float)
+        terms = _terms("kpop", jnp.asarray(log_prob, jnp.float32), behaviour=behave, phase=prox,
+                       advantages=jnp.asarray(advantages, jnp.float32), mask=mask)
+        loss, _, _ = _loss_and_grad("kpop", terms, kpop_phi=0.3)
+        expected = _areal_kpop_loss(log_prob, prox, behave, advantages, mask, 0.3)
+        assert loss == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def test_kpops_mask_is_not_dppos_binary_kl_trust_region():
+    # DPPO masks by the learner's own move from the old policy (here the sampler's), one way
+    # and by the advantage's sign; KPop by the gap between pi_T and the sampler, both ways,
+    # whatever the learner does. A = +1 on the first answer, -1 on the second.
+    half = np.log(0.5)
+
+    def masked(algo, log_prob, behaviour, phase, **hparams):
+        terms = _terms(algo, jnp.asarray(log_prob, jnp.float32), behaviour=behaviour,
+                       phase=phase)
+        return _loss_and_grad(algo, terms, **hparams)[2]["is_masked_fraction"]
+
+    # The sampler far below pi_T on a negative answer's token, the learner still at pi_T (above
+    # the sampler, the way a negative advantage does not push): KPop masks it, DPPO does not.
+    sampler_far = jnp.log(jnp.asarray([[0.5, 0.5], [0.001, 0.5]]))
+    assert masked("kpop", jnp.full((2, 2), half), sampler_far, half, kpop_phi=0.05) == 0.25
+    assert masked("dppo_binary_kl", jnp.full((2, 2), half), sampler_far, half) == 0.0
+    # The learner moved far up on a positive answer's token, pi_T and the sampler equal: DPPO
+    # masks it, KPop does not.
+    moved = [[np.log(0.999), half], [half, half]]
+    assert masked("kpop", moved, half, half, kpop_phi=0.05) == 0.0
+    assert masked("dppo_binary_kl", moved, half, half) == 0.25

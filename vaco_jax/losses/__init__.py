@@ -33,6 +33,7 @@ from vaco_jax.losses.lag_robust import (
     kl_cov_loss,
     off_policy_sequence_mask,
     sapo_loss,
+    trust_region_sequence_mask,
 )
 from vaco_jax.losses.optim import (
     clip_by_global_norm_per_subtree,
@@ -97,6 +98,7 @@ __all__ = [
     "masked_is_weights",
     "median_and_p90",
     "off_policy_sequence_mask",
+    "trust_region_sequence_mask",
     "policy_gradient_loss",
     "ppo_clip_loss",
     "ppo_kl_loss",

@@ -1,6 +1,7 @@
 """Surrogates and stabilisers of lag-robust policy-gradient methods of 2025-26: SAPO's soft gate,
-GMPO's geometric mean, DeepSeek-V3.2's off-policy sequence mask and KL-Cov's covariance-selected
-penalty (IcePop's masked importance weight is `filters.masked_is_weights`).
+GMPO's geometric mean, DeepSeek-V3.2's off-policy sequence mask, Trust Region Masking's
+sequence rejection and KL-Cov's covariance-selected penalty (IcePop's masked importance weight is
+`filters.masked_is_weights`).
 
 The conventions are `vaco_jax.losses.surrogates`': log-space ratios clamped to `MAX_LOG_RATIO`,
 stop-gradient advantages, weights and masks, invalid elements out of the loss and its gradient,
@@ -138,6 +139,52 @@ def off_policy_sequence_mask(
     keep = valid & ~dropped[..., None]
     return (jax.lax.stop_gradient(keep.astype(log_prob.dtype)),
             {"mask_fraction": _fraction(~keep, valid)})
+
+
+TOKEN_DIVERGENCES = ("k2", "k3")
+"""Per-token divergence estimates of `log rho`: `k2 = (log rho)^2 / 2`, `k3 = rho - 1 - log rho`."""
+TRM_MAX_LOG_RATIO = 20.0
+"""verl clamps `log rho` to this before either estimate."""
+
+
+def trust_region_sequence_mask(
+    log_ratio: ArrayLike,
+    delta: ArrayLike,
+    mask: ArrayLike | None = None,
+    divergence: str = "k2",
+) -> tuple[Array, Metrics]:
+    """Trust Region Masking (Li et al. 2025): a sequence any of whose tokens' divergence
+    estimate exceeds `delta` is rejected whole, whatever its advantage.
+
+    Its bounds on the surrogate's error grow with the largest token divergence along a
+    sequence, which no per-token clip controls; rejecting the sequence does.
+
+    Args:
+      log_ratio: per-token `log rho`, the policy the update starts from over the sampler
+        (`log pi_T - log beta`), `[..., L]`; read stop-gradient, clamped to +-20.
+      delta: the bound on the sequence's largest per-token estimate, a float or traced scalar.
+      mask: optional token validity mask `[..., L]`.
+      divergence: `"k2"` (`(log rho)^2 / 2`) or `"k3"` (`rho - 1 - log rho`).
+
+    Returns:
+      `(keep, metrics)`: `keep` a stop-gradient float 0/1 array `[..., L]`, already multiplied
+      by `mask`; metrics `mask_fraction` (valid tokens in rejected sequences) and
+      `max_divergence_mean` (the mean over sequences with a valid token of their largest
+      estimate).
+    """
+    if divergence not in TOKEN_DIVERGENCES:
+        raise ValueError(f"unknown divergence {divergence!r}; expected one of "
+                         f"{TOKEN_DIVERGENCES}")
+    valid, log_ratio = validate_and_mask(mask, log_ratio=log_ratio)
+    log_rho = jnp.clip(jax.lax.stop_gradient(log_ratio), -TRM_MAX_LOG_RATIO, TRM_MAX_LOG_RATIO)
+    estimate = 0.5 * log_rho ** 2 if divergence == "k2" else jnp.expm1(log_rho) - log_rho
+    largest = jnp.where(valid, estimate, 0.0).max(axis=-1)  # every estimate is >= 0
+    keep = valid & (largest <= delta)[..., None]
+    has_token = valid.any(axis=-1)
+    return (jax.lax.stop_gradient(keep.astype(log_rho.dtype)),
+            {"mask_fraction": _fraction(~keep, valid),
+             "max_divergence_mean": jnp.sum(jnp.where(has_token, largest, 0.0))
+             / jnp.maximum(has_token.sum(), 1)})
 
 
 def covariance_top_mask(
