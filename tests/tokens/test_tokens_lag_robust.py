@@ -87,7 +87,7 @@ def _first_step_gradient(batch, params, **changes):
 @pytest.mark.parametrize("algo,aggregation", [
     ("sapo", "seq-mean-token-mean"), ("gmpo", "seq-mean-token-mean"),
     ("icepop", "token-mean"), ("opsm", "seq-mean-token-mean"), ("kl_cov", "token-mean"),
-    ("trm", "token-mean"), ("kpop", "token-mean")])
+    ("trm", "token-mean"), ("kpop", "token-mean"), ("a3po", "token-mean")])
 def test_at_lag_zero_the_new_methods_step_as_grpo(fresh_batch, algo, aggregation):
     state, batch = fresh_batch
     if algo == "kl_cov":
@@ -265,3 +265,147 @@ def test_kpops_mask_is_not_dppos_binary_kl_trust_region():
     moved = [[np.log(0.999), half], [half, half]]
     assert masked("kpop", moved, half, half, kpop_phi=0.05) == 0.0
     assert masked("dppo_binary_kl", moved, half, half) == 0.25
+
+
+def test_a3po_interpolates_the_proximal_policy_by_each_tokens_staleness():
+    # One version behind (alpha 1/2): with pi_theta/beta = 4, pi_prox/beta = 2 and the PPO ratio
+    # pi_theta/pi_prox = 2, clipped at 1.2 for A = +1: loss -2 * 1.2 on that token, no gradient.
+    # Fresh tokens (alpha 0): the behaviour ratio, here 1, unweighted.
+    behaviour = jnp.zeros((2, 2))
+    log_prob = jnp.asarray([[np.log(4.0), 0.0], [0.0, 0.0]], jnp.float32)
+    gap = jnp.asarray([[1.0, 0.0], [0.0, 0.0]])
+    terms = _terms("a3po", log_prob, behaviour=behaviour, version_gap=gap)
+    loss, grad, metrics = _loss_and_grad("a3po", terms)
+    assert loss == pytest.approx(-(2 * 1.2 + 1.0) / 4 + (1.0 + 1.0) / 4, rel=1e-5)
+    np.testing.assert_allclose(grad, [[0.0, -0.25], [0.25, 0.25]], rtol=1e-5)
+    assert metrics["is_weight_mean"] == pytest.approx((2 + 1 + 1 + 1) / 4)
+
+
+def _areal_a3po_loss(log_prob, behave, versions, current_version, advantages, mask,
+                     eps_clip=0.2):
+    """A transcription, in numpy, of AReaL's decoupled loss with `prox_logp_method="loglinear"`
+    (`compute_prox_logp_approximations`, then `ppo_actor_loss_fn` with the behaviour weight
+    applied uncapped, as the paper's code does)."""
+    v_prox, v_theta = current_version - 1, float(current_version)
+    diff = v_theta - versions
+    alpha = np.clip(np.where(diff > 0, (v_prox - versions) / np.where(diff > 0, diff, 1), 0),
+                    0.0, 1.0)
+    prox = behave + alpha * (log_prob - behave)
+    weight = np.exp(prox - behave)
+    ratio = np.exp(log_prob - prox)
+    adv = advantages[:, None]
+    pg = np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - eps_clip, 1 + eps_clip)) * weight
+    return np.where(mask > 0, pg, 0.0).sum() / max(int((mask > 0).sum()), 1)
+
+
+def test_a3po_matches_a_transcription_of_areal_on_random_batches():
+    rng = np.random.default_rng(2)
+    learner = 40  # the phase's learner's version; AReaL's current_version is one more
+    for _ in range(20):
+        shape = (6, 5)
+        behave = rng.normal(-1.5, 0.5, shape)
+        log_prob = behave + rng.normal(0.0, 0.4, shape)
+        gap = rng.integers(0, 9, size=(6, 1)).astype(float) * np.ones(shape)
+        advantages = rng.normal(size=6)
+        mask = (rng.random(shape) < 0.8).astype(float)
+        terms = _terms("a3po", jnp.asarray(log_prob, jnp.float32), behaviour=behave,
+                       advantages=jnp.asarray(advantages, jnp.float32), mask=mask,
+                       version_gap=gap)
+        loss, _, _ = _loss_and_grad("a3po", terms)
+        expected = _areal_a3po_loss(log_prob, behave, learner - gap, learner + 1, advantages,
+                                    mask)
+        assert loss == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def test_gepo_divides_each_answers_probability_by_its_groups_expectation():
+    # One group; answers of two tokens at per-token probability 0.5 and 0.4 under both the
+    # learner and the sampler: E_q[q] = (0.25 + 0.16) / 0.9, weights 0.5 / E and 0.4 / E,
+    # inside the clip [0.8, 1.2], so the loss is -mean(w A) and d loss / d log pi_t = -w A /
+    # (2 answers x 2 tokens).
+    log_prob = jnp.log(jnp.asarray([[0.5, 0.5], [0.4, 0.4]]))
+    terms = _terms("gepo", log_prob, behaviour=log_prob)
+    loss, grad, metrics = _loss_and_grad("gepo", terms)
+    expectation = (0.25 + 0.16) / 0.9
+    w = np.asarray([0.5, 0.4]) / expectation
+    assert loss == pytest.approx(-(w[0] - w[1]) / 2, rel=1e-5)
+    np.testing.assert_allclose(grad, [[-w[0] / 4] * 2, [w[1] / 4] * 2], rtol=1e-5)
+    assert metrics["clip_fraction"] == 0.0
+
+
+def _heterorl_gepo_loss(log_prob, sampler_log_prob, advantages, mask, eps=0.2):
+    """A transcription, in numpy, of HeteroRL's `OnlineRLTrainer._compute_loss` at
+    `loss_type="gepo"` on one micro-batch (one prompt group in the authors' config)."""
+    length = np.maximum(mask.sum(1), 1.0)
+    learner = np.exp((log_prob * mask).sum(1) / length)
+    sampler = np.exp((sampler_log_prob * mask).sum(1) / length)
+    normalised = sampler / sampler.sum()
+    coef_1 = learner / (normalised * sampler).sum()
+    coef_2 = np.clip(coef_1, 1 - eps, 1 + eps)
+    return (-np.minimum(coef_1 * advantages, coef_2 * advantages)).mean()
+
+
+def test_gepo_matches_a_transcription_of_its_authors_code_group_by_group():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        shape = (8, 5)  # two groups of four answers
+        behaviour = np.log(rng.uniform(0.2, 0.9, shape))
+        log_prob = behaviour + rng.normal(0.0, 0.1, shape)
+        advantages = rng.normal(size=8)
+        mask = (rng.random(shape) < 0.8).astype(float)
+        mask[:, 0] = 1.0
+        terms = _terms("gepo", jnp.asarray(log_prob, jnp.float32), behaviour=behaviour,
+                       advantages=jnp.asarray(advantages, jnp.float32), mask=mask)
+        terms = terms.replace(group=jnp.repeat(jnp.arange(2, dtype=jnp.int32), 4), num_groups=2)
+        loss, _, _ = _loss_and_grad("gepo", terms)
+        halves = [_heterorl_gepo_loss(log_prob[g], behaviour[g], advantages[g], mask[g])
+                  for g in (slice(0, 4), slice(4, 8))]
+        assert loss == pytest.approx(np.mean(halves), rel=1e-4, abs=1e-6)
+
+
+def test_stable_reinforce_normalises_over_the_batch_and_zeroes_the_outliers():
+    from vaco_jax.tokens.methods.stable_reinforce import filtered_batch_advantages
+    from vaco_jax.tokens.surrogates import AdvantageInputs
+
+    def advantages(reward):
+        reward = jnp.asarray(reward, jnp.float32)
+        return np.asarray(filtered_batch_advantages(AdvantageInputs(
+            reward=reward, log_staleness=jnp.zeros_like(reward), scale_by_std=True,
+            sequence_grad_sq_norms=lambda: jnp.zeros_like(reward))))
+    # Two groups, one success in eight: batch mean 1/8, std sqrt(7)/8, so the success's z is
+    # sqrt(7) = 2.65 (kept) and each failure's -1/sqrt(7); groups are not normalised apart.
+    one = advantages([[1, 0, 0, 0], [0, 0, 0, 0]])
+    np.testing.assert_allclose(one, [[np.sqrt(7), *[-1 / np.sqrt(7)] * 3],
+                                     [-1 / np.sqrt(7)] * 4], rtol=1e-5, atol=1e-6)
+    # One success in sixteen: z = sqrt(15) = 3.87 lies outside mean +- 3 (mean 1/16): zeroed,
+    # the rare success teaches nothing.
+    rare = advantages([[1] + [0] * 7, [0] * 8])
+    assert rare[0, 0] == 0.0
+    np.testing.assert_allclose(rare.ravel()[1:], -1 / np.sqrt(15), rtol=1e-5)
+
+
+def _openrlhf_policy_loss(log_prob, old_log_prob, advantages, mask, eps=0.2):
+    """A transcription, in numpy, of the authors' `PolicyLoss.forward` (`openrlhf/models/
+    loss.py`): the log-ratio clamped to [log 1e-3, log 1e3] before `exp`, PPO-clip, the masked
+    mean per answer, then the mean over answers."""
+    log_diff = np.clip(log_prob - old_log_prob, np.log(1e-3), np.log(1e3))
+    ratio = np.exp(log_diff)
+    adv = advantages[:, None]
+    loss = -np.minimum(ratio * adv, np.clip(ratio, 1 - eps, 1 + eps) * adv)
+    return ((loss * mask).sum(1) / mask.sum(1)).mean()
+
+
+def test_stable_reinforce_matches_a_transcription_of_its_authors_loss():
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        shape = (6, 5)
+        phase = rng.normal(-1.5, 0.5, shape)
+        log_prob = phase + rng.normal(0.0, 4.0, shape)  # some past the pre-clip's 6.9 nats
+        advantages = rng.normal(size=6)
+        mask = (rng.random(shape) < 0.8).astype(float)
+        mask[:, 0] = 1.0
+        terms = _terms("stable_reinforce", jnp.asarray(log_prob, jnp.float32),
+                       behaviour=phase - 3.0, phase=phase,
+                       advantages=jnp.asarray(advantages, jnp.float32), mask=mask)
+        loss, _, _ = _loss_and_grad("stable_reinforce", terms)
+        expected = _openrlhf_policy_loss(log_prob, phase, advantages, mask)
+        assert loss == pytest.approx(expected, rel=1e-4, abs=1e-5)

@@ -143,8 +143,6 @@ def off_policy_sequence_mask(
 
 TOKEN_DIVERGENCES = ("k2", "k3")
 """Per-token divergence estimates of `log rho`: `k2 = (log rho)^2 / 2`, `k3 = rho - 1 - log rho`."""
-TRM_MAX_LOG_RATIO = 20.0
-"""verl clamps `log rho` to this before either estimate."""
 
 
 def trust_region_sequence_mask(
@@ -161,7 +159,8 @@ def trust_region_sequence_mask(
 
     Args:
       log_ratio: per-token `log rho`, the policy the update starts from over the sampler
-        (`log pi_T - log beta`), `[..., L]`; read stop-gradient, clamped to +-20.
+        (`log pi_T - log beta`), `[..., L]`; read stop-gradient, clamped to +-20 as verl
+        clamps it (`MAX_LOG_RATIO`).
       delta: the bound on the sequence's largest per-token estimate, a float or traced scalar.
       mask: optional token validity mask `[..., L]`.
       divergence: `"k2"` (`(log rho)^2 / 2`) or `"k3"` (`rho - 1 - log rho`).
@@ -176,7 +175,7 @@ def trust_region_sequence_mask(
         raise ValueError(f"unknown divergence {divergence!r}; expected one of "
                          f"{TOKEN_DIVERGENCES}")
     valid, log_ratio = validate_and_mask(mask, log_ratio=log_ratio)
-    log_rho = jnp.clip(jax.lax.stop_gradient(log_ratio), -TRM_MAX_LOG_RATIO, TRM_MAX_LOG_RATIO)
+    log_rho = clamp_log_ratio(jax.lax.stop_gradient(log_ratio))
     estimate = 0.5 * log_rho ** 2 if divergence == "k2" else jnp.expm1(log_rho) - log_rho
     largest = jnp.where(valid, estimate, 0.0).max(axis=-1)  # every estimate is >= 0
     keep = valid & (largest <= delta)[..., None]

@@ -149,8 +149,8 @@ ESS_TARGET = Knob("ess_target", 1.0, "vcpo, vcpo_ess_only: the ESS ratio below w
                   "shrinks (VCPO's ess_0)", "(0, 1]")
 
 # ---------------------------------------------------------------------------- metrics
-CLIP_FRACTION = Metric("clip_fraction", "valid tokens (sequences for gspo) whose gradient a "
-                       "clip zeroes or bounds")
+CLIP_FRACTION = Metric("clip_fraction", "valid tokens (sequences for gspo and gepo) whose "
+                       "gradient a clip zeroes or bounds")
 IS_WEIGHT_MEAN = Metric("is_weight_mean", "the mean importance weight applied (truncated, "
                         "masked or tapered)")
 IS_TRUNCATED = Metric("is_truncated_fraction", "valid tokens (sequences for vcpo) whose weight "
