@@ -15,6 +15,7 @@ forward, `named(config.testbed)`, and the registry sits just above the two testb
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Mapping
 from typing import Any, Callable, Generic
 
 from vaco_jax.control import envs
@@ -80,6 +81,9 @@ class Testbed(Generic[ConfigT, HParamsT, StateT, PolicyT]):
     knobs: Callable[[ConfigT], frozenset[str]]
     # Config values a task brings unless an experiment sets them.
     task_defaults: Callable[[str], dict[str, Any]]
+    # `(algo, values, pinned) -> values`: the config values an algorithm's authors run it at,
+    # over a run's `values` but those `pinned` for the algorithm itself.
+    algorithm_setting: Callable[[str, Mapping[str, Any], Collection[str]], dict[str, Any]]
     reference: Callable[[ConfigT], Reference | None]  # of a config's score, where one is known
 
     @property
@@ -107,6 +111,7 @@ CONTROL: Testbed[ControlConfig, ControlHParams, control_train.ControlState, Poli
     algorithms=lambda: tuple(ALGORITHMS), registered_by=ALGORITHMS.registered_by,
     mechanisms=control_train.algorithm_mechanisms, knobs=control_config.knobs,
     task_defaults=_control_task_defaults,
+    algorithm_setting=lambda algo, values, pinned: {},
     reference=_control_reference)
 TOKENS: Testbed[TokenConfig, TokenHParams, token_train.TokenState, Params] = Testbed(
     config=TokenConfig, hparams=TokenHParams, state=token_train.TokenState, validate=token_config.validate,
@@ -114,7 +119,7 @@ TOKENS: Testbed[TokenConfig, TokenHParams, token_train.TokenState, Params] = Tes
     steps_name="sampled responses", task_field="task", tasks=lambda: tuple(TASKS),
     algorithms=lambda: tuple(TOKEN_ALGORITHMS), registered_by=TOKEN_ALGORITHMS.registered_by,
     mechanisms=token_train.algorithm_mechanisms, knobs=token_config.knobs,
-    task_defaults=lambda task: {},
+    task_defaults=lambda task: {}, algorithm_setting=token_config.algorithm_setting,
     reference=lambda config: Reference(1.0, "maximum (every held-out answer exact)"))
 AnyTestbed = Testbed[Any, Any, Any, Any]
 """A testbed of the registry, whichever: the layers above read a run's testbed off its config."""

@@ -414,3 +414,33 @@ def test_the_plan_says_its_extensions_run_only_where_needed():
     assert f"\n{BELOW} " in text and f"\n{ABOVE} " in text
     assert ("of which 2 extension groups (4,096 steps): each runs only if its method's choice "
             "is that end of the grid, so at most one of each tuning group's two") in text
+
+
+def test_an_algorithms_own_setting_applies_unless_its_overrides_pin_the_field():
+    text = """
+name = "vcpo_setting"
+testbed = "tokens"
+tasks = ["add"]
+algos = ["grpo", "vcpo", "vcpo_ess_only"]
+seeds = 1
+[lag]
+model = "fixed"
+levels = [0]
+[config]
+prompts = 8
+group_size = 8
+num_updates = 2
+eval_every = 1
+[overrides.vcpo_ess_only.config]
+group_size = 8
+"""
+    experiment = sweep.parse_experiment(text)
+    shape = {g.config.algo: (g.config.optimizer, g.config.group_size, g.config.prompts)
+             for g in experiment.groups}
+    # VCPO keeps the 64 samples per update in groups of 16; its ablation's pinned group stays.
+    assert shape == {"grpo": ("adam", 8, 8), "vcpo": ("adamw", 16, 4),
+                     "vcpo_ess_only": ("adamw", 8, 8)}
+    with pytest.raises(ValueError, match=r"group add-vcpo-e1m1: vcpo runs at group_size=16 as "
+                                         r"its authors do, keeping the run's samples per update, "
+                                         r"but prompts x group_size = 24 is not a multiple of it"):
+        sweep.parse_experiment(text.replace("prompts = 8", "prompts = 3"))

@@ -120,3 +120,18 @@ def test_the_in_flight_cache_is_chosen_on_the_command_line(capsys):
     err = capsys.readouterr().err
     assert "--in-flight-cache: invalid choice: 'engine'" in err
     assert "per_snapshot" in err and "shared" in err
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--algo", "vcpo"], ("adamw", 16, 4)),  # the authors' optimiser and group, 64 samples kept
+    (["--algo", "vcpo", "--group-size", "8"], ("adamw", 8, 8)),  # a flag pins its field
+    (["--algo", "vcpo", "--optimizer", "adam", "--prompts", "16"], ("adam", 16, 16)),
+    (["--algo", "vcpo_grpo_setting"], ("adam", 8, 8)),  # the form before 2026-12-07
+    (["--algo", "grpo"], ("adam", 8, 8)),
+])
+def test_vcpo_runs_at_its_authors_optimiser_and_group_size_unless_a_flag_says_otherwise(
+        flags, expected):
+    parser = argparse.ArgumentParser()
+    tokens_cli.add_arguments(parser)
+    config, hparams = tokens_cli.build(parser.parse_args(flags))
+    assert (config.optimizer, config.group_size, config.prompts) == expected

@@ -14,7 +14,7 @@ from vaco_jax import losses
 from vaco_jax.tokens.algorithms import (ALGORITHMS, IS_LEVELS, ROLLOUT_IS, TV_REFERENCES,
                                         TV_SCOPES)
 from vaco_jax.tokens.config import (GROUP_UNITS, IN_FLIGHT_CACHES, OPTIMIZERS, TokenConfig,
-                                    TokenHParams)
+                                    TokenHParams, algorithm_setting)
 from vaco_jax.tokens.tasks import REWARD_ON, TASKS
 from vaco_jax.run.warm_start import default_cache_dir
 from vaco_jax.tokens.warm_start import PRESETS, WarmStart
@@ -58,10 +58,14 @@ def _flags() -> dict[str, Flag]:
         "heads": Flag("attention heads"),
         "context": Flag("context length, tokens (prompt + response)"),
         "response_slack": Flag("tokens a response may run beyond the answer's length"),
-        "prompts": Flag("prompts per update (P)"),
-        "group_size": Flag("samples per prompt (G)"),
-        "optimizer": Flag("adam, or adamw with decoupled weight decay (hparam weight_decay, 0.1; "
-                          "VCPO's scripts: adamw with --group-size 16)", choices=OPTIMIZERS),
+        # Left unset unless given, so that an algorithm's own setting applies (vcpo's).
+        "prompts": Flag("prompts per update (P; default 8, or what the algorithm's own group size "
+                        "leaves of 64 samples)", default=None),
+        "group_size": Flag("samples per prompt (G; default 8, or the algorithm's own: vcpo's "
+                           "16)", default=None),
+        "optimizer": Flag("adam, or adamw with decoupled weight decay (hparam weight_decay, 0.1); "
+                          "default adam, or the algorithm's own: vcpo's adamw",
+                          choices=OPTIMIZERS, default=None),
         "group_unit": Flag("who draws its own stale policy: a prompt's group or each sample",
                            choices=GROUP_UNITS),
         "scale_advantages_by_std": Flag("group-relative advantages divided by their group's "
@@ -124,8 +128,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build(args: argparse.Namespace) -> tuple[TokenConfig, TokenHParams]:
-    """The config and hyper-parameters the flags of `add_arguments` give."""
-    config = TokenConfig(**config_values(args, TokenConfig, COMPOSED), **args.lag.config_fields(),
+    """The config and hyper-parameters the flags of `add_arguments` give: the algorithm's own
+    setting (`algorithm_setting`) where no flag sets a field."""
+    given = config_values(args, TokenConfig, COMPOSED)
+    setting = algorithm_setting(given.get("algo", TokenConfig.algo), given, pinned=given)
+    config = TokenConfig(**given, **setting, **args.lag.config_fields(),
                          warm_start=_warm_start(args))
     return config, TokenHParams.create(lag=args.lag.level, **dict(args.hparam))
 

@@ -247,6 +247,7 @@ class _Settings:
     config: Mapping[str, Any]
     hparams: Mapping[str, float | tuple[float, ...]]
     forward: Mapping[str, tuple[int, ...]]
+    pinned: frozenset[str] = frozenset()  # config fields the algorithm's own overrides set
 
     def forward_variants(self) -> list[tuple[int, int]]:
         """Every (epochs, minibatches) pair; an unset axis takes the testbed config's default."""
@@ -262,13 +263,16 @@ class _Settings:
         return [dict(zip(fields, values))
                 for values in itertools.product(*(self.config[f] for f in fields))]
 
-    def overridden(self, override: Mapping[str, Any]) -> "_Settings":
+    def overridden(self, override: Mapping[str, Any], *, pins: bool = False) -> "_Settings":
+        """With the values `override` sets; with `pins` (an algorithm's), its config fields
+        are pinned against the algorithm's own setting."""
         fields.check_keys(override, OVERRIDE_KEYS)
         config = _config_values(fields.table(override, "config"), self.testbed)
         hparams = _hparam_values(fields.table(override, "hparams"), self.testbed)
         return _Settings(testbed=self.testbed, config={**self.config, **config},
                          hparams={**self.hparams, **hparams},
-                         forward={**self.forward, **_forward_values(fields.table(override, "forward"))})
+                         forward={**self.forward, **_forward_values(fields.table(override, "forward"))},
+                         pinned=self.pinned | (frozenset(config) if pins else frozenset()))
 
 
 def _num_runs(settings: _Settings, lag: _LagSpec, num_seeds: int) -> int:
@@ -297,7 +301,9 @@ def _group(task: str, algo: str, epochs: int, minibatches: int, lag: _LagSpec,
                                                  for s in lag_specs):
         shared.pop("lag_probabilities", None)
     with fields.context(f"group {name}"):
-        config = testbed.config.from_dict({**testbed.task_defaults(task), **shared,
+        shared = {**testbed.task_defaults(task), **shared}
+        shared.update(testbed.algorithm_setting(algo, shared, settings.pinned))
+        config = testbed.config.from_dict({**shared,
                                            testbed.task_field: task, "algo": algo,
                                            "lag_model": lag.model.name,
                                            "lag_preset": lag.preset.name if lag.preset else None,
@@ -362,7 +368,8 @@ def parse_experiment(text: str, name: str = "experiment") -> Experiment:
                 per_task = shared.overridden(fields.table(overrides, task))
             for algo in algos:
                 with fields.context(f"[overrides.{algo}]"):
-                    settings[task, algo] = per_task.overridden(fields.table(overrides, algo))
+                    settings[task, algo] = per_task.overridden(fields.table(overrides, algo),
+                                                               pins=True)
         check_num_runs(sum(_num_runs(settings[task, algo], lag, len(seeds))
                             for task in tasks for algo in algos for lag in lag_specs))
         tune = _tune(spec, testbed, settings)

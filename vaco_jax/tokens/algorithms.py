@@ -22,6 +22,8 @@ the ratios named there; those of the lag-robust methods of 2025-26 (`sapo`, `gmp
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from vaco_jax.core import knobs
 from vaco_jax.core.registry import AlgorithmRegistry
 from vaco_jax.tokens import compat, lag_robust, methods, surrogates
@@ -44,14 +46,20 @@ __all__ = ["ALGORITHMS", "IS_LEVELS", "ROLLOUT_IS", "STABILISER_METRICS", "TV_RE
            "TV_SCOPES", "TokenAlgorithm"]
 
 
-def _vcpo_entry(name: str, advantages: AdvantageFn, ess_scaling: bool,
-                summary: str) -> TokenAlgorithm:
+# The authors' `vcpo_k=10.sh`: AdamW with weight decay 0.1 (`WEIGHT_DECAY`'s default) and 16
+# samples per prompt.
+VCPO_SETTING = {"optimizer": "adamw", "group_size": 16}
+
+
+def _vcpo_entry(name: str, advantages: AdvantageFn, ess_scaling: bool, summary: str,
+                setting: Mapping[str, Any] = VCPO_SETTING) -> TokenAlgorithm:
     """VCPO or one of its ablations: VCPO's surrogate with `advantages`, and its ESS-scaled
-    step if `ess_scaling`."""
+    step if `ess_scaling`, at its authors' optimiser and group size unless `setting` says
+    otherwise."""
     return TokenAlgorithm(
         name, advantages, surrogates.vcpo,
         knobs=(VCPO_IS_CAP,) + ((ESS_TARGET,) if ess_scaling else ()),
-        metrics=(IS_WEIGHT_MEAN, IS_TRUNCATED),
+        metrics=(IS_WEIGHT_MEAN, IS_TRUNCATED), setting=setting,
         aggregation="seq-mean-token-mean", ess_scaling=ess_scaling,
         description=f"{summary}; -min(w, vcpo_is_cap) A pi_theta/pi_T, w = pi_T(y)/beta(y) the "
                     "sequence staleness, seq-mean-token-mean",
@@ -213,6 +221,9 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
                 "VCPO without its baseline: group-relative advantages, ESS-scaled steps"),
     _vcpo_entry("vcpo_opob_only", off_policy_optimal, False,
                 "VCPO without its step scaling: advantages with the off-policy optimal baseline"),
+    _vcpo_entry("vcpo_grpo_setting", off_policy_optimal, True,
+                "the `vcpo` before 2026-12-07: VCPO at the run's own optimiser and group size "
+                "(Adam and GRPO's group unless a run sets them)", setting={}),
     TokenAlgorithm(
         "sapo", group_relative, lag_robust.sapo(surrogates.phase_ratio),
         knobs=(SAPO_TAU_POS, SAPO_TAU_NEG), metrics=(GATE_WEIGHT_MEAN,),

@@ -4,8 +4,8 @@ knobs every run reads, declared here, and its algorithm's (`vaco_jax.tokens.algo
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import ClassVar
+from collections.abc import Collection, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -177,6 +177,29 @@ def knobs(config: TokenConfig) -> frozenset[str]:
     optimiser = (WEIGHT_DECAY,) if config.optimizer == "adamw" else ()
     return frozenset(k.name for k in (*EVERY_RUN_KNOBS, *optimiser,
                                       *algorithms.ALGORITHMS[config.algo].knobs))
+
+
+def algorithm_setting(algo: str, values: Mapping[str, Any],
+                      pinned: Collection[str] = ()) -> dict[str, Any]:
+    """The config values `algo`'s authors run it at (`TokenAlgorithm.setting`) that a run of
+    `values` (the fields it sets; the others at `TokenConfig`'s defaults) takes: every one but
+    those `pinned` for this algorithm (its own `[overrides.ALGO.config]`, a command line's
+    flags). A group size so taken keeps the run's samples per update, `prompts x group_size`,
+    with fewer or more prompts (refused, naming the fields, where they do not divide)."""
+    if algo not in algorithms.ALGORITHMS:
+        return {}  # `validate` refuses the name, listing the known ones
+    taken = {k: v for k, v in algorithms.ALGORITHMS[algo].setting.items() if k not in pinned}
+    if "group_size" in taken and "prompts" not in pinned:
+        defaults = TokenConfig()
+        samples = (values.get("prompts", defaults.prompts)
+                   * values.get("group_size", defaults.group_size))
+        if samples % taken["group_size"]:
+            raise ValueError(f"{algo} runs at group_size={taken['group_size']} as its authors "
+                             f"do, keeping the run's samples per update, but prompts x "
+                             f"group_size = {samples} is not a multiple of it; set group_size "
+                             f"for {algo} ([overrides.{algo}.config] or --group-size)")
+        taken["prompts"] = samples // taken["group_size"]
+    return taken
 
 
 def tba_replay_lag(buffer_capacity: int, on_policy_prob: float = 0.95) -> Empirical:

@@ -6,7 +6,7 @@ them. The registry (`vaco_jax.tokens.algorithms`) holds the entries; a method of
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import jax
 
@@ -44,5 +44,8 @@ class TokenAlgorithm:
     # Takes its ratio to pi_T and may weight its loss by verl's rollout correction, the
     # truncated staleness pi_T / beta (`TokenConfig.rollout_is`).
     rollout_correction: bool = False
+    # `TokenConfig` values its authors run it at, where a run does not pin them for it
+    # (`config.algorithm_setting`): a group size so set keeps the run's samples per update.
+    setting: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # `(hparams, updates done) -> hparams` for this phase: hyper-parameters on a schedule.
     hparam_schedule: Callable[[Any, jax.Array], Any] | None = None
