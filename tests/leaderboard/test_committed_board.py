@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import tomllib
 
 import pytest
 
@@ -11,7 +10,7 @@ from vaco_jax.leaderboard.board import task_boards
 from vaco_jax.leaderboard.claims import read_claims
 from vaco_jax.leaderboard.studies import read_studies
 
-from site_checks import CLAIMS, RESULTS, broken_links, check_board_numbers, run_table
+from site_checks import CLAIMS, RESULTS, ROOT, broken_links, check_board_numbers, run_table
 
 CHECKED_STUDIES = ("quick", "tokens_lag_scan")
 """Studies small enough to score again from their runs tables in a test."""
@@ -48,14 +47,19 @@ def test_board_cells_hold_the_runs_table_numbers(studies, name):
 
 def test_the_claims_table_lists_every_claim(committed_board):
     claims = read_claims(CLAIMS)
-    assert [c.id for c in claims] == list(range(1, 18))
+    assert [c.id for c in claims.claims] == list(range(1, 18))
     page = (committed_board.out / "claims.html").read_text()
-    for claim in claims:
+    assert html.escape(claims.rule) in page
+    for claim in claims.claims:
         assert html.escape(claim.claim) in page
 
 
-def test_every_claim_names_committed_studies_and_their_figures(studies):
-    for claim in tomllib.loads(CLAIMS.read_text())["claim"]:
-        assert all(name in studies for name in claim["studies"]), claim["id"]
-        if claim["figure"]:
-            assert claim["figure"] in studies[claim["studies"][0]].figures, claim["id"]
+def test_every_claim_names_committed_studies_checks_and_figures(studies):
+    for claim in read_claims(CLAIMS).claims:
+        assert all(name in studies for name in claim.studies + claim.evidence), claim.id
+        if claim.figure:
+            assert claim.figure in studies[claim.figure_study].figures, claim.id
+        for check in claim.checks:  # a test (path::name) or a committed benchmark result
+            path, _, name = check.partition("::")
+            assert (ROOT / path).exists(), claim.id
+            assert not name or f"def {name}(" in (ROOT / path).read_text(), claim.id

@@ -31,15 +31,20 @@ SEEDS = range(4)
 LAGS = (0.0, 2.0)
 STEPS = (0, 50, 100)
 CLAIMS = """\
+rule = "A study counts where its committed cell rule holds."
+
 [[claim]]
 id = 1
 claim = "Lag hurts ppo on toy_reach."
 source = "a synthetic paper"
 studies = ["toy"]
+evidence = ["elsewhere"]
 status = "reproduced"
 numbers = "ppo keeps little."
 figure = "fig_kept_gain.png"
 scale = "tiny"
+as_of = "2026-12-07"
+commit = "abc1234"
 
 [[claim]]
 id = 2
@@ -50,6 +55,8 @@ status = "untested"
 numbers = "no study"
 figure = ""
 scale = ""
+as_of = "2026-12-07"
+commit = "abc1234"
 """
 
 
@@ -137,6 +144,9 @@ def test_the_claims_table_lists_every_claim_linking_its_study(site):
     assert claims.count("<tr>") == 1 + 2
     assert "Lag hurts ppo on toy_reach." in claims and "Nothing tests this." in claims
     assert 'href="studies/toy/fig_kept_gain.png"' in claims
+    # The rule is shown; a cited study the results lack is named, unlinked.
+    assert "<blockquote>A study counts where its committed cell rule holds.</blockquote>" in claims
+    assert "<td>elsewhere</td>" in claims and "As of 2026-12-07, abc1234" in claims
 
 
 def test_every_page_carries_the_version_stamp(site):

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from vaco_jax.leaderboard.board import TaskBoard
 from vaco_jax.leaderboard.card import Method, markdown_html
-from vaco_jax.leaderboard.claims import Claim
+from vaco_jax.leaderboard.claims import Claims
 from vaco_jax.leaderboard.html import Stamp, escape, interval, link, page, table
 from vaco_jax.leaderboard.studies import COPIED_FILES, REPORT_FILE, Skipped, Study
 from vaco_jax.report.markdown_text import NOT_NORMALISED, is_scale
@@ -145,33 +145,40 @@ def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
     return page("Policy-lag leaderboard", body, stamp, depth=0)
 
 
-def claims_page(claims: Sequence[Claim], studies: Mapping[str, Study], stamp: Stamp) -> str:
-    """A row per claim; a study the results lack is named without a link."""
+def _study_links(names: Sequence[str], studies: Mapping[str, Study]) -> str:
+    """Each study linked with its report; one the results lack named without a link."""
+    named = []
+    for name in names:
+        study = studies.get(name)
+        named.append(escape(name) if study is None else
+                     f"{link(study_path(study), name)} "
+                     f"({link(_study_file(study, REPORT_FILE), 'report')})")
+    return "<br>".join(named)
+
+
+def claims_page(claims: Claims, studies: Mapping[str, Study], stamp: Stamp) -> str:
+    """The file's rule, then a row per claim: the studies and checks that count for it, the
+    evidence cited, its status, numbers, scale, date and commit, and its figure."""
     rows = []
-    for claim in claims:
-        tested = []
-        for name in claim.studies:
-            study = studies.get(name)
-            tested.append(escape(name) if study is None else
-                          f"{link(study_path(study), name)} "
-                          f"({link(_study_file(study, REPORT_FILE), 'report')})")
-        first = studies.get(claim.studies[0]) if claim.studies else None
+    for claim in claims.claims:
+        counting = "<br>".join(filter(None, [_study_links(claim.studies, studies),
+                                             *(escape(c) for c in claim.checks)]))
+        first = studies.get(claim.figure_study) if claim.figure_study else None
         figure = (link(_study_file(first, claim.figure), claim.figure)
                   if first is not None and claim.figure in first.figures else "")
         rows.append([str(claim.id), escape(claim.claim), escape(claim.source),
-                     "<br>".join(tested) or "none",
+                     counting or "none", _study_links(claim.evidence, studies) or "none",
                      f'<span class="status-{escape(claim.status)}">{escape(claim.status)}</span>',
                      escape(claim.numbers)
-                     + (f"<br><em>Scale: {escape(claim.scale)}</em>" if claim.scale else ""),
+                     + (f"<br><em>Scale: {escape(claim.scale)}</em>" if claim.scale else "")
+                     + f"<br><em>As of {escape(claim.as_of)}, {escape(claim.commit)}</em>",
                      figure])
     body = ("<p>The claims a lag benchmark must settle, from the founding papers and the "
             "methods' own, and what the committed studies found "
-            "(experiments/results/claims.toml). "
-            "reproduced, refuted, mixed (depends on the cell) or untested (no study tests it). "
-            "A claim is settled only at settings its authors would accept; the scale each "
-            "study ran at is given with its numbers.</p>"
-            + table(["#", "claim", "source", "studies testing it", "status", "numbers",
-                     "figure"], rows))
+            "(experiments/results/claims.toml), each judged by one rule:</p>"
+            f"<blockquote>{escape(claims.rule)}</blockquote>"
+            + table(["#", "claim", "source", "counting for it", "evidence only", "status",
+                     "numbers", "figure"], rows))
     return page("Claims", body, stamp, depth=0)
 
 

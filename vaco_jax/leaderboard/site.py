@@ -108,7 +108,7 @@ def build_site(
     studies, skipped = read_studies(results)
     boards, unboarded = _boards(studies)
     studies = [study for study in studies if study.name in boards]
-    claim_list = read_claims(claims)
+    claims_file = read_claims(claims)
     method_list = methods(read_card(card), {(study.testbed, variant.algo) for study in studies
                                             for variant in study.summary.run.variants}, plugins)
     page_stamp = stamp(studies)
@@ -127,7 +127,7 @@ def build_site(
                           pages.method_page(method, studies, page_stamp))
             written.append(pages.method_path(method))
         by_name = {study.name: study for study in studies}
-        io.write_text(root / "claims.html", pages.claims_page(claim_list, by_name, page_stamp))
+        io.write_text(root / "claims.html", pages.claims_page(claims_file, by_name, page_stamp))
         io.write_text(root / "index.html", pages.index_page(
             [board for study in studies for board in boards[study.name]], all_skipped,
             method_list, page_stamp))
