@@ -30,8 +30,7 @@ from vaco_jax.experiment.folder import (batch_dir, batch_finished, load_sweep_to
                                         record_sweep, replan_sweep, start_sweep)
 from vaco_jax.experiment.parts import Selection
 from vaco_jax.experiment.plan import Batch, Plan
-from vaco_jax.experiment.results import (metrics_readable, tuning_choices, unneeded_extensions,
-                                         write_sweep_report)
+from vaco_jax.experiment.results import metrics_readable, tuning_choices, write_sweep_report
 from vaco_jax.experiment.spec import Experiment, parse_experiment
 from vaco_jax.run.background import in_background
 from vaco_jax.run.driver import Driver, TrainingResult
@@ -288,9 +287,14 @@ def _tuned(plan: Plan, out_dir: str | os.PathLike, **options: Any) -> Plan:
                                              if c.pending}))
     if pending:
         run_sweep(plan, out_dir, groups=set(pending), **options)
-    made = from_process_0(lambda: [[*c.key, c.chosen] for c in tuning_choices(plan, out_dir)])
-    chosen = {(group, tuple(point)): value for group, point, value in made}  # JSON's lists
-    unrun = set(from_process_0(lambda: sorted(unneeded_extensions(plan, out_dir))))
+
+    def decided() -> dict[str, Any]:  # the choices read once, with the extensions they leave
+        made = tuning_choices(plan, out_dir)
+        return {"chosen": [[*c.key, c.chosen] for c in made],
+                "unrun": sorted(tune.unneeded_extensions(experiment, made))}
+    shared = from_process_0(decided)
+    chosen = {(group, tuple(point)): value for group, point, value in shared["chosen"]}
+    unrun = set(shared["unrun"])
     return dataclasses.replace(plan, experiment=tune.resolved(experiment, chosen),
                                batches=tuple(b for b in plan.batches if b.group not in unrun))
 

@@ -147,11 +147,6 @@ def tuning_choices(plan: Plan, out_dir: str | os.PathLike) -> list[tune.Choice]:
     return [] if table is None else tune.choices(experiment, table, experiment.testbed.score)
 
 
-def unneeded_extensions(plan: Plan, out_dir: str | os.PathLike) -> set[str]:
-    """The extension groups that the choices made in `out_dir` leave unrun."""
-    return tune.unneeded_extensions(plan.experiment, tuning_choices(plan, out_dir))
-
-
 def resolved_plan(plan: Plan, out_dir: str | os.PathLike) -> Plan:
     """The plan with its tuned groups at the values chosen in `out_dir` (`tune.resolved`) and
     without the batches of the extensions no choice needs; a plan without `[tune]` as it is."""
