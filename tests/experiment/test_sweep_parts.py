@@ -279,7 +279,7 @@ def test_merged_parts_equal_the_whole_sweep(parts, tmp_path, capsys):
     assert record == {"experiment": "toy", "complete": True,
                       "parts": [{"folder": str(part2.resolve()), "part": "2/2", "groups": [VACO]},
                                 {"folder": str(part1.resolve()), "part": "1/2", "groups": [PPO]}],
-                      "missing_groups": [], "unfinished_groups": {}}
+                      "missing_groups": [], "void_groups": {}, "unfinished_groups": {}}
 
     assert cli.main(["report", str(out), "--parts", str(part1), str(part2)]) == 2
     assert "already exists and is not empty; pass --overwrite" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import pytest
 
 from engine_configs import TOY_EXPERIMENT as TOY
 from vaco_jax import experiment as sweep
-from vaco_jax.experiment import tune, tune_spec
+from vaco_jax.experiment import merge, tune, tune_spec
 from vaco_jax.experiment.tune_report import summary as tuning_summary
 from vaco_jax.report.markdown_tuning import tuning_section
 from vaco_jax.report.summary import (Tuning, TuningCandidate, TuningChoice, _to_json,
@@ -138,24 +138,27 @@ def test_an_experiment_with_a_method_added_takes_the_groups_run_before():
         name: f"'toy' has no group {name!r}" for name in added}
 
 
-OTHERWISE, TUNE, CELL = ("otherwise (", "by another [tune]",
-                         "by another [cell_rule] or reference score of 'toy_reach'")
-
-
-@pytest.mark.parametrize("old, new, why_tuning, why_studied", [
-    ("rollout_length = 16", "rollout_length = 8", OTHERWISE, OTHERWISE),
-    ("seeds = [5, 6]", "seeds = [5, 7]", OTHERWISE, TUNE),  # the tuning runs alone differ
-    ("best_sync_final_in_cell", "best_sync_final", TUNE, TUNE),
-    ("rising_window = 0.5", "rising_window = 0.25", CELL, CELL),
-    ("toy_reach = 10.0", "toy_reach = 20.0", CELL, CELL),
+@pytest.mark.parametrize("old, new, foreign", [
+    ("rollout_length = 16", "rollout_length = 8", {TUNING, STUDIED}),
+    ("seeds = [5, 6]", "seeds = [5, 7]", {TUNING}),  # the tuning runs alone differ
 ])
-def test_groups_an_experiment_would_run_or_tune_otherwise_are_foreign_to_it(
-        old, new, why_tuning, why_studied):
+def test_groups_an_experiment_would_run_otherwise_are_foreign_to_it(old, new, foreign):
     part, whole = sweep.parse_experiment(IN_CELL), sweep.parse_experiment(IN_CELL.replace(old, new))
-    foreign = sweep.foreign_groups(part, whole, [TUNING, STUDIED])
-    assert set(foreign) == {TUNING, STUDIED}
-    assert why_tuning in foreign[TUNING] and why_studied in foreign[STUDIED]
+    found = sweep.foreign_groups(part, whole, [TUNING, STUDIED])
+    assert set(found) == foreign and all("otherwise (" in why for why in found.values())
     assert sweep.foreign_groups(part, part, [TUNING, STUDIED]) == {}
+
+
+@pytest.mark.parametrize("old, new", [
+    ("best_sync_final_in_cell", "best_sync_final"),
+    ("rising_window = 0.5", "rising_window = 0.25"),
+    ("toy_reach = 10.0", "toy_reach = 20.0"),
+])
+def test_how_a_tuned_value_is_chosen_is_left_to_the_merge_to_check(old, new):
+    """Another rule (or what an in-cell rule reads) runs the same runs; whether a tuned group's
+    value is the one it would choose is judged on the merged tuning runs (`_owners`)."""
+    part, whole = sweep.parse_experiment(IN_CELL), sweep.parse_experiment(IN_CELL.replace(old, new))
+    assert sweep.foreign_groups(part, whole, [TUNING, STUDIED]) == {}
 
 
 def test_a_foreign_group_names_what_differs():
@@ -369,6 +372,47 @@ def test_a_method_whose_own_synchronous_runs_saturate_is_marked():
     assert parsed(Tuning, _to_json(summary)) == summary
 
 
+class _Held:
+    """A stand-in part folder holding `tables` (group -> runs table) at `folder`."""
+
+    def __init__(self, folder, tables):
+        self.folder, self.tables, self.groups = folder, tables, list(tables)
+
+    def table(self, name):
+        return self.tables.get(name)
+
+
+def _ran_at(experiment, name, rate, level=1.0):
+    return pd.DataFrame([{**row, "tuned_learning_rate": rate}
+                         for run in experiment.group(name).runs
+                         for row in _curve_rows(run.run_id, run.lag, rate, level)])
+
+
+def test_a_retuned_experiment_keeps_a_method_only_where_its_rule_chooses_the_value_it_ran_at():
+    experiment = sweep.parse_experiment(TUNED.replace("best_sync_auc", "best_sync_final"))
+    tuning = _peaked_rows(experiment, [TUNING], best=RATES[1])  # the rule chooses 3e-3
+    before = _Held("before", {TUNING: tuning, STUDIED: _ran_at(experiment, STUDIED, RATES[0])})
+    again = _Held("again", {TUNING: tuning, STUDIED: _ran_at(experiment, STUDIED, RATES[1])})
+    held, void = merge._owners([before], experiment), {
+        name: f"group {STUDIED!r} ran at learning_rate [0.0001], where the rule chooses "
+              f"[0.003] from the tuning runs beside it in 'before'" for name in (TUNING, STUDIED)}
+    assert held.owners == {} and held.void == void
+    held = merge._owners([before, again], experiment)  # the re-run replaces the void copy
+    assert held.owners == {TUNING: again, STUDIED: again} and held.void == void
+    with pytest.raises(ValueError, match=r"part folder 'again' overlaps before: both hold "
+                                         r"group\(s\) \['tune-toy_reach-ppo-e2m2', "
+                                         r"'toy_reach-ppo-e2m2'\]; give each part once"):
+        merge._owners([_Held("before", again.tables), again], experiment)
+    tuning_alone = merge._owners([_Held("tuned", {TUNING: tuning})], experiment)
+    assert tuning_alone.owners == {TUNING: tuning_alone.owners[TUNING]}  # nothing to contradict
+    # Re-tuned with an extension, the value at the grid's end waits for it: void until then.
+    extended = sweep.parse_experiment(EXTENDED.replace("best_sync_auc", "best_sync_final"))
+    waiting = merge._owners([again], extended)
+    assert waiting.owners == {} and f"waits for the runs of ['{ABOVE}']" in waiting.void[STUDIED]
+    untuned = merge._owners([_Held("lost", {STUDIED: again.tables[STUDIED]})], experiment)
+    assert f"ran without the finished tuning runs of {TUNING!r}" in untuned.void[STUDIED]
+
+
 @pytest.mark.slow
 def test_a_tuned_sweep_runs_the_one_extension_its_choice_needs(tmp_path):
     out = tmp_path / "extended"
@@ -387,6 +431,26 @@ def test_a_tuned_sweep_runs_the_one_extension_its_choice_needs(tmp_path):
     studied = runs[runs["run_id"].isin({r.run_id for r in experiment.group(STUDIED).runs})]
     assert set(studied["tuned_learning_rate"]) == {choice.chosen}
     assert sweep.sweep(out, resume=True, progress=False).tuning == summary.tuning
+
+
+@pytest.mark.slow
+def test_a_part_tuned_by_another_rule_is_replaced_where_its_value_is_no_longer_chosen(tmp_path):
+    before = tmp_path / "before"
+    sweep.sweep(before, sweep.parse_experiment(TUNED), progress=False, max_runs_per_batch=4)
+    # Re-tuned with an extension: of two values every choice is an end, so it waits for one.
+    retuned = sweep.parse_experiment(EXTENDED.replace("extend = 2", "extend = 1"))
+    with pytest.raises(ValueError, match=rf"void: group\(s\) \['{STUDIED}'\] ran before the "
+                                         rf"rule's choice, which waits for the runs of"):
+        sweep.merge_parts([before], tmp_path / "refused", experiment=retuned)
+    again = tmp_path / "again"
+    summary = sweep.sweep(again, retuned, progress=False, max_runs_per_batch=4)
+    merged = sweep.merge_parts([before, again], tmp_path / "merged", experiment=retuned)
+    assert merged.tuning == summary.tuning
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "merged" / "runs.parquet"),
+                                  pd.read_parquet(again / "runs.parquet"))
+    record = json.loads((tmp_path / "merged" / "parts.json").read_text())
+    assert record["complete"] and set(record["void_groups"]) == {TUNING, STUDIED}
+    assert "unfinished" not in (tmp_path / "merged" / "report.md").read_text().split("\n", 1)[0]
 
 
 def test_protocol_1_holds_every_method_to_the_one_tuning_rule():

@@ -13,6 +13,12 @@ merged.
 An experiment that grew after some parts ran (a task or a method added) merges them too when it
 is named (`experiment`): each of their groups must be the group of that name in it, run alike
 (`foreign_groups`), so that their runs are the runs it would run.
+
+A tuned group is merged only at the value the experiment's rule chooses from the tuning runs
+merged with it, each method (its tuning group, extensions and tuned groups) taken whole from one
+folder. So an experiment re-tuned by another rule merges the parts it ran before: the methods
+whose choice is unchanged join as they are, the copies at a value it no longer chooses are void
+(`parts.json` says why), and a part that re-ran those methods under the new rule replaces them.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from vaco_jax.experiment.folder import EXPERIMENT_FILE, batch_dir, load_sweep
 from vaco_jax.experiment.plan import PLAN_FILE
 from vaco_jax.experiment.results import (finished_batches_table, resolved_plan,
                                          unfinished_groups, write_experiment_report)
+from vaco_jax.experiment import tune
 from vaco_jax.experiment.groups import Group
 from vaco_jax.experiment.spec import Experiment, load_experiment, same_experiment
 from vaco_jax.infra import io, manifest, records
@@ -108,18 +115,95 @@ def _source(folder: Path) -> _SweepFolder | _MergedReport:
     return _MergedReport(folder) if is_report else _SweepFolder(folder)
 
 
-def _owners(sources: Sequence[_SweepFolder | _MergedReport]
-            ) -> dict[str, _SweepFolder | _MergedReport]:
-    """The source of every group some source holds; refuses overlaps."""
+@dataclasses.dataclass(frozen=True)
+class _Holding:
+    """Which source each group is taken from (`owners`), the copies left out and why (`void`:
+    the groups of a method whose tuned groups ran at a value the experiment's rule does not
+    choose from the tuning runs beside them, whether or not another part replaces them), and
+    the extension groups no choice needs (`unneeded`, never run)."""
+
+    owners: dict[str, _SweepFolder | _MergedReport]
+    void: dict[str, str]
+    unneeded: set[str]
+
+
+def _overlap(source: _SweepFolder | _MergedReport, names: Sequence[str],
+             others: Sequence[_SweepFolder | _MergedReport]) -> ValueError:
+    folders = ", ".join(sorted({str(other.folder) for other in others}))
+    return ValueError(f"part folder {str(source.folder)!r} overlaps {folders}: both hold "
+                      f"group(s) {list(names)}; give each part once")
+
+
+def _owners(sources: Sequence[_SweepFolder | _MergedReport], experiment: Experiment
+            ) -> _Holding:
+    """The source of every group some source holds. A method (a tuning group, its extensions
+    and the groups it tunes: `Experiment.units`) is taken whole from the one source whose tuned
+    groups ran at the values `experiment`'s rule chooses from that source's tuning runs; the
+    copies of a method whose values it would not choose (re-tuned by another rule, or waiting
+    for an extension) are void. Refuses a group, or a method, that two sources hold validly."""
     owners: dict[str, _SweepFolder | _MergedReport] = {}
-    for source in sources:
-        overlap = [name for name in source.groups if name in owners]
-        if overlap:
-            others = sorted({str(owners[name].folder) for name in overlap})
-            raise ValueError(f"part folder {str(source.folder)!r} overlaps {', '.join(others)}: "
-                             f"both hold group(s) {overlap}; give each part once")
-        owners.update({name: source for name in source.groups})
-    return owners
+    void: dict[str, str] = {}
+    unneeded: set[str] = set()
+    for unit in experiment.units:
+        names = [experiment.groups[i].name for i in unit]
+        holders = [s for s in sources if any(name in s.groups for name in names)]
+        if len(names) == 1:  # a group no tuning decides
+            if len(holders) > 1:
+                raise _overlap(holders[1], names, holders[:1])
+            owners.update({names[0]: holders[0]} if holders else {})
+            continue
+        valid = []
+        for holder in holders:
+            made, why = _method_choices(experiment, holder, names[0])
+            if why:
+                void.update({name: f"{why} in {str(holder.folder)!r}" for name in names
+                             if name in holder.groups})
+            else:
+                valid.append((holder, made))
+        if len(valid) > 1:
+            raise _overlap(valid[1][0], [n for n in names if n in valid[1][0].groups],
+                           [valid[0][0]])
+        if valid:
+            holder, made = valid[0]
+            owners.update({name: holder for name in names if name in holder.groups})
+            unneeded |= tune.unneeded_extensions(experiment, made)
+    return _Holding(owners, void, unneeded)
+
+
+def _method_choices(experiment: Experiment, source: _SweepFolder | _MergedReport,
+                    tuning: str) -> tuple[list[tune.Choice], str | None]:
+    """The choices `experiment`'s rule makes for the method tuned by group `tuning` from
+    `source`'s tuning runs, and why `source`'s copy of the method is void (None if it is not):
+    a tuned group it holds without the tuning runs, or at another value than the rule
+    chooses, or while the choice waits for an extension's runs."""
+    tuning_names = [tuning, *experiment.extensions.get(tuning, {}).values()]
+    tables = [t for name in tuning_names if name in source.groups
+              and (t := source.table(name)) is not None]
+    runs = pd.concat(tables, ignore_index=True) if tables else None
+    made = ([c for c in tune.choices(experiment, runs, experiment.testbed.score)
+             if c.group == tuning] if runs is not None else [])
+    tuned = [name for name, by in experiment.tuned_by.items()
+             if by == tuning and name in source.groups]
+    if not tuned:
+        return made, None
+    if not made:
+        return made, f"group(s) {tuned} ran without the finished tuning runs of {tuning!r}"
+    pending = [c.extension for c in made if c.pending]
+    if pending:
+        return made, (f"group(s) {tuned} ran before the rule's choice, which waits for the "
+                      f"runs of {pending}")
+    resolved = tune.resolved(experiment, {c.key: c.chosen for c in made})
+    column, hparam = experiment.tune.column, experiment.tune.hparam
+    for name in tuned:
+        expected = {r.run_id: r.hparams[hparam] for r in resolved.group(name).runs}
+        rows = source.table(name)
+        ran = {} if rows is None else dict(zip(rows["run_id"], rows[column]))
+        off = sorted({value for run_id, value in ran.items() if value != expected[run_id]})
+        if off:
+            chosen = sorted(set(expected.values()))
+            return made, (f"group {name!r} ran at {hparam} {off}, where the rule chooses "
+                          f"{chosen} from the tuning runs beside it")
+    return made, None
 
 
 def _check_out(out: Path, folders: Sequence[Path], overwrite: bool) -> None:
@@ -180,33 +264,24 @@ def _merged_table(experiment: Experiment,
 
 def foreign_groups(part: Experiment, whole: Experiment, names: Sequence[str]) -> dict[str, str]:
     """Each of the groups `names`, declared by `part`, that `whole` would not run alike, with
-    why: `whole` has no group of its name, or one with other runs or another program, tuned by
-    another group, or chosen by another tuning (`[tune]`, and the `[cell_rule]` and the task's
-    reference score that an in-cell rule reads). Empty when every group joins `whole`."""
+    why: `whole` has no group of its name, or one with other runs or another program, or tuned
+    by another group. How a tuned group's value was chosen is not asked here: the merge keeps
+    it only where `whole`'s rule chooses that value from the tuning runs merged with it
+    (`_owners`), so a part tuned by another rule joins wherever the choice agrees. Empty when
+    every group joins `whole`."""
     whole_groups = {group.name: group for group in whole.groups}
-    tuned = set(part.tuned_by) | set(part.tuned_by.values()) | set(part.extended)
     foreign = {}
     declared = {group.name: group for group in part.groups}
     for name in names:
         if name not in declared:
             foreign[name] = f"the part's own experiment has no group {name!r}"
-            continue
-        group = declared[name]
-        task = part.testbed.task(group.config)
-        if name not in whole_groups:
+        elif name not in whole_groups:
             foreign[name] = f"{whole.name!r} has no group {name!r}"
-        elif whole_groups[name] != group:
+        elif whole_groups[name] != declared[name]:
             foreign[name] = (f"{whole.name!r} runs group {name!r} otherwise "
-                             f"({_differences(group, whole_groups[name])})")
+                             f"({_differences(declared[name], whole_groups[name])})")
         elif whole.tuned_by.get(name) != part.tuned_by.get(name):
             foreign[name] = f"{whole.name!r} tunes group {name!r} by another group"
-        elif name in tuned and whole.tune != part.tune:
-            foreign[name] = f"{whole.name!r} tunes group {name!r} by another [tune]"
-        elif name in tuned and part.tune.rule.in_cell and (
-                whole.cell_rule != part.cell_rule
-                or whole.reference_scores.get(task) != part.reference_scores.get(task)):
-            foreign[name] = (f"{whole.name!r} judges the tuning of group {name!r} by another "
-                             f"[cell_rule] or reference score of {task!r}")
     return foreign
 
 
@@ -259,6 +334,7 @@ def _merge(folders: Sequence[Path], out: Path, *, allow_incomplete: bool, keep: 
            experiment: Experiment | None) -> Summary:
     sources = [_source(folder) for folder in folders]
     if experiment is not None:
+        declared = experiment
         for source in sources:
             foreign = foreign_groups(source.declared, experiment, source.groups)
             if foreign:
@@ -266,7 +342,7 @@ def _merge(folders: Sequence[Path], out: Path, *, allow_incomplete: bool, keep: 
                                  f"{experiment.name!r} does not run alike: "
                                  f"{'; '.join(foreign.values())}")
     else:
-        experiment = sources[0].experiment
+        experiment, declared = sources[0].experiment, sources[0].declared
         for source in sources[1:]:
             if not same_experiment(source.experiment, experiment):
                 raise ValueError(f"part folder {str(source.folder)!r} holds another experiment "
@@ -274,11 +350,16 @@ def _merge(folders: Sequence[Path], out: Path, *, allow_incomplete: bool, keep: 
                                  f"({experiment.name!r}); merge the parts of one experiment "
                                  f"only, or name the experiment that extends them "
                                  f"(--experiment)")
-    owners = _owners(sources)
-    missing = [g.name for g in experiment.groups if g.name not in owners]
+    holding = _owners(sources, declared)
+    owners = holding.owners
+    missing = [g.name for g in experiment.groups
+               if g.name not in owners and g.name not in holding.unneeded]
     unfinished = {str(s.folder): s.unfinished for s in sources if s.unfinished}
     if (missing or unfinished) and not allow_incomplete:
-        problems = ([f"no part holds group(s) {missing}"] if missing else []) + [
+        absent = [name for name in missing if name not in holding.void]
+        problems = ([f"no part holds group(s) {absent}"] if absent else []) + [
+            f"void: {why}" for why in dict.fromkeys(holding.void[name] for name in missing
+                                                    if name in holding.void)] + [
             f"{folder!r} has not finished group(s) {names} (resume it with vaco-jax sweep "
             f"--resume --out {folder})" for folder, names in unfinished.items()]
         raise ValueError(f"incomplete parts: {'; '.join(problems)}; pass --allow-incomplete "
@@ -290,12 +371,14 @@ def _merge(folders: Sequence[Path], out: Path, *, allow_incomplete: bool, keep: 
                           writes=(EXPERIMENT_FILE, PARTS_FILE, *REPORT_WRITES))
     manifest.record(out, {EXPERIMENT_FILE: manifest.FILE, PARTS_FILE: manifest.FILE})
     absent = len(missing) + sum(len(names) for names in unfinished.values())
-    note = (f"incomplete merge: {absent} of {len(experiment.groups)} groups missing or "
-            f"unfinished, see {PARTS_FILE}") if absent else None
+    planned = len(experiment.groups) - len(holding.unneeded)
+    note = (f"incomplete merge: {absent} of {planned} groups missing or unfinished, see "
+            f"{PARTS_FILE}") if absent else None
     io.write_text(out / EXPERIMENT_FILE, experiment.source)
     io.write_json(out / PARTS_FILE, {"experiment": experiment.name,
                                      "complete": not missing and not unfinished,
                                      "parts": [source.record() for source in sources],
                                      "missing_groups": missing,
+                                     "void_groups": holding.void,
                                      "unfinished_groups": unfinished})
     return write_experiment_report(experiment, table, out, note=note)
