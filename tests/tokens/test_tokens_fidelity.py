@@ -187,11 +187,3 @@ def test_tba_trains_with_the_scheduled_beta():
                                                             rel=1e-2)
 
 
-def test_tba_replay_mix_draws_the_newest_policy_mostly():
-    from vaco_jax.tokens.config import tba_replay_lag
-
-    lag_model = tba_replay_lag(5)
-    np.testing.assert_allclose(lag_model.probabilities, [0.95] + [0.0125] * 4)
-    validate(TokenConfig(algo="tba", lag_model=lag_model, buffer_capacity=5))
-    with pytest.raises(ValueError, match="buffer_capacity >= 2"):
-        tba_replay_lag(1)

@@ -14,7 +14,7 @@ from vaco_jax.core.lag_models import Bounded, Empirical, Geometric, InFlight, Un
 from vaco_jax.core.policy_buffer import push
 from vaco_jax.tokens import tasks, warm_start
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
-from vaco_jax.tokens.model import Samples, TokenPolicy
+from vaco_jax.tokens.model import TokenPolicy
 from vaco_jax.tokens.train import METRICS, TokenTrainer, make_train
 
 TINY = TokenConfig(task="add", task_size=1, layers=1, width=32, heads=2, context=10, prompts=4,
@@ -347,16 +347,11 @@ def test_reward_on_sets_the_training_reward_and_the_evaluation():
     for reward_on, expected in (("solution", 0.0), ("result", 1.0)):
         trainer = TokenTrainer(base.replace(reward_on=reward_on), params)
         state = trainer.init(jax.random.PRNGKey(0), hp)
-        prompt, answer = tasks.sample(trainer.task, jax.random.PRNGKey(1), base.batch_size)
+        _, answer = tasks.sample(trainer.task, jax.random.PRNGKey(1), base.batch_size)
         # Every step's digits replaced by 9s: no column carries 9.
         response = jnp.concatenate([answer.at[:, :4].set(9),
                                     jnp.full((base.batch_size, 1), tasks.PAD, jnp.int32)], axis=1)
-        zeros = jnp.zeros(response.shape)
-        samples = Samples(response=response, mask=tasks.response_mask(response), log_prob=zeros,
-                          entropy=zeros)
-        versions = jnp.zeros(response.shape, jnp.int32)
-        batch = trainer._batch(state, hp, prompt, answer, samples, versions)
-        np.testing.assert_array_equal(batch.reward, expected)
+        np.testing.assert_array_equal(trainer.reward(answer, response), expected)
         held_out = trainer.eval_answers
         trainer.policy = _Answering(jnp.concatenate(
             [held_out.at[:, :4].set(9), jnp.full((len(held_out), 1), tasks.PAD, jnp.int32)],

@@ -92,6 +92,11 @@ def _flags() -> dict[str, Flag]:
                                "instead of 1 for an exact answer and 0 otherwise"),
         "format_penalty": Flag("subtracted from the reward of a malformed response (not the "
                                "answer's digits followed by EOS)"),
+        "replay": Flag("train from TBA's replay buffer: each update's groups stored, the batch "
+                       "drawn from them or the stored ones (hparam replay_online_prob, 0.95); "
+                       "default off, or the algorithm's own: tba's on", default=None),
+        "replay_capacity": Flag("prompt groups the replay buffer keeps (default: every group of "
+                                "the run)"),
         "num_updates": Flag("policy updates per run", name="--updates"),
         "eval_every": Flag("updates between held-out evaluations"),
         "eval_prompts": Flag("held-out prompts of each evaluation (greedy accuracy)"),

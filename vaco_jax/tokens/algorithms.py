@@ -212,8 +212,10 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
         description="trajectory balance to the warm start tilted by exp(R / beta), log Z per "
                     "prompt by VarGrad, beta decayed linearly from tba_beta to tba_beta_final "
                     "over tba_beta_decay_updates updates; off-policy by construction, no "
-                    "importance weight",
-        source="Bartoldson et al. 2025 (Trajectory Balance with Asynchrony, TBA)"),
+                    "importance weight; trained from its authors' replay buffer (replay = "
+                    "false: on the update's fresh samples alone)",
+        source="Bartoldson et al. 2025 (Trajectory Balance with Asynchrony, TBA)",
+        setting={"replay": True}),
     _vcpo_entry("vcpo", off_policy_optimal, True,
                 "advantages with the off-policy optimal baseline, every step scaled by "
                 "sqrt(min(1, ess / ess_target))"),

@@ -14,10 +14,11 @@ from vaco_jax.core.config import (Config, ConfigAxis, HParamsBase, check_choice,
                                    check_lag_settings, check_positive_int, once_per_config)
 from vaco_jax.core.knobs import Knob, by_name
 from vaco_jax.losses import AGGREGATIONS
-from vaco_jax.core.lag_models import LAG, Empirical, Fixed, LagModel
+from vaco_jax.core.lag_models import LAG, Fixed, LagModel
 from vaco_jax.core.lag_presets import LagPreset
 from vaco_jax.tokens import algorithms
 from vaco_jax.tokens.model import ModelSpec
+from vaco_jax.tokens.replay import REPLAY_ONLINE_PROB
 from vaco_jax.tokens.tasks import REWARD_ON, TASKS, Task, make_task
 from vaco_jax.tokens.warm_start import WarmStart
 
@@ -101,6 +102,12 @@ class TokenConfig(Config):
     reward_on: str = "solution"
     partial_credit: bool = False
     format_penalty: float = 0.0
+    # TBA's replay buffer (`vaco_jax.tokens.replay`): each update's generation is stored, and
+    # its batch drawn from the update's own groups (`replay_online_prob`) or the stored ones.
+    replay: bool = False
+    # The prompt groups the store keeps, the oldest overwritten; None keeps every group of the
+    # run, as TBA keeps every prompt it has seen.
+    replay_capacity: int | None = None
     num_updates: int = 40
     eval_every: int = 10
     eval_prompts: int = 128
@@ -122,6 +129,11 @@ class TokenConfig(Config):
     @property
     def batch_size(self) -> int:
         return self.prompts * self.group_size
+
+    @property
+    def replay_groups(self) -> int:
+        """The prompt groups the replay store holds."""
+        return self.replay_capacity or self.num_updates * self.prompts
 
     @property
     def generators(self) -> int:
@@ -167,15 +179,17 @@ class TokenHParams(HParamsBase):
 
     @classmethod
     def knob_table(cls) -> Mapping[str, Knob]:
-        return by_name([*EVERY_RUN_KNOBS, WEIGHT_DECAY,
+        return by_name([*EVERY_RUN_KNOBS, WEIGHT_DECAY, REPLAY_ONLINE_PROB,
                             *(k for a in algorithms.ALGORITHMS.values() for k in a.knobs)])
 
 
 def knobs(config: TokenConfig) -> frozenset[str]:
     """The knobs a run of `config` reads: every run's, AdamW's weight decay where it runs AdamW,
-    and those its algorithm's entry declares (`TokenAlgorithm.knobs`)."""
+    the replay's share of the update's own groups where it replays, and those its algorithm's
+    entry declares (`TokenAlgorithm.knobs`)."""
     optimiser = (WEIGHT_DECAY,) if config.optimizer == "adamw" else ()
-    return frozenset(k.name for k in (*EVERY_RUN_KNOBS, *optimiser,
+    replayed = (REPLAY_ONLINE_PROB,) if config.replay else ()
+    return frozenset(k.name for k in (*EVERY_RUN_KNOBS, *optimiser, *replayed,
                                       *algorithms.ALGORITHMS[config.algo].knobs))
 
 
@@ -200,19 +214,6 @@ def algorithm_setting(algo: str, values: Mapping[str, Any],
                              f"for {algo} ([overrides.{algo}.config] or --group-size)")
         taken["prompts"] = samples // taken["group_size"]
     return taken
-
-
-def tba_replay_lag(buffer_capacity: int, on_policy_prob: float = 0.95) -> Empirical:
-    """TBA's replay mix as a lag model: each generator (a prompt group under the default
-    `group_unit`) draws the newest policy with `on_policy_prob` (TBA's GSM8K value) and one of
-    the `buffer_capacity - 1` older ones uniformly otherwise, as TBA draws a group from the
-    latest sync or uniformly from its buffer. The testbed samples such groups afresh from the
-    older policy rather than replaying stored ones."""
-    if buffer_capacity < 2 or not 0.0 <= on_policy_prob <= 1.0:
-        raise ValueError(f"tba_replay_lag needs buffer_capacity >= 2 and on_policy_prob in "
-                         f"[0, 1], got {buffer_capacity} and {on_policy_prob}")
-    older = (1.0 - on_policy_prob) / (buffer_capacity - 1)
-    return Empirical((on_policy_prob,) + (older,) * (buffer_capacity - 1))
 
 
 def validate(config: TokenConfig, hparams: TokenHParams | None = None) -> None:
@@ -242,6 +243,11 @@ def _validate_config(config: TokenConfig) -> None:
                   "eval_prompts"):
         check_positive_int(field, getattr(config, field))
     check_lag_settings(config)
+    if config.replay_capacity is not None:
+        check_positive_int("replay_capacity", config.replay_capacity)
+        if config.replay_capacity < config.prompts:
+            raise ValueError(f"replay_capacity={config.replay_capacity} must hold one update's "
+                             f"prompt groups, prompts={config.prompts}")
     if config.width % config.heads:
         raise ValueError(f"width={config.width} must be a multiple of heads={config.heads}")
     if config.response_slack < 0:

@@ -31,11 +31,12 @@ from vaco_jax.core.lag_models import refuse_stale
 from vaco_jax.core.policy_buffer import (PolicyBuffer, cond_in_every_run, from_initial_policy,
                                          init_buffer, push)
 from vaco_jax.core.trainer import Metrics, Trainer
-from vaco_jax.tokens import tasks
+from vaco_jax.tokens import replay, tasks
 from vaco_jax.tokens.algorithms import ALGORITHMS, STABILISER_METRICS
 from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate
 from vaco_jax.tokens.evaluation import greedy_accuracy, held_out_set
 from vaco_jax.tokens.model import Params, Samples, TokenPolicy, to_bfloat16
+from vaco_jax.tokens.replay import ReplayStore, empty_store
 from vaco_jax.tokens.surrogates import AdvantageInputs, TokenTerms
 from vaco_jax.tokens.vcpo import sequence_grad_sq_norms
 from vaco_jax.tokens.warm_start import SupervisedStart
@@ -86,6 +87,7 @@ class TokenState:
     diverged: jax.Array  # bool
     diverged_at: jax.Array  # int32, 1-based number of the first non-finite update, -1 if none
     reference: Params | None = None  # the warm start's parameters, kept for algorithms that read them
+    replay: ReplayStore | None = None  # the generated prompt groups, under `replay`
 
 
 @struct.dataclass
@@ -163,14 +165,21 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
                           per_actor_lags=per_actor, key=key,
                           update=jnp.zeros((), jnp.int32), diverged=jnp.zeros((), bool),
                           diverged_at=jnp.full((), -1, jnp.int32),
-                          reference=params if self.algorithm.needs_reference else None)
+                          reference=params if self.algorithm.needs_reference else None,
+                          replay=empty_store(cfg.replay_groups, self.task.prompt_length,
+                                             cfg.group_size, cfg.response_length)
+                          if cfg.replay else None)
 
     # ------------------------------------------------------------------------ generation
     def collect(self, state: TokenState, key: jax.Array,
                 hp: TokenHParams) -> tuple[TokenState, Batch]:
-        """Samples `P x G` responses, each generator acting with its own stale policy (the
-        state is returned as it was: generators keep nothing between updates)."""
+        """Samples `P x G` responses, each generator acting with its own stale policy. The
+        state is returned as it was (generators keep nothing between updates) but under
+        `replay`, where the generation is written into the replay store and the batch drawn
+        from it."""
         cfg = self.config
+        if cfg.replay:
+            key, replay_key = jax.random.split(key)
         prompt_key, lag_key, sample_key = jax.random.split(key, 3)
         prompts, answers = tasks.sample(self.task, prompt_key, cfg.prompts)
         prompt = jnp.repeat(prompts, cfg.group_size, axis=0)
@@ -178,9 +187,46 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
         versions, refused = self.behaviour_versions(state, lag_key, hp)
         samples = self._sample(state.buffer, versions, prompt, sample_key, hp)
         per_generator = cfg.batch_size // cfg.generators
-        batch = self._batch(state, hp, prompt, answer, samples,
-                            jnp.repeat(versions, per_generator, axis=0))
+        versions = jnp.repeat(versions, per_generator, axis=0)
+        reward = self.reward(answer, samples.response)
+        if cfg.replay:
+            state, (prompt, samples, versions, reward) = self._replayed(
+                state, prompts, samples, versions, reward, replay_key, hp)
+        batch = self._batch(state, hp, prompt, samples, versions, reward)
         return state, batch.replace(refused=jnp.repeat(refused, per_generator))
+
+    def reward(self, answer: jax.Array, response: jax.Array) -> jax.Array:
+        """The verifier's reward `[N]` of responses `[N, L]` to the answers `[N, ...]`, as the
+        config's `reward_on`, `partial_credit` and `format_penalty` set it."""
+        cfg = self.config
+        return tasks.reward(answer, response, unchecked=self.unchecked,
+                            partial_credit=cfg.partial_credit, format_penalty=cfg.format_penalty)
+
+    def _replayed(self, state: TokenState, prompts, samples: Samples, versions, reward,
+                  key: jax.Array, hp: TokenHParams):
+        """The update's generation written into the replay store, and the batch drawn from it
+        (`vaco_jax.tokens.replay`): the state with the store, and the batch's prompts `[N, ...]`,
+        samples, token versions and rewards."""
+        cfg = self.config
+
+        def by_group(x):  # [N, ...] -> [P, G, ...]
+            return x.reshape((cfg.prompts, cfg.group_size) + x.shape[1:])
+
+        def by_row(x):  # [P, G, ...] -> [N, ...]
+            return x.reshape((cfg.batch_size,) + x.shape[2:])
+
+        generated = replay.Generated(
+            prompt=prompts, response=by_group(samples.response), mask=by_group(samples.mask),
+            log_prob=by_group(samples.log_prob), entropy=by_group(samples.entropy),
+            version=by_group(versions), reward=by_group(reward))
+        store, own_slots = replay.written_into(state.replay, generated)
+        slots, members, _ = replay.replayed_groups(store, own_slots, key, hp.replay_online_prob)
+        drawn = replay.gathered(store, slots, members)
+        return state.replace(replay=store), (
+            jnp.repeat(drawn.prompt, cfg.group_size, axis=0),
+            Samples(response=by_row(drawn.response), mask=by_row(drawn.mask),
+                    log_prob=by_row(drawn.log_prob), entropy=by_row(drawn.entropy)),
+            by_row(drawn.version), by_row(drawn.reward))
 
     def behaviour_versions(self, state: TokenState, key: jax.Array,
                            hp: TokenHParams) -> tuple[jax.Array, jax.Array]:
@@ -240,12 +286,9 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
         unchanged = jnp.all(versions == versions[:, :1])
         return cond_in_every_run(unchanged, per_sequence, per_token, None)
 
-    def _batch(self, state: TokenState, hp: TokenHParams, prompt, answer, samples: Samples,
-               versions) -> Batch:
+    def _batch(self, state: TokenState, hp: TokenHParams, prompt, samples: Samples, versions,
+               reward) -> Batch:
         cfg = self.config
-        reward = tasks.reward(answer, samples.response, unchecked=self.unchecked,
-                              partial_credit=cfg.partial_credit,
-                              format_penalty=cfg.format_penalty)
         phase_log_prob, _ = self.policy.response_log_probs(state.params, prompt,
                                                            samples.response, hp.temperature)
         log_staleness = sequence_log_staleness(phase_log_prob, samples.log_prob, samples.mask)
@@ -350,14 +393,14 @@ class TokenTrainer(Trainer[TokenConfig, TokenHParams, TokenState, Params]):
     def update(self, state: TokenState, hp: TokenHParams) -> tuple[TokenState, Metrics]:
         """One generation and one optimisation phase; a non-finite result freezes the run."""
         key, generate_key, optimise_key = jax.random.split(state.key, 3)
-        _, batch = self.collect(state, generate_key, hp)
+        collected, batch = self.collect(state, generate_key, hp)
         params, opt_state, metrics = self.optimise(state, batch, optimise_key, hp)
         if self.algorithm.refuses_stale:  # refused before the phase: at all its steps or none
             metrics[STALE_REFUSED] = batch.refused.mean()
             metrics[phase.acted_name(STALE_REFUSED)] = batch.refused.max()
-        new_state = state.replace(params=params, opt_state=opt_state,
-                                  buffer=push(state.buffer, params), key=key,
-                                  update=state.update + 1)
+        new_state = collected.replace(params=params, opt_state=opt_state,
+                                      buffer=push(state.buffer, params), key=key,
+                                      update=state.update + 1)
         staleness = batch.phase_log_prob - batch.behaviour_log_prob
         log_staleness = sequence_log_staleness(batch.phase_log_prob, batch.behaviour_log_prob,
                                                batch.mask)
