@@ -11,7 +11,7 @@ import pytest
 from engine_configs import TOY_EXPERIMENT as TOY
 from vaco_jax import experiment as sweep
 from vaco_jax.report import summary as report_summary
-from vaco_jax.report.summary import CellRule
+from vaco_jax.report.rule_records import CellRule
 
 RULE = """
 [cell_rule]

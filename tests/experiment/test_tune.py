@@ -12,8 +12,8 @@ from vaco_jax import experiment as sweep
 from vaco_jax.experiment import merge, tune, tune_spec
 from vaco_jax.experiment.tune_report import summary as tuning_summary
 from vaco_jax.report.markdown_tuning import tuning_section
-from vaco_jax.report.summary import (Tuning, TuningCandidate, TuningChoice, _to_json,
-                                     parsed)
+from vaco_jax.report.rule_records import Tuning, TuningCandidate, TuningChoice
+from vaco_jax.report.summary_fields import as_json, parsed
 
 RATES = (1e-4, 3e-3)
 TUNE = f"""
@@ -224,8 +224,8 @@ def test_the_tuning_section_names_the_values_meeting_the_cell_rule():
     assert "| a | 0.0003 | 1 [0.5, 2] | 4 | no |  |" in text
     assert "No value meets the cell rule for: b; each was chosen among all its values." in text
     for c in tuning.choices[0].candidates:  # summary.json carries it; None is left out
-        assert parsed(TuningCandidate, _to_json(c)) == c
-    assert "in_cell" not in _to_json(TuningCandidate(value=1.0, iqm=1.0, low=1.0, high=1.0,
+        assert parsed(TuningCandidate, as_json(c)) == c
+    assert "in_cell" not in as_json(TuningCandidate(value=1.0, iqm=1.0, low=1.0, high=1.0,
                                                      runs=1))
 
 
@@ -369,7 +369,7 @@ def test_a_method_whose_own_synchronous_runs_saturate_is_marked():
     text = "\n".join(tuning_section(summary))
     assert "| runs | saturates | |" in text and "| 2 | yes | **chosen** |" in text
     assert "Saturated at the chosen value" in text
-    assert parsed(Tuning, _to_json(summary)) == summary
+    assert parsed(Tuning, as_json(summary)) == summary
 
 
 class _Held:

@@ -12,7 +12,7 @@ import pytest
 from vaco_jax.cli import sweep as sweep_cli
 from vaco_jax.report import cell_rule, markdown, stats
 from vaco_jax.report import summary as report_summary
-from vaco_jax.report.summary import CellRule
+from vaco_jax.report.rule_records import CellRule
 
 STEPS = np.arange(9) * 100  # 9 evaluations: the last one is the final score (final_fraction 0.1)
 REFERENCE = 100.0

@@ -10,7 +10,8 @@ from vaco_jax.cli.common import (add_log, add_memory_budget, add_overwrite_flags
 from vaco_jax.experiment import (NamedGroups, Part, load_experiment, load_sweep,
                                  load_sweep_to_resume, make_plan, merge_parts, plan_text, sweep,
                                  write_sweep_report)
-from vaco_jax.report.summary import CellRuleVerdict, Summary
+from vaco_jax.report.rule_records import CellRuleVerdict
+from vaco_jax.report.summary import Summary
 from vaco_jax.run import distributed
 from vaco_jax.infra.run_folder import CONFIG_FILE
 from vaco_jax.run.trackers import Trackers

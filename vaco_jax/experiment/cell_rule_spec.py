@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from vaco_jax.experiment import fields
-from vaco_jax.report.summary import CellRule
+from vaco_jax.report.rule_records import CellRule
 
 BOUNDS = {"min_gain": (0.0, math.inf, False), "min_seed_share": (0.0, 1.0, True),
           "max_final": (0.0, math.inf, False), "rising_window": (0.0, 1.0, False),

@@ -26,7 +26,7 @@ from vaco_jax.experiment.groups import (Group, RunSpec, _axes_part, balanced_par
                                        TuningGroups, group_steps, tuning_groups, validated)
 from vaco_jax.experiment.cell_rule_spec import parse_cell_rule
 from vaco_jax.infra import records
-from vaco_jax.report.summary import CellRule
+from vaco_jax.report.rule_records import CellRule
 from vaco_jax.testbeds import Testbed
 
 REFERENCE_KEY = "reference_scores"

@@ -37,7 +37,7 @@ from vaco_jax.experiment import spec, tune_spec
 from vaco_jax.experiment.groups import Group, grid_points
 from vaco_jax.experiment.tune_spec import FINAL_FRACTION, filled
 from vaco_jax.report import cell_rule, scoring, stats
-from vaco_jax.report.summary import CellRule, RuleCell
+from vaco_jax.report.rule_records import CellRule, RuleCell
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,8 +17,8 @@ import pandas as pd
 from vaco_jax import report
 from vaco_jax.report import markdown
 from vaco_jax.report.runs_table import assignments
-from vaco_jax.report.summary import (Summary, Tuning, TuningCandidate, TuningChoice,
-                                     dumps)
+from vaco_jax.report.rule_records import Tuning, TuningCandidate, TuningChoice
+from vaco_jax.report.summary import dumps, Summary
 from vaco_jax.experiment import tune, tune_spec
 from vaco_jax.experiment.spec import Experiment
 from vaco_jax.infra import io

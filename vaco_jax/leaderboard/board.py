@@ -17,7 +17,8 @@ import numpy as np
 
 from vaco_jax.leaderboard.studies import Study
 from vaco_jax.report.kept_gain import SYNC_LAG
-from vaco_jax.report.summary import Interval, Summary, TaskKeptGain
+from vaco_jax.report.summary_fields import Interval
+from vaco_jax.report.summary import Summary, TaskKeptGain
 
 Key = tuple[str, float]
 """A (variant, lag) cell of a board."""

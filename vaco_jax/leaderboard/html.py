@@ -9,7 +9,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from vaco_jax.report.summary import Interval
+from vaco_jax.report.summary_fields import Interval
 
 STYLE_FILE = "style.css"
 STYLE = """\

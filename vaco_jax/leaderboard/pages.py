@@ -15,7 +15,8 @@ from vaco_jax.leaderboard.claims import Claims
 from vaco_jax.leaderboard.html import Stamp, escape, interval, link, page, table
 from vaco_jax.leaderboard.studies import COPIED_FILES, REPORT_FILE, Skipped, Study
 from vaco_jax.report.markdown_text import NOT_NORMALISED, is_scale
-from vaco_jax.report.summary import Interval, Stabilisers
+from vaco_jax.report.summary_fields import Interval
+from vaco_jax.report.summary import Stabilisers
 
 TESTBED_NAMES = {"control": "Control testbed", "tokens": "Token testbed"}
 

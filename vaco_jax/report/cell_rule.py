@@ -45,8 +45,9 @@ import pandas as pd
 
 from vaco_jax.report import cells, kept_gain, scoring, stats
 from vaco_jax.report.runs_table import Score
-from vaco_jax.report.summary import (CellRule, CellRuleVerdict, Interval, IntervalCheck,
-                                     LagCheck, RuleCell, SeedShareCheck, parsed)
+from vaco_jax.report.summary_fields import Interval, parsed
+from vaco_jax.report.rule_records import (CellRule, CellRuleVerdict, IntervalCheck, LagCheck,
+                                          RuleCell, SeedShareCheck)
 
 SHARE_TOLERANCE = 1e-9
 """Slack when a share of runs becomes a count: 0.9 x 10 is 9.000000000000002 in floats."""

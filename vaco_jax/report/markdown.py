@@ -13,8 +13,8 @@ from vaco_jax.report.markdown_text import (NOT_NORMALISED, fmt, fmt_interval, fm
                                            fmt_optional, is_scale, table)
 from vaco_jax.report.markdown_cell_rule import cell_rule_section
 from vaco_jax.report.markdown_tuning import tuning_section
-from vaco_jax.report.summary import (Interval, KeptGain, PooledKeptGain, Summary, TaskCell,
-                                     TaskKeptGain)
+from vaco_jax.report.summary_fields import Interval
+from vaco_jax.report.summary import KeptGain, PooledKeptGain, Summary, TaskCell, TaskKeptGain
 
 Ranked = TaskKeptGain | PooledKeptGain
 """A kept-gain record, which carries the lagged score and backward TV the ranking sets beside

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from vaco_jax.report.markdown_text import fmt_interval, fmt_kept, table
-from vaco_jax.report.summary import (CellRule, CellRuleVerdict, IntervalCheck, LagCheck,
-                                     RuleCell, SeedShareCheck, Summary)
+from vaco_jax.report.rule_records import (CellRule, CellRuleVerdict, IntervalCheck, LagCheck,
+                                          RuleCell, SeedShareCheck)
+from vaco_jax.report.summary import Summary
 
 
 def _percent(share: float) -> str:

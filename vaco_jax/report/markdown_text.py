@@ -6,7 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from vaco_jax.report.summary import Interval, Normalisation
+from vaco_jax.report.summary_fields import Interval
+from vaco_jax.report.summary import Normalisation
 
 NOT_NORMALISED = "not normalised"
 """What a report or board says of a task whose summary gives no scale to read its scores on."""

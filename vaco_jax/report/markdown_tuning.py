@@ -5,7 +5,7 @@ extension of the grid stopped, and the choices at an end of the values tried."""
 from __future__ import annotations
 
 from vaco_jax.report.runs_table import RUNS_FILE
-from vaco_jax.report.summary import Tuning
+from vaco_jax.report.rule_records import Tuning
 
 
 def _number(x: float | None) -> str:

@@ -32,10 +32,11 @@ from vaco_jax.report import (
 )
 from vaco_jax.report import markdown as report_markdown
 from vaco_jax.report import summary as report_summary
-from vaco_jax.report.summary import (CellRule, CellSummary, DivergedRun, EssCollapse, FigureRecord,
+from vaco_jax.report.summary_fields import parsed
+from vaco_jax.report.rule_records import CellRule
+from vaco_jax.report.summary import (CellSummary, DivergedRun, EssCollapse, FigureRecord,
                                      Improvement, IncompleteCell, KeptGain, Normalisation,
-                                     RunOverview, Stabilisers, Summary, TaskCell, Variant,
-                                     parsed)
+                                     RunOverview, Stabilisers, Summary, TaskCell, Variant)
 from vaco_jax.report.runs_table import RUNS_FILE, Score, assignments, setting_columns
 from vaco_jax.infra import io
 from vaco_jax.infra.provenance import provenance
