@@ -63,3 +63,20 @@ def test_every_claim_names_committed_studies_checks_and_figures(studies):
             path, _, name = check.partition("::")
             assert (ROOT / path).exists(), claim.id
             assert not name or f"def {name}(" in (ROOT / path).read_text(), claim.id
+
+
+@pytest.mark.parametrize("name", ("control_long_lag", "tokens_long_main", "quick_tuned"))
+def test_a_tuned_study_shows_each_method_s_tuned_rate_on_each_task(committed_board, studies,
+                                                                    name):
+    study = studies[name]
+    chosen = {(c.group, c.chosen) for c in study.summary.tuning.choices}
+    for board in task_boards(study):
+        page = (committed_board.out / "studies" / study.slug / "index.html").read_text()
+        assert "testbed default" not in page
+        for variant in study.summary.run.variants:
+            shown = study.learning_rates(variant, board.task)
+            if shown == "not tuned on this task":
+                continue
+            group = f"tune-{board.task}-{variant.algo}-e{variant.epochs}m{variant.minibatches}"
+            assert shown == f"{next(v for g, v in chosen if g == group):g}, tuned"
+            assert f">{html.escape(shown)}</td>" in page

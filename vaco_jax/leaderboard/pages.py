@@ -56,8 +56,8 @@ def _mechanisms(study: Study) -> dict[tuple[str, float], str]:
     return {(r.variant, float(r.lag)): mechanism_text(r) for r in study.summary.mechanisms}
 
 
-def _learning_rates(study: Study) -> dict[str, str]:
-    return {v.variant: study.learning_rates(v) for v in study.summary.run.variants}
+def _learning_rates(study: Study, task: str | None = None) -> dict[str, str]:
+    return {v.variant: study.learning_rates(v, task) for v in study.summary.run.variants}
 
 
 def _raw(value: float | Interval | None) -> str:
@@ -69,7 +69,7 @@ def _raw(value: float | Interval | None) -> str:
 
 def _board_table(board: TaskBoard) -> str:
     """Every cell of a task's board with the numbers behind it, in the testbed's units too."""
-    rates, mechanisms = _learning_rates(board.study), _mechanisms(board.study)
+    rates, mechanisms = _learning_rates(board.study, board.task), _mechanisms(board.study)
     rows = []
     for variant in board.order:
         for lag in board.lags:

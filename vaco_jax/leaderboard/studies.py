@@ -104,10 +104,18 @@ class Study:
             return "not recorded"
         return str(code["commit"])[:10] + (" (modified)" if code.get("modified") else "")
 
-    def learning_rates(self, variant: Variant) -> str:
-        """The learning rate a variant's runs ran at: its own where the study swept it, else
-        the one the experiment sets for its algorithm or for every run, else the testbed's
-        default (which the fidelity card states)."""
+    def learning_rates(self, variant: Variant, task: str | None = None) -> str:
+        """The learning rate a variant's runs ran at: in a study that tuned it (`[tune]`), the
+        value each task's tuning chose (on `task`, or on every task, named); else its own where
+        the study swept it, else the one the experiment sets for its algorithm or for every
+        run, else the testbed's default (which the fidelity card states)."""
+        tuned = self._tuned_rates(variant)
+        if tuned:
+            if task is not None:
+                return (f"{', '.join(f'{v:g}' for v in tuned[task])}, tuned" if task in tuned
+                        else "not tuned on this task")
+            return "tuned: " + "; ".join(f"{', '.join(f'{v:g}' for v in values)} on {name}"
+                                         for name, values in tuned.items())
         for assignment in variant.hyperparameters.split(","):
             name, _, value = assignment.partition("=")
             if name == "learning_rate":
@@ -120,6 +128,25 @@ class Study:
                 return ", ".join(f"{float(v):g}" for v in
                                  (values if isinstance(values, list) else [values]))
         return "testbed default"
+
+    def _tuned_rates(self, variant: Variant) -> dict[str, list[float]]:
+        """Task -> the learning rates the study's tuning chose for `variant` there (its
+        tuning groups: `tune-TASK-ALGO-...-eEmM`, at the point of its swept values); empty
+        where the study tuned none."""
+        tuning = self.summary.tuning
+        if tuning is None or tuning.hparam != "learning_rate":
+            return {}
+        swept = dict(a.partition("=")[::2] for a in variant.hyperparameters.split(",") if a)
+        tuned: dict[str, list[float]] = {}
+        for task in self.tasks:
+            for choice in tuning.choices:
+                ours = (choice.group.startswith(f"tune-{task}-{variant.algo}-")
+                        and choice.group.endswith(f"-e{variant.epochs}m{variant.minibatches}")
+                        and all(name in swept and float(swept[name]) == value
+                                for name, value in choice.point.items()))
+                if ours and choice.chosen not in tuned.setdefault(task, []):
+                    tuned[task].append(choice.chosen)
+        return {task: values for task, values in tuned.items() if values}
 
 
 def regular_file(path: Path) -> bool:
