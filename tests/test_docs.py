@@ -97,3 +97,38 @@ def test_the_readme_is_a_front_door():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, (
         f"README.md has {len(lines)} lines; depth belongs in docs/ (at most {README_MAX_LINES})")
+
+
+def _heading_ids(text: str) -> set[str]:
+    """The anchors the site gives a page's headings, as Python-Markdown's `toc` makes them
+    (mkdocs.yml): the heading's text without its Markdown, lower-cased, every character but
+    letters, digits, `_`, `-` and spaces dropped, spaces and hyphens runs joined by `-`; a
+    repeated id gets `_1`, `_2`, ... in page order. Fenced code is not a heading."""
+    ids: set[str] = set()
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", text, re.M):
+        plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "")
+        slug = re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", plain).strip().lower())
+        unique, count = slug, 0
+        while unique in ids:
+            count += 1
+            unique = f"{slug}_{count}"
+        ids.add(unique)
+    return ids
+
+
+def test_every_anchor_a_docs_page_links_to_exists():
+    """In-page (`(#id)`) and cross-page (`(page.md#id)`) links of the docs point at headings
+    the built site has (mkdocs reports a missing anchor only at INFO, so `--strict` passes)."""
+    pages = {p.relative_to(DOCS).as_posix(): p.read_text() for p in DOCS.rglob("*.md")}
+    ids = {name: _heading_ids(text) for name, text in pages.items()}
+    broken = []
+    for name, text in pages.items():
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        for target, anchor in re.findall(r"\]\(([\w./-]*)#([^)\s]+)\)", prose):
+            page = (Path(name).parent / target).as_posix() if target else name
+            page = str(Path(page)).replace("\\", "/")
+            if page not in ids or anchor not in ids[page]:
+                broken.append(f"{name}: ({target}#{anchor})")
+    assert broken == []
+    assert {"sapo", "sapo_1", "icepop_1"} <= ids["fidelity.md"]  # the token entries' anchors
