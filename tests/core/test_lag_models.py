@@ -397,7 +397,7 @@ def test_a_config_records_its_lag_model_by_name_as_it_always_has():
 def test_new_runs_redraw_and_records_without_lag_warmup_read_as_the_clip_they_ran():
     """`redraw` is the default of both testbeds' configs; a `config.json` written before it
     was (no `lag_warmup`, or `clip` named) is the `clip` run it was, not today's default."""
-    from vaco_jax.run.compat import config_as_now, recorded_config
+    from vaco_jax.core.config_compat import config_as_now, recorded_config
     from vaco_jax.tokens.config import TokenConfig
 
     for config_type in (ControlConfig, TokenConfig):

@@ -26,7 +26,7 @@ from vaco_jax.report.figures import new_figure, shared_legend, variant_colours
 from vaco_jax.report.metrics import FRACTION_METRICS
 from vaco_jax.infra import io, records, run_folder
 from vaco_jax.infra.lock import folder_lock
-from vaco_jax.run import compat
+from vaco_jax.core import config_compat as compat
 
 
 TRAINING_SCORES = {"reward_mean": ("Mean reward of each update's sampled responses", "reward")}

@@ -52,7 +52,7 @@ from vaco_jax import testbeds
 from vaco_jax.core.config import Config, HParamsBase, check_seeds
 from vaco_jax.infra import io, run_folder
 from vaco_jax.infra.faults import fault_point
-from vaco_jax.run import compat
+from vaco_jax.core import config_compat as compat
 from vaco_jax.run.checkpoint import Checkpoints
 from vaco_jax.run.chunks import (ChunkCallback, ChunkObserver, DivergenceMessages, ProgressBar,
                                  Session, train_chunks)

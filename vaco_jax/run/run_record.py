@@ -39,7 +39,7 @@ from vaco_jax.run.distributed import (from_process_0, host_copy, is_writer, seve
                                       shared_from_process_0)
 from vaco_jax.infra.provenance import provenance
 from vaco_jax.infra.run_folder import latest_finite, warn
-from vaco_jax.run import compat
+from vaco_jax.core import config_compat as compat
 from vaco_jax.testbeds import AnyTestbed
 
 

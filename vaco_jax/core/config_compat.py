@@ -1,4 +1,5 @@
-"""Run folders as earlier versions of vaco_jax wrote them, read as today's."""
+"""Configs as earlier versions of vaco_jax recorded them (a run folder's `config.json`), read
+as today's: by the run layer that resumes runs and by the report layer that draws them."""
 
 from __future__ import annotations
 
