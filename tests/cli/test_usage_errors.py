@@ -61,7 +61,7 @@ def test_an_unknown_hyper_parameter_is_refused_naming_the_known_ones(capsys):
 
 @pytest.mark.parametrize("command, given", [("train", []), ("tokens", []),
                                             ("sweep", ["quick.toml"]), ("report", ["runs/x"]),
-                                            ("envs", [])])
+                                            ("envs", []), ("algorithms", [])])
 def test_an_unknown_flag_is_reported_against_its_command(capsys, command, given):
     assert _refused([command, *given, "--nosuch"], capsys) == (
         f"vaco-jax {command}: error: unrecognized arguments: --nosuch "

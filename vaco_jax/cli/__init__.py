@@ -1,4 +1,4 @@
-"""Command line: `vaco-jax train | tokens | sweep | report | envs | leaderboard`.
+"""Command line: `vaco-jax train | tokens | sweep | report | envs | algorithms | leaderboard`.
 
 Thin: each command parses its flags, then calls the layers below (a testbed's config and
 hyper-parameters, the driver, the experiment runner, the report writer).
@@ -22,6 +22,7 @@ import jax
 
 from vaco_jax import __version__
 
+from vaco_jax.cli import algorithms as algorithms_cli
 from vaco_jax.cli import common, console
 from vaco_jax.cli import envs as envs_cli
 from vaco_jax.cli import leaderboard as leaderboard_cli
@@ -76,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         common.add_run_arguments(p, out=module.OUT)
     sweep_cli.add_parsers(subparsers)
     envs_cli.add_parser(subparsers)
+    algorithms_cli.add_parser(subparsers)
     leaderboard_cli.add_parser(subparsers)
     # Each command's own parser refuses its unknown flags; a training command's defaults also
     # tell which flags a resume would ignore.
@@ -103,7 +105,7 @@ def _run(args) -> int:
     if args.command in TRAINING_COMMANDS:
         return common.run_driver(args, *TRAINING_COMMANDS[args.command][0].build(args))
     return {"sweep": sweep_cli.run_sweep, "report": sweep_cli.run_report,
-            "envs": envs_cli.run_envs,
+            "envs": envs_cli.run_envs, "algorithms": algorithms_cli.run_algorithms,
             "leaderboard": leaderboard_cli.run_leaderboard}[args.command](args)
 
 
