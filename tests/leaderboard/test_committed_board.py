@@ -80,3 +80,12 @@ def test_a_tuned_study_shows_each_method_s_tuned_rate_on_each_task(committed_boa
             group = f"tune-{board.task}-{variant.algo}-e{variant.epochs}m{variant.minibatches}"
             assert shown == f"{next(v for g, v in chosen if g == group):g}, tuned"
             assert f">{html.escape(shown)}</td>" in page
+
+
+def test_a_board_ranks_only_where_its_study_s_cell_rule_holds(studies):
+    boards = {board.task: board for board in task_boards(studies["tokens_long_main"])}
+    assert boards["add_steps"].unranked is None and boards["sort"].unranked is None
+    assert boards["chain"].unranked == "its committed cell rule does not hold on chain"
+    assert list(boards["chain"].order) == sorted(boards["chain"].order)
+    for board in task_boards(studies["control_long_lag"]):  # fails its rule on every task
+        assert board.unranked and list(board.order) == sorted(board.order)

@@ -123,12 +123,16 @@ def test_board_cells_hold_the_runs_table_numbers(results, site):
     (study,), _ = read_studies(root)
     (board,) = board_module.task_boards(study)
     assert check_board_numbers(board, run_table(root / "toy", study.summary)) == 4
-    # ppo keeps 0.3 of its gain, vaco 0.9: vaco ranks first, by its lagged score.
-    assert board.order == ("vaco", "ppo")
+    # ppo keeps 0.3 of its gain, vaco 0.9: vaco would rank first, by its lagged score; the
+    # study committed no cell rule, so its board does not rank them.
+    assert board_module.ranked(board.scores, board.kept, board.lags) == ["vaco", "ppo"]
+    assert board.unranked == "the study committed no cell rule"
+    assert board.order == ("ppo", "vaco")
     assert board.kept[("ppo", 2.0)].kept.point == pytest.approx(0.3)
     page = (site.out / "studies" / "toy" / "index.html").read_text()
     assert '<td>ppo</td><td class="number">2</td><td class="number">0.001</td>' in page
     assert "0.300 [" in page and "0.900 [" in page
+    assert "Not ranked: the study committed no cell rule; its methods are in name order." in page
 
 
 def test_the_method_pages_say_the_learning_rate_and_whether_the_mechanism_acted(site):

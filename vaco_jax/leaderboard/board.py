@@ -4,8 +4,11 @@ it keeps (``report.kept_gain``) beside its lagged score normalised to the task's
 The kept share alone rewards a method that learns little without lag and keeps little of
 little; the normalised score puts every method on the same scale (0: the mean initial policy
 of all runs of the task, 1: the task's reference score), so the board ranks its rows by the
-lagged score and shows the kept share beside it. Every number is the study's ``summary.json``
-record, computed by the report layer from its runs table.
+lagged score and shows the kept share beside it. It ranks them only where the study's
+committed cell rule holds on the task (``unranked`` says why not): where the baseline does not
+learn, saturates or keeps its gain under lag, an order of the methods says nothing of lag.
+Every number is the study's ``summary.json`` record, computed by the report layer from its
+runs table.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class TaskBoard:
 
     ``scores`` holds each cell's scores; ``kept`` the cell's kept gain record (empty where the
     study has none: ``kept_skipped`` says why); ``order`` the variants best first
-    (``ranked``).
+    (``ranked``), or in name order where they are not ranked (``unranked`` says why).
     """
 
     study: Study
@@ -53,6 +56,7 @@ class TaskBoard:
     kept: Mapping[Key, TaskKeptGain]
     kept_skipped: str | None
     order: tuple[str, ...]
+    unranked: str | None = None
 
     @property
     def stem(self) -> str:
@@ -97,6 +101,17 @@ def ranked(scores: Mapping[Key, CellScore], kept: Mapping[Key, TaskKeptGain],
     return sorted(sorted({variant for variant, _ in scores}), key=rank)
 
 
+def unranked_because(summary: Summary, task: str) -> str | None:
+    """Why a study's methods on ``task`` are not ranked; None where its committed cell rule
+    holds there (the baseline's cell passes every criterion)."""
+    verdict = summary.cell_rule
+    if verdict is None:
+        return "the study committed no cell rule"
+    if not verdict.passing.get(task):
+        return f"its committed cell rule does not hold on {task}"
+    return None
+
+
 def task_boards(study: Study) -> list[TaskBoard]:
     """The study's board of each of its tasks."""
     kept_gain = study.kept_gain
@@ -104,7 +119,10 @@ def task_boards(study: Study) -> list[TaskBoard]:
     for task in study.tasks:
         scores = score_records(study.summary, task)
         kept = {(r.variant, float(r.lag)): r for r in kept_gain.tasks or () if r.task == task}
+        unranked = unranked_because(study.summary, task)
+        order = (sorted({variant for variant, _ in scores}) if unranked
+                 else ranked(scores, kept, study.lags))
         boards.append(TaskBoard(study=study, task=task, lags=tuple(study.lags), scores=scores,
-                                kept=kept, kept_skipped=kept_gain.skipped,
-                                order=tuple(ranked(scores, kept, study.lags))))
+                                kept=kept, kept_skipped=kept_gain.skipped, order=tuple(order),
+                                unranked=unranked))
     return boards

@@ -1,5 +1,6 @@
 """The board's figure of one task of one study: three heatmaps side by side, methods as rows
-(best first by lagged score) and lag levels as columns, drawn with the report's heatmap panel:
+(best first by lagged score where the study's cell rule holds, else in name order) and lag
+levels as columns, drawn with the report's heatmap panel:
 
 - the normalised final score, IQM [95% CI], on the task's one reference (0 initial, 1 reference);
 - the share of the synchronous gain kept in the final score;
@@ -66,7 +67,9 @@ def figure_board(board: TaskBoard) -> Figure:
             f"runs, 1 = its reference"
             + ("; kept share: (score - initial) / synchronous (score - initial)"
                if board.kept else "")
-            + ". Rows by mean score over lags > 0, best first; grey: not run or undefined.")
+            + (f". Not ranked ({board.unranked}): rows in name order" if board.unranked
+               else ". Rows by mean score over lags > 0, best first")
+            + "; grey: not run or undefined.")
     if board.kept_skipped:
         note += f" No kept share: {board.kept_skipped}."
     width = int(11 * figure.get_figwidth())

@@ -93,6 +93,8 @@ def study_page(study: Study, boards: Sequence[TaskBoard], stamp: Stamp) -> str:
     sections = "".join(
         f"<h2>{escape(board.task)}</h2>"
         f'<p><img src="{escape(board.stem)}.png" alt="board of {escape(board.task)}"></p>'
+        + (f'<p class="warning">Not ranked: {escape(board.unranked)}; its methods are in name '
+           f'order.</p>' if board.unranked else "")
         + (f'<p class="warning">No kept share: {escape(board.kept_skipped)}.</p>'
            if board.kept_skipped else "")
         + _board_table(board)
@@ -134,7 +136,10 @@ def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
         "reference for every method (0: the task's initial policies, 1: its reference score), "
         "and beside it shows the share of its own synchronous gain each method keeps, in the "
         "final score and in the area under the learning curve. A method that learns little "
-        "without lag keeps a large share of little, so the share alone does not rank. Cells: "
+        "without lag keeps a large share of little, so the share alone does not rank. It ranks "
+        "only where the study's committed cell rule holds on the task (the baseline learns, "
+        "does not saturate, still rises, and lag costs it a clear share); elsewhere the methods "
+        "are in name order, marked not ranked. Cells: "
         "IQM over runs with a 95% stratified-bootstrap interval. A study's page holds the raw "
         "scores, the learning rates, whether each stabiliser acted, its report and runs table."
         f' The claims these studies test: {link("claims.html", "claims")}.</p>'
