@@ -89,3 +89,11 @@ def test_a_board_ranks_only_where_its_study_s_cell_rule_holds(studies):
     assert list(boards["chain"].order) == sorted(boards["chain"].order)
     for board in task_boards(studies["control_long_lag"]):  # fails its rule on every task
         assert board.unranked and list(board.order) == sorted(board.order)
+
+
+def test_an_incomplete_merge_is_marked_and_carries_its_parts_record(committed_board, studies):
+    study = studies["control_long_lag"]
+    page = (committed_board.out / "studies" / study.slug / "index.html").read_text()
+    assert study.incomplete and f"Incomplete: {html.escape(study.incomplete)}." in page
+    assert (committed_board.out / "studies" / study.slug / "parts.json").is_file()
+    assert studies["quick"].incomplete is None and "parts.json" not in studies["quick"].files

@@ -13,7 +13,7 @@ from vaco_jax.leaderboard.board import TaskBoard
 from vaco_jax.leaderboard.card import Method, markdown_html
 from vaco_jax.leaderboard.claims import Claims
 from vaco_jax.leaderboard.html import Stamp, escape, interval, link, page, table
-from vaco_jax.leaderboard.studies import COPIED_FILES, REPORT_FILE, Skipped, Study
+from vaco_jax.leaderboard.studies import REPORT_FILE, Skipped, Study
 from vaco_jax.report.markdown_text import NOT_NORMALISED, is_scale
 from vaco_jax.report.summary_fields import Interval
 from vaco_jax.report.summary import Stabilisers
@@ -89,7 +89,7 @@ def _board_table(board: TaskBoard) -> str:
 
 
 def study_page(study: Study, boards: Sequence[TaskBoard], stamp: Stamp) -> str:
-    files = [link(name, name) for name in (*COPIED_FILES, *study.figures)]
+    files = [link(name, name) for name in (*study.files, *study.figures)]
     sections = "".join(
         f"<h2>{escape(board.task)}</h2>"
         f'<p><img src="{escape(board.stem)}.png" alt="board of {escape(board.task)}"></p>'
@@ -104,7 +104,9 @@ def study_page(study: Study, boards: Sequence[TaskBoard], stamp: Stamp) -> str:
                               f"{escape(task)}: {NOT_NORMALISED}"
                               for task, n in study.summary.normalisation.items())
     body = (f"<p>{escape(study.title)}</p>"
-            f"<p>Testbed: {escape(study.testbed)}. Report written from commit "
+            + (f'<p class="warning">Incomplete: {escape(study.incomplete)}.</p>'
+               if study.incomplete else "")
+            + f"<p>Testbed: {escape(study.testbed)}. Report written from commit "
             f"{escape(study.commit())} on {escape(study.devices())}. Normalisation: "
             f"{normalisation}.</p>"
             f"<p>The study's files: {', '.join(files)}.</p>{sections}")
@@ -119,7 +121,9 @@ def _task_sections(boards: Sequence[TaskBoard]) -> str:
         f"<h3>Task {escape(task)}</h3>" + "".join(
             f"<h4>{link(study_path(b.study), b.study.name)}</h4>"
             f"<p>{escape(b.study.title)}</p>"
-            f'<p><img src="{escape(board_image(b))}" alt="board of {escape(b.study.name)} on '
+            + (f'<p class="warning">Incomplete: {escape(b.study.incomplete)}.</p>'
+               if b.study.incomplete else "")
+            + f'<p><img src="{escape(board_image(b))}" alt="board of {escape(b.study.name)} on '
             f'{escape(task)}"></p>'
             for b in task_boards)
         for task, task_boards in sorted(by_task.items()))

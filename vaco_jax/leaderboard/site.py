@@ -29,7 +29,7 @@ from vaco_jax.leaderboard.card import methods, read_card
 from vaco_jax.leaderboard.claims import read_claims
 from vaco_jax.leaderboard.figures import figure_board
 from vaco_jax.leaderboard.html import STYLE, STYLE_FILE, Stamp
-from vaco_jax.leaderboard.studies import COPIED_FILES, Skipped, Study, read_studies, regular_file
+from vaco_jax.leaderboard.studies import Skipped, Study, read_studies, regular_file
 
 FOLDERS = ("studies", "methods")
 WRITES = ("index.html", "claims.html", STYLE_FILE, *FOLDERS)
@@ -83,7 +83,7 @@ def _save(figure: Figure, path: Path) -> None:
 
 def _write_study(out: Path, study: Study, boards: Sequence[TaskBoard], page_stamp: Stamp) -> str:
     folder = out / "studies" / study.slug
-    for name in (*COPIED_FILES, *study.figures):
+    for name in (*study.files, *study.figures):
         _copy(study.folder / name, folder / name)
     for board in boards:
         _save(figure_board(board), folder / f"{board.stem}.png")

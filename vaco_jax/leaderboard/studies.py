@@ -28,6 +28,9 @@ from vaco_jax.report.summary import KeptGain, Summary, Variant
 
 SUMMARY_FILE = "summary.json"
 EXPERIMENT_FILE = "experiment.toml"
+PARTS_FILE = "parts.json"
+"""A merged report's record of the parts it merged (``vaco-jax report --parts``): whether
+every group of its experiment has run."""
 REPORT_FILE = "report.md"
 COPIED_FILES = (REPORT_FILE, SUMMARY_FILE, RUNS_FILE, EXPERIMENT_FILE)
 """The files of a study the board carries, so that its links work wherever the board is moved."""
@@ -63,6 +66,9 @@ class Study:
     summary: Summary
     experiment: Mapping[str, Any]
     figures: tuple[str, ...]
+    incomplete: str | None = None  # what has not run, for a merge of part of the experiment
+    files: tuple[str, ...] = COPIED_FILES  # the study's files the board carries and links
+
 
     @property
     def slug(self) -> str:
@@ -185,6 +191,22 @@ def _read_experiment(path: Path) -> dict[str, Any]:
     return dict(records.load_toml(path, records.EXPERIMENT).table())
 
 
+def _incomplete(path: Path) -> str | None:
+    """What a merged report's ``parts.json`` says has not run; None for a complete merge or a
+    study that is no merge (it has no such file)."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    if not regular_file(path):
+        raise ValueError(f"{path.name} is not a plain file")
+    saved = records.load_json(path, records.PARTS)
+    if saved["complete"].boolean():
+        return None
+    missing = len(saved["missing_groups"].items())
+    unfinished = sum(len(names.items()) for _, names in saved["unfinished_groups"].entries())
+    return (f"{missing + unfinished} of its experiment's groups have not run or not finished "
+            f"(its {PARTS_FILE} names them)")
+
+
 def read_study(results: Path, folder: Path) -> Study:
     """The study in ``folder``; ``ValueError`` (saying why) where it cannot be shown."""
     name = folder.relative_to(results).as_posix()
@@ -197,7 +219,10 @@ def read_study(results: Path, folder: Path) -> Study:
                   experiment=_read_experiment(folder / EXPERIMENT_FILE),
                   figures=tuple(sorted(p.name for p in folder.iterdir()
                                        if FIGURE_PATTERN.fullmatch(p.name)
-                                       and regular_file(p))))
+                                       and regular_file(p))),
+                  incomplete=_incomplete(folder / PARTS_FILE),
+                  files=COPIED_FILES + ((PARTS_FILE,) if regular_file(folder / PARTS_FILE)
+                                        else ()))
     _check_readable(study)
     return study
 
