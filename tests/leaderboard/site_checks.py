@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
 CLAIMS = RESULTS / "claims.toml"
 CARD = ROOT / "docs" / "fidelity.md"
-"""The committed studies, their claims and the fidelity card."""
+TAGS = ROOT / "experiments" / "studies.toml"
+"""The committed studies, their claims, the fidelity card and the studies' tags."""
 
 
 class _Links(HTMLParser):

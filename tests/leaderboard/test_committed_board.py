@@ -9,8 +9,10 @@ import pytest
 from vaco_jax.leaderboard.board import task_boards
 from vaco_jax.leaderboard.claims import read_claims
 from vaco_jax.leaderboard.studies import read_studies
+from vaco_jax.leaderboard.tags import read_tags
 
-from site_checks import CLAIMS, RESULTS, ROOT, broken_links, check_board_numbers, run_table
+from site_checks import (CLAIMS, RESULTS, ROOT, TAGS, broken_links, check_board_numbers,
+                         run_table)
 
 CHECKED_STUDIES = ("quick", "tokens_lag_scan")
 """Studies small enough to score again from their runs tables in a test."""
@@ -31,11 +33,19 @@ def test_every_committed_study_is_shown_and_every_local_link_and_image_exists(co
     assert broken_links(committed_board.out) == {}
 
 
-def test_every_study_with_a_kept_gain_has_its_board_on_the_index(committed_board, studies):
+def test_every_study_s_board_is_on_the_front_page_or_the_archive_by_its_tag(committed_board,
+                                                                             studies):
+    tags = read_tags(TAGS)
     index = (committed_board.out / "index.html").read_text()
+    archive = (committed_board.out / "archive.html").read_text()
     for study in studies.values():
+        front = tags[study.tag_name].front
         for board in task_boards(study):
-            assert f"studies/{study.slug}/{board.stem}.png" in index
+            image = f"studies/{study.slug}/{board.stem}.png"
+            assert (image in index, image in archive) == (front, not front), study.name
+    assert "studies/tokens_long_main/" in index and "control_lag_cell_calibration8" in archive
+    page = (committed_board.out / "studies" / "control_calibration" / "index.html").read_text()
+    assert "Tagged calibration: 1e-3 chosen for control_vaco_lag" in page
 
 
 @pytest.mark.parametrize("name", CHECKED_STUDIES)

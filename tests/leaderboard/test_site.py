@@ -9,6 +9,7 @@ import html
 import itertools
 import json
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -290,3 +291,32 @@ def test_a_summary_whose_scale_is_not_finite_is_not_shown_as_one(results):
     page = pages.study_page(study, [], stamp([study]))
     assert "Normalisation: toy_reach: not normalised.</p>" in page
     assert "nan" not in page and "= inf" not in page
+
+
+def test_tags_move_a_study_to_the_archive_and_the_index_lists_it(results, tmp_path, capsys):
+    root, claims = results
+    experiments = tmp_path / "experiments"
+    experiments.mkdir()
+    (experiments / "toy.toml").write_text('name = "toy"\n')
+    tags = experiments / "studies.toml"
+    tags.write_text('[toy]\ntag = "calibration"\nverdict = "ppo keeps 0.3 at lag 2"\n'
+                    '[broken]\ntag = "superseded"\nverdict = "a damaged study"\n')
+    index = experiments / "INDEX.md"
+    args = ["leaderboard", "--results", str(root), "--claims", str(claims), "--card", str(CARD),
+            "--tags", str(tags), "--index", str(index)]
+    assert main([*args, "--out", str(tmp_path / "site")]) == 0
+    front = (tmp_path / "site" / "index.html").read_text()
+    archive = (tmp_path / "site" / "archive.html").read_text()
+    assert "studies/toy/board_toy_reach.png" in archive
+    assert "studies/toy/board_toy_reach.png" not in front and "archive.html" in front
+    page = (tmp_path / "site" / "studies" / "toy" / "index.html").read_text()
+    assert "Tagged calibration: ppo keeps 0.3 at lag 2" in page
+    written = index.read_text()
+    there = Path(os.path.relpath(root / "toy", experiments)).as_posix()
+    assert f"| [toy](toy.toml) ([results]({there}/)) | control | none committed | 16 |" in written
+    assert "| broken ([results](" in written and "| unreadable (" in written
+    assert "## calibration" in written and "ppo keeps 0.3 at lag 2" in written
+    capsys.readouterr()
+    assert main([*args, "--out", str(tmp_path / "again")]) == 2
+    assert f"the index {str(index)!r} exists; pass --overwrite" in capsys.readouterr().err
+    assert not (tmp_path / "again").exists()

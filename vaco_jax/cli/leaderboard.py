@@ -4,9 +4,12 @@ site (HTML, CSS and PNG figures; no server, no script)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from vaco_jax import testbeds
 from vaco_jax.cli.common import add_overwrite_flags, check_keep_flags, folder, plain
+from vaco_jax.infra import io
+from vaco_jax.leaderboard.tags import TAGS_FILE, read_tags
 
 
 def add_parser(subparsers) -> None:
@@ -21,6 +24,15 @@ def add_parser(subparsers) -> None:
                    help="the claims list")
     p.add_argument("--card", default="docs/fidelity.md", metavar="FILE",
                    help="the fidelity card, one entry per method")
+    p.add_argument("--tags", default=None, metavar="FILE",
+                   help="what each study is (main, ablation, calibration, superseded, example, "
+                        "analysis) and its verdict: the front page shows the main and ablation "
+                        "studies and those it does not name, an archive page the others "
+                        f"(default: {TAGS_FILE} where it exists)")
+    p.add_argument("--index", default=None, metavar="FILE",
+                   help="also write the experiments index, every experiment file of the tags "
+                        "file's folder and every study in one Markdown table "
+                        "(experiments/INDEX.md); an existing FILE only with --overwrite")
     add_overwrite_flags(p, "the site in an existing DIR")
 
 
@@ -35,10 +47,25 @@ def plugin_algorithms() -> dict[tuple[str, str], str]:
 def run_leaderboard(args) -> int:
     # Imported here: the board draws with matplotlib, a second's import that every other
     # command (and each child process of a sweep) would pay.
+    from vaco_jax.leaderboard.index import index_markdown
     from vaco_jax.leaderboard.site import build_site
     check_keep_flags(args)
+    tags_file = args.tags or (TAGS_FILE if Path(TAGS_FILE).is_file() else None)
+    if args.index and tags_file is None:
+        raise ValueError(f"--index needs the study tags: pass --tags FILE ({TAGS_FILE})")
+    tags = read_tags(tags_file) if tags_file else {}
+    if args.index:
+        index = Path(args.index)
+        if (index.exists() or index.is_symlink()) and not args.overwrite:
+            raise FileExistsError(f"the index {str(index)!r} exists; pass --overwrite to write "
+                                  f"it again")
     built = build_site(args.out, args.results, args.claims, args.card,
-                       overwrite=args.overwrite, keep=args.keep, plugins=plugin_algorithms())
+                       overwrite=args.overwrite, keep=args.keep, plugins=plugin_algorithms(),
+                       tags=tags)
+    if args.index:
+        io.write_text(args.index, index_markdown(Path(tags_file).parent, Path(args.results),
+                                                 tags))
+        print(f"experiments index: {plain(args.index)}")
     for skipped in built.skipped:
         print(f"vaco-jax leaderboard: warning: skipped the study {plain(skipped.name)}: "
               f"{plain(skipped.reason)}", file=sys.stderr)

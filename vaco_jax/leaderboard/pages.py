@@ -104,6 +104,8 @@ def study_page(study: Study, boards: Sequence[TaskBoard], stamp: Stamp) -> str:
                               f"{escape(task)}: {NOT_NORMALISED}"
                               for task, n in study.summary.normalisation.items())
     body = (f"<p>{escape(study.title)}</p>"
+            + (f"<p>Tagged {escape(study.tag)}: {escape(study.verdict)}</p>"
+               if study.tag else "")
             + (f'<p class="warning">Incomplete: {escape(study.incomplete)}.</p>'
                if study.incomplete else "")
             + f"<p>Testbed: {escape(study.testbed)}. Report written from commit "
@@ -129,9 +131,26 @@ def _task_sections(boards: Sequence[TaskBoard]) -> str:
         for task, task_boards in sorted(by_task.items()))
 
 
+def _by_testbed(boards: Sequence[TaskBoard]) -> str:
+    return "".join(f"<h2>{escape(TESTBED_NAMES.get(t, t))}</h2>"
+                   + _task_sections([b for b in boards if b.study.testbed == t])
+                   for t in sorted({b.study.testbed for b in boards}))
+
+
+def archive_page(boards: Sequence[TaskBoard], stamp: Stamp) -> str:
+    """The boards of the studies tagged calibration, superseded, example or analysis."""
+    body = ("<p>The studies that choose cells or rates on the baseline alone (calibrations), "
+            "those a later study replaced, the demonstrations of the commands and the analyses "
+            "over other studies: none is ranked among the methods on the front page. Each "
+            f"study's page says its tag and verdict. {link('index.html', 'Front page')}.</p>"
+            + _by_testbed(boards))
+    return page("Archive: calibrations, superseded studies, examples", body, stamp, depth=0)
+
+
 def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
-               methods: Sequence[Method], stamp: Stamp) -> str:
-    testbeds = sorted({b.study.testbed for b in boards})
+               methods: Sequence[Method], stamp: Stamp, archived: int = 0) -> str:
+    """The front page: the boards of the main and ablation studies (and of studies no tag
+    names); ``archived`` studies are on the archive page."""
     warnings = "".join(f'<li class="warning">{escape(s.name)}: {escape(s.reason)}</li>'
                        for s in skipped)
     method_links = ", ".join(link(method_path(e), f"{e.algo} ({e.testbed})") for e in methods)
@@ -146,11 +165,11 @@ def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
         "are in name order, marked not ranked. Cells: "
         "IQM over runs with a 95% stratified-bootstrap interval. A study's page holds the raw "
         "scores, the learning rates, whether each stabiliser acted, its report and runs table."
-        f' The claims these studies test: {link("claims.html", "claims")}.</p>'
+        f' The claims these studies test: {link("claims.html", "claims")}.'
+        + (f" {archived} calibrations, superseded studies and examples are on the "
+           f"{link('archive.html', 'archive page')}." if archived else "") + "</p>"
         + (f"<p>Studies skipped:</p><ul>{warnings}</ul>" if warnings else "")
-        + "".join(f"<h2>{escape(TESTBED_NAMES.get(t, t))}</h2>"
-                  + _task_sections([b for b in boards if b.study.testbed == t])
-                  for t in testbeds)
+        + _by_testbed(boards)
         + f'<h2 id="methods">Methods</h2><p>{method_links}</p>')
     return page("Policy-lag leaderboard", body, stamp, depth=0)
 

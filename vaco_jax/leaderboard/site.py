@@ -30,9 +30,10 @@ from vaco_jax.leaderboard.claims import read_claims
 from vaco_jax.leaderboard.figures import figure_board
 from vaco_jax.leaderboard.html import STYLE, STYLE_FILE, Stamp
 from vaco_jax.leaderboard.studies import Skipped, Study, read_studies, regular_file
+from vaco_jax.leaderboard.tags import StudyTag
 
 FOLDERS = ("studies", "methods")
-WRITES = ("index.html", "claims.html", STYLE_FILE, *FOLDERS)
+WRITES = ("index.html", "archive.html", "claims.html", STYLE_FILE, *FOLDERS)
 """What a board writes in its folder (``io.prepare_output_dir``'s ``writes``)."""
 DPI = 110
 
@@ -95,17 +96,21 @@ def build_site(
     out: str | os.PathLike[str], results: str | os.PathLike[str], claims: str | os.PathLike[str],
     card: str | os.PathLike[str], *, overwrite: bool = False, keep: Sequence[str] = (),
     plugins: Mapping[tuple[str, str], str] = types.MappingProxyType({}),
+    tags: Mapping[str, StudyTag] = types.MappingProxyType({}),
 ) -> Built:
     """Builds the board of every study under ``results`` into ``out``: ``index.html``,
     ``claims.html``, ``studies/NAME/index.html`` (with the study's report, runs table,
     summary, experiment and figures beside it) and ``methods/TESTBED-ALGO.html``, one per
     method of the ``card`` and per algorithm a study ran that it lacks (an installed plugin's
-    is named by its entry point in ``plugins``, by (testbed, algorithm))."""
+    is named by its entry point in ``plugins``, by (testbed, algorithm)). A study ``tags``
+    names (by its top folder) carries its tag and verdict; the front page shows the boards of
+    the main and ablation studies and of those no tag names, ``archive.html`` the others."""
     if Path(results).resolve() in (Path(out).resolve(), *Path(out).resolve().parents):
         # The board copies each study's summary.json: the next build would find them as studies.
         raise ValueError(f"the site folder {str(out)!r} lies inside the results folder "
                          f"{str(results)!r}; choose a folder outside it")
     studies, skipped = read_studies(results)
+    studies = [_tagged(study, tags) for study in studies]
     boards, unboarded = _boards(studies)
     studies = [study for study in studies if study.name in boards]
     claims_file = read_claims(claims)
@@ -128,8 +133,19 @@ def build_site(
             written.append(pages.method_path(method))
         by_name = {study.name: study for study in studies}
         io.write_text(root / "claims.html", pages.claims_page(claims_file, by_name, page_stamp))
+        front = [study for study in studies if study.tag is None or tags[study.tag_name].front]
+        archived = [study for study in studies if study not in front]
         io.write_text(root / "index.html", pages.index_page(
-            [board for study in studies for board in boards[study.name]], all_skipped,
-            method_list, page_stamp))
-    return Built(out=root, pages=("index.html", "claims.html", *written),
+            [board for study in front for board in boards[study.name]], all_skipped,
+            method_list, page_stamp, archived=len(archived)))
+        io.write_text(root / "archive.html", pages.archive_page(
+            [board for study in archived for board in boards[study.name]], page_stamp))
+    return Built(out=root, pages=("index.html", "archive.html", "claims.html", *written),
                  skipped=tuple(all_skipped))
+
+
+def _tagged(study: Study, tags: Mapping[str, StudyTag]) -> Study:
+    """``study`` with the tag and verdict ``tags`` gives its top folder, if any."""
+    entry = tags.get(study.tag_name)
+    return study if entry is None else dataclasses.replace(study, tag=entry.tag,
+                                                           verdict=entry.verdict)

@@ -68,7 +68,14 @@ class Study:
     figures: tuple[str, ...]
     incomplete: str | None = None  # what has not run, for a merge of part of the experiment
     files: tuple[str, ...] = COPIED_FILES  # the study's files the board carries and links
+    tag: str | None = None  # its tag and verdict (`tags.py`), where the tags file has it
+    verdict: str | None = None
 
+
+    @property
+    def tag_name(self) -> str:
+        """The name the study tags file knows it by: its top folder."""
+        return self.name.split("/")[0]
 
     @property
     def slug(self) -> str:
@@ -173,7 +180,7 @@ def _study_folders(results: Path) -> Iterator[Path]:
             yield Path(folder)
 
 
-def _read_summary(path: Path) -> Summary:
+def read_summary(path: Path) -> Summary:
     """The report's summary (``report.summary.load``); ``ValueError`` naming the file where
     it is not one a report writes."""
     if not regular_file(path):
@@ -191,9 +198,10 @@ def _read_experiment(path: Path) -> dict[str, Any]:
     return dict(records.load_toml(path, records.EXPERIMENT).table())
 
 
-def _incomplete(path: Path) -> str | None:
-    """What a merged report's ``parts.json`` says has not run; None for a complete merge or a
-    study that is no merge (it has no such file)."""
+def study_incomplete(folder: Path) -> str | None:
+    """What a merged report's ``parts.json`` in ``folder`` says has not run; None for a complete
+    merge or a study that is no merge (it has no such file)."""
+    path = folder / PARTS_FILE
     if not path.exists() and not path.is_symlink():
         return None
     if not regular_file(path):
@@ -215,12 +223,12 @@ def read_study(results: Path, folder: Path) -> Study:
     for file in (RUNS_FILE, REPORT_FILE):
         if not regular_file(folder / file):
             raise ValueError(f"{file} is missing or not a plain file")
-    study = Study(name=name, folder=folder, summary=_read_summary(folder / SUMMARY_FILE),
+    study = Study(name=name, folder=folder, summary=read_summary(folder / SUMMARY_FILE),
                   experiment=_read_experiment(folder / EXPERIMENT_FILE),
                   figures=tuple(sorted(p.name for p in folder.iterdir()
                                        if FIGURE_PATTERN.fullmatch(p.name)
                                        and regular_file(p))),
-                  incomplete=_incomplete(folder / PARTS_FILE),
+                  incomplete=study_incomplete(folder),
                   files=COPIED_FILES + ((PARTS_FILE,) if regular_file(folder / PARTS_FILE)
                                         else ()))
     _check_readable(study)
