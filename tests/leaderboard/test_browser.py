@@ -169,3 +169,24 @@ def test_every_study_linked_is_one_of_the_results(visits, base_url):
         slug = path.split("/")[1]
         assert slug in studies, path
         assert visits[path].title == f"Study {studies[slug]}"
+
+
+SORTED_COLUMN = """
+const table = document.querySelector("table.sortable");
+return Array.from(table.tBodies[0].rows, row => Number(row.cells[arguments[0]].dataset.sort));
+"""
+
+
+def test_a_click_on_a_front_table_s_header_sorts_it(browser, base_url):
+    browser.get(urljoin(base_url, "index.html"))
+    score = 3  # task, method, lag, normalised score, ...
+    before = browser.execute_script(SORTED_COLUMN, score)
+    assert len(before) > 1 and before != sorted(before, reverse=True)
+    header = browser.execute_script(
+        "return document.querySelector('table.sortable').tHead.rows[0].cells[arguments[0]]",
+        score)
+    header.click()
+    assert browser.execute_script(SORTED_COLUMN, score) == sorted(before, reverse=True)
+    header.click()
+    assert browser.execute_script(SORTED_COLUMN, score) == sorted(before)
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

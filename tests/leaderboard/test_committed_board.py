@@ -107,3 +107,21 @@ def test_an_incomplete_merge_is_marked_and_carries_its_parts_record(committed_bo
     assert study.incomplete and f"Incomplete: {html.escape(study.incomplete)}." in page
     assert (committed_board.out / "studies" / study.slug / "parts.json").is_file()
     assert studies["quick"].incomplete is None and "parts.json" not in studies["quick"].files
+
+
+def test_the_front_tables_hold_the_main_studies_cells_where_their_rule_holds(committed_board):
+    import csv
+    import json
+    with open(committed_board.out / "cells.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    saved = json.loads((committed_board.out / "board.json").read_text())
+    assert len(saved["cells"]) == len(rows) and saved["columns"] == list(rows[0])
+    main = {(r["study"], r["task"]) for r in rows if r["tag"] == "main" and r["ranked"] == "True"}
+    assert ("tokens_long_main", "add_steps") in main and ("tokens_long_main", "sort") in main
+    assert ("tokens_long_main", "chain") not in main
+    index = (committed_board.out / "index.html").read_text()
+    front = index[index.index("Where the cell holds"):index.index("</script>")]
+    grpo_32 = next(r for r in rows if (r["study"], r["task"], r["method"], r["lag"])
+                   == ("tokens_long_main", "add_steps", "grpo", "32.0"))
+    assert f'data-sort="{float(grpo_32["kept"])!r}"' in front
+    assert "<td>chain</td>" not in front

@@ -148,9 +148,11 @@ def archive_page(boards: Sequence[TaskBoard], stamp: Stamp) -> str:
 
 
 def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
-               methods: Sequence[Method], stamp: Stamp, archived: int = 0) -> str:
-    """The front page: the boards of the main and ablation studies (and of studies no tag
-    names); ``archived`` studies are on the archive page."""
+               methods: Sequence[Method], stamp: Stamp, archived: int = 0,
+               front: str = "") -> str:
+    """The front page: ``front``, the tables of the cells where a main study's rule holds
+    (``front.front_tables``), then the boards of the main and ablation studies (and of studies
+    no tag names); ``archived`` studies are on the archive page."""
     warnings = "".join(f'<li class="warning">{escape(s.name)}: {escape(s.reason)}</li>'
                        for s in skipped)
     method_links = ", ".join(link(method_path(e), f"{e.algo} ({e.testbed})") for e in methods)
@@ -169,6 +171,10 @@ def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
         + (f" {archived} calibrations, superseded studies and examples are on the "
            f"{link('archive.html', 'archive page')}." if archived else "") + "</p>"
         + (f"<p>Studies skipped:</p><ul>{warnings}</ul>" if warnings else "")
+        + "<h2>Where the cell holds</h2><p>The cells of each study tagged main on the tasks "
+          "where its committed cell rule holds (click a column to sort). Every cell of every "
+          f"board: {link('cells.csv', 'cells.csv')}, {link('board.json', 'board.json')}.</p>"
+        + front
         + _by_testbed(boards)
         + f'<h2 id="methods">Methods</h2><p>{method_links}</p>')
     return page("Policy-lag leaderboard", body, stamp, depth=0)

@@ -23,17 +23,20 @@ from matplotlib.figure import Figure
 from vaco_jax.infra import io, manifest, records
 from vaco_jax.infra.lock import folder_lock
 from vaco_jax.infra.provenance import code_version
+from vaco_jax.leaderboard import front as front_tables
 from vaco_jax.leaderboard import pages
 from vaco_jax.leaderboard.board import TaskBoard, task_boards
 from vaco_jax.leaderboard.card import methods, read_card
 from vaco_jax.leaderboard.claims import read_claims
 from vaco_jax.leaderboard.figures import figure_board
+from vaco_jax.leaderboard.front import BOARD_FILE, CELLS_FILE
 from vaco_jax.leaderboard.html import STYLE, STYLE_FILE, Stamp
 from vaco_jax.leaderboard.studies import Skipped, Study, read_studies, regular_file
 from vaco_jax.leaderboard.tags import StudyTag
 
 FOLDERS = ("studies", "methods")
-WRITES = ("index.html", "archive.html", "claims.html", STYLE_FILE, *FOLDERS)
+WRITES = ("index.html", "archive.html", "claims.html", STYLE_FILE, CELLS_FILE, BOARD_FILE,
+          *FOLDERS)
 """What a board writes in its folder (``io.prepare_output_dir``'s ``writes``)."""
 DPI = 110
 
@@ -135,9 +138,13 @@ def build_site(
         io.write_text(root / "claims.html", pages.claims_page(claims_file, by_name, page_stamp))
         front = [study for study in studies if study.tag is None or tags[study.tag_name].front]
         archived = [study for study in studies if study not in front]
+        made = front_tables.cells([board for study in studies for board in boards[study.name]])
+        io.write_text(root / CELLS_FILE, front_tables.cells_csv(made))
+        io.write_text(root / BOARD_FILE, front_tables.board_json(made, page_stamp.text()))
         io.write_text(root / "index.html", pages.index_page(
             [board for study in front for board in boards[study.name]], all_skipped,
-            method_list, page_stamp, archived=len(archived)))
+            method_list, page_stamp, archived=len(archived),
+            front=front_tables.front_tables(made)))
         io.write_text(root / "archive.html", pages.archive_page(
             [board for study in archived for board in boards[study.name]], page_stamp))
     return Built(out=root, pages=("index.html", "archive.html", "claims.html", *written),
