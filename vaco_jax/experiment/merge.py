@@ -152,9 +152,10 @@ def _owners(sources: Sequence[_SweepFolder | _MergedReport], experiment: Experim
                 raise _overlap(holders[1], names, holders[:1])
             owners.update({names[0]: holders[0]} if holders else {})
             continue
+        tuning = next(name for name in names if name in experiment.tuned_by.values())
         valid = []
         for holder in holders:
-            made, why = _method_choices(experiment, holder, names[0])
+            made, why = _method_choices(experiment, holder, tuning)
             if why:
                 void.update({name: f"{why} in {str(holder.folder)!r}" for name in names
                              if name in holder.groups})
