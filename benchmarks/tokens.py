@@ -39,20 +39,18 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
-from benchmarks.programs import seed_keys  # noqa: E402
-from benchmarks.tables import _compile, _load, _percent, _rate, _ratio, _table  # noqa: E402
+from benchmarks.token_programs import (BASELINE, compiled_update, flops_fields,  # noqa: E402
+                                       forward_program, generate_program, release_updates,
+                                       update_program)
+from benchmarks.token_tables import GIB, _gib, markdown  # noqa: E402
 from vaco_jax.infra import io  # noqa: E402
 from vaco_jax.core.lag_models import Fixed, InFlight, Uniform  # noqa: E402
-from vaco_jax.core.policy_buffer import push  # noqa: E402
 from vaco_jax.tokens import tasks  # noqa: E402
-from vaco_jax.tokens.config import TokenConfig, TokenHParams, validate  # noqa: E402
+from vaco_jax.tokens.config import TokenConfig, validate  # noqa: E402
 from vaco_jax.tokens.model import TokenPolicy  # noqa: E402
-from vaco_jax.tokens.train import TokenTrainer  # noqa: E402
 
-BASELINE = "fixed:0"
 # (row, config changes, stale): stale rows draw lags up to K - 1, the oldest buffered version.
 ACTINGS = ((BASELINE, {"lag_model": Fixed()}, False),
            ("uniform per prompt group", {"lag_model": Uniform(), "group_unit": "prompt"}, True),
@@ -114,116 +112,6 @@ def presets(backend: str) -> dict[str, Settings]:
     return {"quick": quick, "full": full, "gpu": gpu, "tiny": tiny}
 
 
-# ----------------------------------------------------------------------------------- programs
-def _tokens(config: TokenConfig) -> int:
-    """Response tokens of one generation or update."""
-    return config.batch_size * config.response_length
-
-
-def _start(config: TokenConfig, num_seeds: int) -> tuple[TokenTrainer, TokenHParams, Any]:
-    """A trainer of `config` (random parameters: the cost does not depend on their values) and
-    `num_seeds` initial states whose buffers hold K versions, so that no lag is capped."""
-    params = TokenPolicy(config.model_spec).init(jax.random.PRNGKey(0))
-    trainer = TokenTrainer(config, params)
-    lag = 0.0 if isinstance(config.lag_model, Fixed) else float(config.buffer_capacity - 1)
-    hp = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_seeds,)), TokenHParams.create(lag=lag))
-    state = jax.jit(jax.vmap(trainer.init))(seed_keys(num_seeds), hp)
-    for _ in range(config.buffer_capacity - 1):
-        state = state.replace(buffer=jax.vmap(push)(state.buffer, state.params))
-    return trainer, hp, state
-
-
-def forward_program(config: TokenConfig, batches: int) -> harness.Program:
-    """`batches` teacher-forced passes over P x G prompt+response sequences."""
-    policy = TokenPolicy(config.model_spec)
-    params = policy.init(jax.random.PRNGKey(0))
-    length = config.task_spec.prompt_length + config.response_length
-    sequences = jax.random.randint(jax.random.PRNGKey(1), (batches, config.batch_size, length),
-                                   0, tasks.VOCAB_SIZE)
-
-    def chunk(params, sequences):  # every batch's logits returned: none is dead code
-        return jax.lax.scan(lambda _, s: (None, policy.logits(params, s)), None, sequences)[1]
-
-    return harness.Program(fn=jax.jit(chunk), args=(params, sequences),
-                           advance=lambda args, out: args,
-                           steps_per_call=batches * _tokens(config))
-
-
-def generate_program(config: TokenConfig, batches: int) -> harness.Program:
-    """`batches` generations (prompts, lags, stale sampling, rewards, advantages, phase-start
-    log-probs) from the same state, each with its own key."""
-    trainer, hp, state = _start(config, 1)
-
-    def chunk(state, hp):
-        keys = jax.random.split(state.key, batches)
-        return jax.lax.scan(lambda _, k: (None, trainer.collect(state, k, hp)[1]), None, keys)[1]
-
-    return harness.Program(fn=jax.jit(jax.vmap(chunk)), args=(state, hp),
-                           advance=lambda args, out: args,
-                           steps_per_call=batches * _tokens(config))
-
-
-def update_program(config: TokenConfig, num_seeds: int, updates: int) -> harness.Program:
-    """`updates` training updates (generation and optimisation) of `num_seeds` runs per call."""
-    trainer, hp, state = _start(config, num_seeds)
-
-    def chunk(state, hp):
-        return jax.lax.scan(lambda s, _: trainer.update(s, hp), state, None, length=updates)
-
-    return harness.Program(fn=jax.jit(jax.vmap(chunk)), args=(state, hp),
-                           advance=lambda args, out: (out[0], args[1]),
-                           steps_per_call=num_seeds * updates * _tokens(config))
-
-
-_UPDATES: dict[tuple[TokenConfig, int, int], harness.Compiled] = {}
-
-
-def compiled_update(config: TokenConfig, num_seeds: int, updates: int) -> harness.Compiled:
-    """`update_program` compiled (not yet warmed up: `.warm_up()`) once until `seeds` has run:
-    its one-seed program is `throughput`'s `fixed:0` update. Each holds its state on the device,
-    so `release_updates` lets them go after `seeds` and before `capacity`, which measures what
-    fits."""
-    key = (config, num_seeds, updates)
-    if key not in _UPDATES:
-        _UPDATES[key] = harness.Compiled(update_program(config, num_seeds, updates),
-                                         warm_up=False)
-    return _UPDATES[key]
-
-
-def release_updates(*keys: tuple[TokenConfig, int, int]) -> None:
-    """Lets the programs of `compiled_update` (those of `keys`, or every one) and their device
-    state go."""
-    for key in keys or list(_UPDATES):
-        _UPDATES.pop(key, None)
-
-
-# ----------------------------------------------------------------------------------- measurements
-def flops_fields(compiled: harness.Compiled, summary: dict[str, Any], calls_inside: int,
-                 decodes: bool) -> dict[str, Any]:
-    """XLA's count of the program's operations per call, the rate its fastest call reached, and
-    the model FLOPs utilisation against the device's published peak for fp32 matrix products
-    (`benchmarks/hardware.py`; None on a device it does not know). XLA counts a loop's body
-    once: the count of the scan over the call's `calls_inside` batches or updates is multiplied
-    by it, and a program that `decodes` token by token keeps a loop whose body is counted once,
-    so its count and utilisation are lower bounds (`loops_counted_once`)."""
-    from benchmarks import hardware
-
-    counts = harness.xla_counts(compiled.executable)
-    if calls_inside > 1 and calls_inside not in counts["loop_trip_counts"]:
-        # XLA unrolled or removed the scan the multiplication stands for: no count to trust.
-        return {"xla_flops_per_call": None, "xla_bytes_per_call": None, "flops_per_s": None,
-                "loops_counted_once": decodes, "peak_flops": None, "mfu": None,
-                "note": f"no loop of {calls_inside} trips in the optimised program "
-                        f"(trip counts {counts['loop_trip_counts']})"}
-    flops = counts["flops"] * calls_inside
-    per_s = flops * summary["steps_per_s"] / summary["steps_per_call"]
-    peak = hardware.peak_for(jax.devices()[0].device_kind)
-    return {"xla_flops_per_call": flops, "xla_bytes_per_call": counts["bytes"] * calls_inside,
-            "flops_per_s": per_s, "loops_counted_once": decodes,
-            "peak_flops": None if peak is None else peak.matrix_flops,
-            "mfu": None if peak is None else per_s / peak.matrix_flops}
-
-
 def throughput(settings: Settings, log) -> dict[str, Any]:
     """The forward pass, then generation and whole updates of every acting, all timed in the
     same rounds."""
@@ -259,9 +147,6 @@ def throughput(settings: Settings, log) -> dict[str, Any]:
                     summary, timed[f"{part}/{BASELINE}"]) - 1,
             }
     return {"forward": forward, "rows": rows}
-
-
-GIB = 2 ** 30
 
 
 def seeds(settings: Settings, log) -> dict[str, Any]:
@@ -405,100 +290,6 @@ def _param_count(config: TokenConfig) -> int:
 
 
 PARTS = {"throughput": throughput, "seeds": seeds, "capacity": capacity}
-
-
-# ----------------------------------------------------------------------------------- tables
-def markdown(results: dict[str, Any]) -> str:
-    m, s = results["machine"], results["settings"]
-    v, c = m["versions"], s["config"]
-    lines = [
-        f"- device: {m['device_kind']} (`{m['backend']}`, {len(m['devices'])} device(s)); host "
-        f"{m['host']['cpu_count']} CPU cores; {m['date']}",
-        f"- versions: jax {v['jax']}, jaxlib {v['jaxlib']}, flax {v['flax']}, optax "
-        f"{v['optax']}, python {v['python']}",
-        f"- command: `{m['command']}`",
-        f"- settings `{s['name']}`: task {c['task']} (size {c['task_size']}), P x G = "
-        f"{c['prompts']} x {c['group_size']}, {c['layers']} layers of width {c['width']} "
-        f"({c['heads']} heads), K = {c['buffer_capacity']}, {c['epochs']} epoch(s) x "
-        f"{c['minibatches']} minibatch(es); {s['batches_per_call']} forward passes or "
-        f"generations, or {s['updates_per_call']} updates, per timed call; best of "
-        f"{s['repeats']} calls after a warm-up call",
-        "- load column: 1-minute load average / cores busy with other processes just before "
-        "timing",
-    ]
-    parts = results["parts"]
-    if "throughput" in parts:
-        t = parts["throughput"]
-        forward = t["forward"]
-        table = [["forward pass alone (limit)", _rate(forward["steps_per_s"]), "1.00", "-", "-",
-                  "-", "-", _compile(forward), _load(forward)]]
-        for row, r in t["rows"].items():
-            g, u = r["generate"], r["update"]
-            table.append([row, _rate(g["steps_per_s"]), _ratio(g["of_forward"]),
-                          _percent(g["time_vs_baseline"]), _rate(u["steps_per_s"]),
-                          _ratio(u["of_forward"]), _percent(u["time_vs_baseline"]),
-                          f"{_compile(g)} / {_compile(u)}", _load(g)])
-        lines += ["", "#### Throughput (response tokens/s)", "",
-                  _table(["acting", "generated tok/s (best)", "/ forward",
-                          f"time vs {BASELINE}", "trained tok/s (best)", "/ forward",
-                          f"time vs {BASELINE}", "compile s (generate / update)", "load"],
-                         table),
-                  "", "Ratios are medians over rounds of per-round ratios (programs timed in "
-                  "alternating calls)."]
-        if "mfu" in forward:
-            mfu = [["forward pass", _tflops(forward), _mfu(forward)]]
-            mfu += [[f"{part}, {row}", _tflops(r[part]), _mfu(r[part])]
-                    for row, r in t["rows"].items() for part in ("generate", "update")]
-            lines += ["", "#### Model FLOPs utilisation (XLA's count of each program)", "",
-                      _table(["program", "TFLOP/s", "MFU"], mfu),
-                      "", "`*`: the program keeps a loop (token-by-token decoding), whose body "
-                      "XLA counts once: a lower bound."]
-    if "capacity" in parts:
-        lines += ["", "#### Largest model and batch whose update fits", ""]
-        for ladder, r in parts["capacity"].items():
-            if ladder == "wall_s":
-                continue
-            tries = ", ".join(f"{t[r['field']]}: " + (f"{_rate(t['tokens_per_s'])} tok/s"
-                                                        if t["fits"] else "fails"
-                                                        if t["fits"] is False else "refused")
-                              for t in r["tries"])
-            lines.append(f"- largest {ladder} ({r['field']}): {r['largest_fitting']} "
-                         f"(stopped by {r['stopped_by']}; {tries})")
-    if "seeds" in parts:
-        rows = parts["seeds"]["rows"]
-        table = [[n, _rate(r["steps_per_s"]), _rate(r["steps_per_s_median"]),
-                  _ratio(r["of_first"]), _compile(r), _call_gib(r), _load(r)]
-                 if r.get("fits", True) else
-                 [n, r.get("note", "does not fit"), "-", "-",
-                  _compile(r) if "compile_s" in r else "-", _call_gib(r), "-"]
-                 for n, r in rows.items()]
-        first = parts["seeds"].get("first_timed")
-        lines += ["", f"#### Vmapped seeds ({BASELINE}, trained tokens/s of all seeds)", "",
-                  _table(["seeds", "tok/s (best)", "tok/s (median)",
-                          "x one seed (median of rounds)" if first in (None, 1) else
-                          f"x {first} seeds (median of rounds)", "compile s",
-                          "GiB a call asks (XLA)", "load"], table)]
-    return "\n".join(lines)
-
-
-def _call_gib(r: dict[str, Any]) -> str:
-    """What one call allocates beyond its arguments, by XLA's memory analysis."""
-    memory = r.get("memory")
-    return "-" if not memory else _gib(memory["call_bytes"])
-
-
-def _gib(n_bytes: int) -> str:
-    gib = n_bytes / GIB
-    return f"{gib:.1f}" if abs(gib) >= 0.1 else f"{gib:.2g}"
-
-
-def _tflops(m: dict[str, Any]) -> str:
-    return f"{m['flops_per_s'] / 1e12:.2f}" + ("*" if m.get("loops_counted_once") else "")
-
-
-def _mfu(m: dict[str, Any]) -> str:
-    return "-" if m.get("mfu") is None else f"{100 * m['mfu']:.1f}%" + (
-        "*" if m.get("loops_counted_once") else "")
 
 
 # ----------------------------------------------------------------------------------- main

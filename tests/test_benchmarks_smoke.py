@@ -73,12 +73,12 @@ def test_token_benchmark_refuses_to_overwrite_results_unless_asked(tmp_path):
 
 @pytest.mark.slow
 def test_token_benchmark_states_hold_every_lag_and_count_response_tokens():
-    from benchmarks import tokens
+    from benchmarks import token_programs, tokens
     from vaco_jax.tokens.config import TokenConfig
 
     config = TokenConfig(layers=1, width=16, heads=2, prompts=2, group_size=3,
                          lag_model=Uniform(), buffer_capacity=3)
-    _, hp, state = tokens._start(config, num_seeds=2)
+    _, hp, state = token_programs._start(config, num_seeds=2)
     assert state.buffer.latest_version.tolist() == [2, 2]  # lag K - 1 is not capped
     assert hp.lag.tolist() == [2.0, 2.0]
     program = tokens.update_program(config, num_seeds=2, updates=3)

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
-from benchmarks import harness, tokens  # noqa: E402
+from benchmarks import harness, token_programs, tokens  # noqa: E402
 
 
 def _counter_program() -> harness.Program:
@@ -102,7 +102,7 @@ def test_counts_that_do_not_fit_are_recorded_and_the_others_timed(monkeypatch, t
     assert all("steps_per_s" not in rows[n] and not rows[n]["fits"] for n in ("2", "3", "4", "5"))
     assert [m for m in log if m.startswith("timing")] == [
         "timing 2 seed count(s) [1, 2] in 3 rounds", "timing 1 seed count(s) [1] in 3 rounds"]
-    assert tokens._UPDATES == {}  # every program and its state let go
+    assert token_programs._UPDATES == {}  # every program and its state let go
     text = tokens.markdown({"machine": harness.machine(), "settings": settings.to_dict(),
                             "parts": {"seeds": part}})
     assert "does not fit (out of memory at its first call)" in text
