@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from benchmarks import lease_study
 from benchmarks.campaign_steps import ROOT, Context, StepUnavailable, suite, with_values
-from benchmarks.lease_pack import read_pack
+from benchmarks.lease_records import read_pack
 from vaco_jax.infra import records
 
 # The study's call: its training stops here (the engine's own stop after the chunk under way),

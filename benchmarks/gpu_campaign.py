@@ -44,7 +44,7 @@ from benchmarks.campaign_steps import (DONE, ROOT, SIZES, TOKENS_SEEDS_ENVIRONME
                                        Context, Sizes, Step, StepUnavailable, physics,
                                        step_setup, step_sweep_groups, step_sweep_plan, suite,
                                        tokens)
-from benchmarks.lease_pack import MANIFEST  # noqa: E402
+from benchmarks.lease_records import MANIFEST  # noqa: E402
 from vaco_jax.infra import records  # noqa: E402
 
 BUDGET_S = 55 * 60  # device time the campaign's steps may take together (about 4 leases)

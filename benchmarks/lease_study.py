@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.lease_pack import (MANIFEST, BatchState, Episodes, Lease, LeaseManifest, Pack,
-                                   Slice, is_episode_leaf, named_leaves, pack, packed_batches,
-                                   read_manifest, unpack, write_batches, write_sweep_files)
+from benchmarks.lease_pack import (is_episode_leaf, named_leaves, pack, packed_batches, unpack,
+                                   write_batches, write_sweep_files)
+from benchmarks.lease_records import (MANIFEST, BatchState, Episodes, Lease, LeaseManifest, Pack,
+                                      Slice, read_manifest)
 from vaco_jax.infra import records
 
 if TYPE_CHECKING:  # imported where used: the experiment's modules import JAX

@@ -38,8 +38,8 @@ from engine_configs import TOY_EXPERIMENT
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
-from benchmarks import lease_pack, lease_study  # noqa: E402
-from benchmarks.lease_pack import Episodes  # noqa: E402
+from benchmarks import lease_pack, lease_records, lease_study  # noqa: E402
+from benchmarks.lease_records import Episodes  # noqa: E402
 
 TINY = TOY_EXPERIMENT.replace("tv_delta = [0.1, 0.3]", "tv_delta = 0.2")
 PROPERTY = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", 15)), deadline=None,
@@ -74,7 +74,7 @@ def original(tmp_path_factory) -> Original:
     plan = start_sweep(experiment, tmp / "sliced")
     run_sweep(plan, tmp / "sliced", progress=False, until_updates=2)
     (batch,) = [b.name for b in plan.batches]
-    slice_ = lease_pack.Slice((batch,), 2, Episodes.RESTART)
+    slice_ = lease_records.Slice((batch,), 2, Episodes.RESTART)
     manifest = lease_pack.pack(tmp / "sliced", [batch], Episodes.RESTART, tmp / "pack",
                                {"slice": slice_.to_json(), "device": "cpu",
                                 "rates": {"toy_reach": 1e5}, "wall_s": 1.0})
@@ -271,7 +271,7 @@ def test_a_hostile_pack_changes_nothing_outside_the_study(original, data):
         (sbx / "tiny.toml").write_text(TINY)
 
         def merge(local: Path) -> None:
-            lease_study.merge(lease_pack.read_pack(sbx / "returned"), local, sbx / "tiny.toml")
+            lease_study.merge(lease_records.read_pack(sbx / "returned"), local, sbx / "tiny.toml")
 
         check(base, "sbx/study", lambda: merge(sbx / "study"))
         check(base, "sbx/first", lambda: merge(sbx / "first"))
@@ -284,7 +284,7 @@ def test_the_pack_forged_from_merges_and_unpacks(original, tmp_path):
     write_pack(Forgery(list(original.members), original.manifest), tmp_path / "returned")
     shutil.copytree(original.study, tmp_path / "study")
     (tmp_path / "tiny.toml").write_text(TINY)
-    pack = lease_pack.read_pack(tmp_path / "returned")
+    pack = lease_records.read_pack(tmp_path / "returned")
     assert lease_study.merge(pack, tmp_path / "study", tmp_path / "tiny.toml").updates == {
         original.batch: 2}
     lease_study.merge(pack, tmp_path / "first", tmp_path / "tiny.toml")

@@ -23,8 +23,8 @@ from engine_configs import TOY_EXPERIMENT
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
-from benchmarks import lease_pack, lease_study  # noqa: E402
-from benchmarks.lease_pack import Episodes  # noqa: E402
+from benchmarks import lease_pack, lease_records, lease_study  # noqa: E402
+from benchmarks.lease_records import Episodes  # noqa: E402
 from benchmarks.lease_study import BatchInfo, Slice  # noqa: E402
 
 # One group of 4 runs (2 lags x 2 seeds, one batch), 4 updates in 2 evaluation periods.
@@ -100,8 +100,8 @@ def test_pack_respects_the_call_limits(runs, monkeypatch):
     manifest, _, packed = runs[Episodes.CARRIED]
     files = sorted(p.name for p in packed.iterdir())
     assert files == sorted([*(p["name"] for p in manifest["parts"]), "lease_study.json"])
-    assert len(manifest["parts"]) <= lease_pack.MAX_PARTS < 8
-    assert all((packed / p["name"]).stat().st_size <= lease_pack.PART_LIMIT
+    assert len(manifest["parts"]) <= lease_records.MAX_PARTS < 8
+    assert all((packed / p["name"]).stat().st_size <= lease_records.PART_LIMIT
                for p in manifest["parts"])
     # A small limit splits the same pack into parts, which unpack joins again.
     monkeypatch.setattr(lease_pack, "PART_LIMIT", 4096)
@@ -232,7 +232,7 @@ def _tree(root: Path) -> dict[str, str]:
 
 def _merge(returned: Path, local: Path) -> None:
     """`returned` merged into the study `local` whose experiment file is `tiny.toml` beside."""
-    lease_study.merge(lease_pack.read_pack(returned), local, local.parent / "tiny.toml")
+    lease_study.merge(lease_records.read_pack(returned), local, local.parent / "tiny.toml")
 
 
 def _one_line(error: pytest.ExceptionInfo) -> str:
