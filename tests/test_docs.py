@@ -132,3 +132,15 @@ def test_every_anchor_a_docs_page_links_to_exists():
                 broken.append(f"{name}: ({target}#{anchor})")
     assert broken == []
     assert {"sapo", "sapo_1", "icepop_1"} <= ids["fidelity.md"]  # the token entries' anchors
+
+
+MAX_MODULE_LINES = 450
+"""A room holds one job in a few hundred lines: past this a module is split (the layout page
+names each room)."""
+
+
+def test_no_module_of_the_package_or_the_benchmarks_is_over_its_limit():
+    long = {path.relative_to(ROOT).as_posix(): lines
+            for folder in (PACKAGE, ROOT / "benchmarks") for path in folder.rglob("*.py")
+            if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
