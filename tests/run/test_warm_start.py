@@ -42,7 +42,7 @@ def test_warm_start_learns_is_saved_and_reused(tmp_path, monkeypatch):
     assert trained > untrained + 0.1
 
     (folder,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]  # beside its lock
-    assert folder.name == f"sort-{warm_start.settings_hash(TASK, SPEC, settings)}"
+    assert folder.name == f"sort-{supervised.settings_hash(TASK, SPEC, settings)}"
 
     def no_training(*_):
         raise AssertionError("a cached warm start was trained again")
@@ -58,8 +58,8 @@ def test_every_warm_start_setting_names_its_own_cache_folder():
                "schedule": "constant", "corrupted_share": 0.2, "wrong_probability": 0.9,
                "corrupt_fraction": 0.1, "seed": 7}
     assert set(changed) == {f.name for f in dataclasses.fields(WarmStart)}
-    base = warm_start.settings_hash(TASK, SPEC, WarmStart())
-    hashes = {warm_start.settings_hash(TASK, SPEC, WarmStart(**{name: value}))
+    base = supervised.settings_hash(TASK, SPEC, WarmStart())
+    hashes = {supervised.settings_hash(TASK, SPEC, WarmStart(**{name: value}))
               for name, value in changed.items()}
     assert len(hashes) == len(changed) and base not in hashes
 
@@ -71,9 +71,9 @@ def test_cache_folders_written_before_the_task_classes_are_still_found():
               ("sort", "calibrated"): "e9385a817a2eb2f2", ("sort", "legacy"): "e6ccbbfad5797da6",
               ("chain", "calibrated"): "1b0033adee8186ae", ("chain", "legacy"): "58b71ec3b8cbdf7d"}
     for (name, preset), recorded in before.items():
-        assert warm_start.settings_hash(tasks.make_task(name, 3), ModelSpec(),
+        assert supervised.settings_hash(tasks.make_task(name, 3), ModelSpec(),
                                         supervised.PRESETS[preset]) == recorded
-    new = {warm_start.settings_hash(tasks.make_task("add_steps", 3), ModelSpec(), settings)
+    new = {supervised.settings_hash(tasks.make_task("add_steps", 3), ModelSpec(), settings)
            for settings in supervised.PRESETS.values()}
     assert len(new) == 2 and not new & set(before.values())
 
@@ -110,7 +110,7 @@ def test_a_warm_start_says_where_it_is_saved_and_whence_it_is_loaded(tmp_path, m
                         lambda task, spec, settings: (TokenPolicy(spec).init(jax.random.PRNGKey(1)),
                                                       None))
     settings = WarmStart(steps=3)
-    folder = tmp_path / f"sort-{warm_start.settings_hash(TASK, SPEC, settings)}"
+    folder = tmp_path / f"sort-{supervised.settings_hash(TASK, SPEC, settings)}"
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
@@ -170,6 +170,6 @@ def test_a_trainer_is_given_its_warm_start_resolved_and_a_control_trainer_is_kep
     assert warm_start.starting_trainer(started) is started
     state = started.init(jax.random.PRNGKey(0), TokenHParams.create())
     jax.tree.map(np.testing.assert_array_equal, state.params, trained)
-    name = "sort-" + warm_start.settings_hash(config.task_spec, config.model_spec,
+    name = "sort-" + supervised.settings_hash(config.task_spec, config.model_spec,
                                               config.warm_start)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f".{name}.lock", name]

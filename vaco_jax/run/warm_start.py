@@ -1,5 +1,7 @@
 """A run's warm start, resolved before its first state: read from its cache, or trained now
-(`vaco_jax.tokens.warm_start`) and saved there, and given to its trainer as parameters.
+and saved there, and given to its trainer as parameters. A testbed's warm start (the token
+testbed's `SupervisedStart`) is a `PendingStart`: it names its cache folder, gives its
+parameters' shapes and trains them; this layer names no testbed.
 
 The parameters are saved as an Orbax checkpoint in a folder named by a hash of every setting
 that shapes them, and later runs with the same settings restore them instead of retraining. A
@@ -16,17 +18,14 @@ holds the folder's lock (`.FOLDER.lock` beside it), so each warm start is traine
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
-import hashlib
-import json
 import logging
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, TypeVar
+from typing import Any, Iterator, Protocol, TypeVar
 
 import jax
 import numpy as np
@@ -36,13 +35,28 @@ from vaco_jax.core.trainer import Trainer
 from vaco_jax.infra.faults import fault_point
 from vaco_jax.infra.orbax_options import this_process_only
 from vaco_jax.infra.user_cache import user_cache_dir
-from vaco_jax.tokens import tasks
-from vaco_jax.tokens.model import ModelSpec, Params, TokenPolicy
-from vaco_jax.tokens.warm_start import SupervisedStart, WarmStart
 
 _log = logging.getLogger(__name__)
 
 TrainerT = TypeVar("TrainerT", bound=Trainer)
+Params = Any  # a pytree of arrays
+
+
+class PendingStart(Protocol):
+    """A warm start a trainer's `init` still needs (`Trainer.pending_warm_start`)."""
+
+    cache_dir: str | os.PathLike | None  # its cache's folder; None: not cached
+    steps: int  # the training steps it takes, for the log
+    label: str  # what it trains on, for the log
+
+    def cache_name(self) -> str:
+        """The folder its parameters are cached in, named by every setting that shapes them."""
+
+    def shapes(self) -> Params:
+        """Its parameters' shapes and dtypes."""
+
+    def train(self) -> Params:
+        """Its parameters, trained now."""
 
 
 def starting_trainer(trainer: TrainerT) -> TrainerT:
@@ -51,15 +65,7 @@ def starting_trainer(trainer: TrainerT) -> TrainerT:
     start = trainer.pending_warm_start
     if start is None:
         return trainer
-    assert isinstance(start, SupervisedStart), "the token testbed's is the only warm start"
     return type(trainer)(trainer.config, initial_params=resolve(start))
-
-
-def settings_hash(task: tasks.Task, spec: ModelSpec, settings: WarmStart) -> str:
-    # The task as its name and size, as every cache folder written so far describes it.
-    described = {"task": {"name": task.name, "size": task.size},
-                 "model": dataclasses.asdict(spec), "warm_start": dataclasses.asdict(settings)}
-    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def default_cache_dir() -> Path:
@@ -68,21 +74,18 @@ def default_cache_dir() -> Path:
     return user_cache_dir("warm_start")
 
 
-def resolve(start: SupervisedStart) -> Params:
+def resolve(start: PendingStart) -> Params:
     """The warm start's parameters: restored from its cache folder when trained before with the
     same settings, else trained now (and saved there, unless it has no cache folder). Of the
     runs that need the same warm start at once (a sweep's foreground program and the one it
     prepares in the background, or two sweeps), one trains it and the others wait, then load
     it."""
-    task, spec, settings = start.task, start.spec, start.settings
     if start.cache_dir is None:
         return _train(start, None)
-    folder = (Path(start.cache_dir).absolute()
-              / f"{task.name}-{settings_hash(task, spec, settings)}")
+    folder = Path(start.cache_dir).absolute() / start.cache_name()
     with _training_lock(folder):
         if folder.exists():
-            params = _restore(folder, jax.eval_shape(TokenPolicy(spec).init,
-                                                     jax.random.PRNGKey(0)))
+            params = _restore(folder, start.shapes())
             _log.info("warm start: loaded from %s", folder)
             return params
         return _train(start, folder)
@@ -107,17 +110,15 @@ def _training_lock(folder: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _train(start: SupervisedStart, folder: Path | None) -> Params:
+def _train(start: PendingStart, folder: Path | None) -> Params:
     """Trains the warm start now, saving it in `folder` (None: not cached)."""
-    settings = start.settings
     fault_point("warm_start", 0)
-    _log.info("warm start: training %d supervised steps on %s ...", settings.steps,
-              start.task.name)
+    _log.info("warm start: training %d supervised steps on %s ...", start.steps, start.label)
     began = time.perf_counter()
     params = start.train()
     if folder is not None:
         _save_atomically(folder, params)
-    _log.info("warm start: %d steps in %.1f s %s", settings.steps, time.perf_counter() - began,
+    _log.info("warm start: %d steps in %.1f s %s", start.steps, time.perf_counter() - began,
               "(not cached)" if folder is None else f"-> {folder}")
     return params
 

@@ -27,6 +27,8 @@ initial parameters.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 from typing import Any, Mapping
 
@@ -165,6 +167,30 @@ class SupervisedStart:
     settings: WarmStart
     cache_dir: str | os.PathLike | None = None
 
+    @property
+    def steps(self) -> int:
+        return self.settings.steps
+
+    @property
+    def label(self) -> str:
+        """What it trains on, as its log lines name it."""
+        return self.task.name
+
+    def cache_name(self) -> str:
+        """Its cache folder's name: the task and a hash of every setting that shapes it."""
+        return f"{self.task.name}-{settings_hash(self.task, self.spec, self.settings)}"
+
+    def shapes(self):
+        """Its parameters' shapes and dtypes, for restoring them."""
+        return jax.eval_shape(TokenPolicy(self.spec).init, jax.random.PRNGKey(0))
+
     def train(self):
         """Its parameters, trained now (`supervised_train`)."""
         return supervised_train(self.task, self.spec, self.settings)[0]
+
+
+def settings_hash(task: tasks.Task, spec: ModelSpec, settings: WarmStart) -> str:
+    # The task as its name and size, as every cache folder written so far describes it.
+    described = {"task": {"name": task.name, "size": task.size},
+                 "model": dataclasses.asdict(spec), "warm_start": dataclasses.asdict(settings)}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
