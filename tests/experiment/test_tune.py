@@ -403,8 +403,12 @@ def test_a_retuned_experiment_keeps_a_method_only_where_its_rule_chooses_the_val
                                          r"group\(s\) \['tune-toy_reach-ppo-e2m2', "
                                          r"'toy_reach-ppo-e2m2'\]; give each part once"):
         merge._owners([_Held("before", again.tables), again], experiment)
-    tuning_alone = merge._owners([_Held("tuned", {TUNING: tuning})], experiment)
-    assert tuning_alone.owners == {TUNING: tuning_alone.owners[TUNING]}  # nothing to contradict
+    tuned_only = _Held("tuned", {TUNING: tuning})
+    assert merge._owners([tuned_only], experiment).owners == {TUNING: tuned_only}
+    # A sweep still on its way: the studied group it has not reached contradicts nothing.
+    underway = _Held("underway", {TUNING: tuning, STUDIED: None})
+    held = merge._owners([underway], experiment)
+    assert held.owners[TUNING] is underway and held.void == {}
     # Re-tuned with an extension, the value at the grid's end waits for it: void until then.
     extended = sweep.parse_experiment(EXTENDED.replace("best_sync_auc", "best_sync_final"))
     waiting = merge._owners([again], extended)

@@ -43,3 +43,14 @@ def test_a_damaged_tags_file_is_refused_naming_the_entry(tmp_path, text, message
     path.write_text(text)
     with pytest.raises(ValueError, match=r"cannot read the study tags .*" + message):
         read_tags(path)
+
+
+def test_a_damaged_record_in_a_study_folder_is_a_row_saying_so(tmp_path):
+    experiments, results = tmp_path / "experiments", tmp_path / "experiments" / "results"
+    (results / "x").mkdir(parents=True)
+    (results / "x" / "parts.json").write_text('{"complete": 1')
+    (experiments / "x.toml").write_text('testbed = ["tokens"\n')
+    (experiments / "studies.toml").write_text('[x]\ntag = "main"\nverdict = "damaged"\n')
+    text = index_markdown(experiments, results, read_tags(experiments / "studies.toml"))
+    row = next(line for line in text.splitlines() if line.startswith("| [x]"))
+    assert row.count("unreadable (") == 2 and row.endswith("| damaged |")

@@ -28,7 +28,8 @@ def test_a_layer_imports_nothing_above_it_or_beside_it(layer, forbidden):
     for path in sorted(folder.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                     [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+                     if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.name}: {n}" for n in names
                       if any(n == f or n.startswith(f + ".") for f in forbidden)]
     assert found == []

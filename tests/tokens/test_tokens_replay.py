@@ -127,5 +127,10 @@ def test_replay_is_refused_unless_its_store_holds_an_update_s_groups():
         validate(REPLAYED.replace(replay_capacity=3))
     with pytest.raises(ValueError, match=r"replay_capacity must be a positive integer"):
         validate(REPLAYED.replace(replay_capacity=0))
+    with pytest.raises(ValueError, match=r"replay_capacity=8 is read only with replay=true"):
+        validate(REPLAYED.replace(replay=False, replay_capacity=8))
+    with pytest.raises(ValueError, match=r"replay=true is refused for algo='freshness', which "
+                                         r"refuses stale generations"):
+        validate(REPLAYED.replace(algo="freshness"))
     assert "replay_online_prob" in knobs(REPLAYED)
     assert "replay_online_prob" not in knobs(REPLAYED.replace(replay=False))

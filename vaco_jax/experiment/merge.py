@@ -183,8 +183,9 @@ def _method_choices(experiment: Experiment, source: _SweepFolder | _MergedReport
     runs = pd.concat(tables, ignore_index=True) if tables else None
     made = ([c for c in tune.choices(experiment, runs, experiment.testbed.score)
              if c.group == tuning] if runs is not None else [])
+    # Only the tuned groups with runs: a group a sweep has not reached yet contradicts nothing.
     tuned = [name for name, by in experiment.tuned_by.items()
-             if by == tuning and name in source.groups]
+             if by == tuning and name in source.groups and source.table(name) is not None]
     if not tuned:
         return made, None
     if not made:
@@ -355,7 +356,10 @@ def _merge(folders: Sequence[Path], out: Path, *, allow_incomplete: bool, keep: 
     owners = holding.owners
     missing = [g.name for g in experiment.groups
                if g.name not in owners and g.name not in holding.unneeded]
-    unfinished = {str(s.folder): s.unfinished for s in sources if s.unfinished}
+    # A source's unfinished groups count only where it is the one they are taken from: a void
+    # copy another part replaces leaves nothing unfinished.
+    unfinished = {str(s.folder): names for s in sources
+                  if (names := [n for n in s.unfinished if owners.get(n) is s])}
     if (missing or unfinished) and not allow_incomplete:
         absent = [name for name in missing if name not in holding.void]
         problems = ([f"no part holds group(s) {absent}"] if absent else []) + [

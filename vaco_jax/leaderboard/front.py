@@ -65,7 +65,8 @@ def cells(boards: Sequence[TaskBoard]) -> list[Cell]:
     for board in boards:
         study = board.study
         for method in board.order:
-            variant = next(v for v in study.summary.run.variants if v.variant == method)
+            variant = next((v for v in study.summary.run.variants if v.variant == method),
+                           None)
             for lag in board.lags:
                 score = board.scores.get((method, lag))
                 if score is None:
@@ -74,7 +75,8 @@ def cells(boards: Sequence[TaskBoard]) -> list[Cell]:
                 made.append(Cell(
                     study=study.name, tag=study.tag, testbed=study.testbed, task=board.task,
                     method=method, lag=lag, runs=score.runs,
-                    learning_rate=study.learning_rates(variant, board.task),
+                    learning_rate=("" if variant is None
+                                   else study.learning_rates(variant, board.task)),
                     ranked=board.unranked is None, score=score.score,
                     kept=None if kept is None else kept.kept,
                     auc_kept=None if kept is None else kept.auc_kept,

@@ -18,7 +18,8 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 110em;
 nav { margin-bottom: 1em; } nav a { margin-right: 1.2em; }
 table { border-collapse: collapse; margin: 0.6em 0 1.4em; font-size: 0.9em; }
 th, td { border: 1px solid #ccd; padding: 0.25em 0.55em; text-align: left; vertical-align: top; }
-th { background: #eef0f6; } table.sortable th { cursor: pointer; } td.number { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #eef0f6; } table.sortable th { cursor: pointer; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; }
 img { max-width: 100%; border: 1px solid #dde; }
 .status-reproduced { background: #d8f0d8; } .status-refuted { background: #f6d6d6; }
 .status-mixed { background: #f7ecc8; } .status-untested { background: #e6e6e6; }

@@ -62,8 +62,11 @@ def _summary(folder: Path) -> tuple[Summary | None, str | None]:
 def _testbed(experiment: Path) -> str:
     if not regular_file(experiment):
         return "-"
-    testbed = records.load_toml(experiment, records.EXPERIMENT).get("testbed")
-    return "control" if testbed is None else testbed.name()
+    try:
+        testbed = records.load_toml(experiment, records.EXPERIMENT).get("testbed")
+        return "control" if testbed is None else testbed.name()
+    except ValueError as error:
+        return f"unreadable ({records.shown(error, 80)})"
 
 
 def index_markdown(experiments: Path, results: Path, tags: Mapping[str, StudyTag]) -> str:
@@ -76,8 +79,8 @@ def index_markdown(experiments: Path, results: Path, tags: Mapping[str, StudyTag
              "alone, `superseded` ones were replaced by a later study, `example` ones "
              "demonstrate the commands, an `analysis` is a report over other studies' runs. "
              "The cell rule column is the study's own committed `[cell_rule]`, judged on its "
-             "runs; runs counts the runs of its report (tuning runs apart). Written by `vaco-jax leaderboard --index experiments/INDEX.md`; do not edit "
-             "by hand.", ""]
+             "runs; runs counts the runs of its report (tuning runs apart). Written by "
+             "`vaco-jax leaderboard --index experiments/INDEX.md`; do not edit by hand.", ""]
     for tag in TAGS:
         names = sorted(name for name, entry in tags.items() if entry.tag == tag)
         if not names:
@@ -89,7 +92,10 @@ def index_markdown(experiments: Path, results: Path, tags: Mapping[str, StudyTag
             folder = results / name
             summary, damaged = _summary(folder)
             runs = "-" if summary is None else f"{summary.run.num_runs:,}"
-            incomplete = None if damaged else study_incomplete(folder)
+            try:
+                incomplete = None if damaged else study_incomplete(folder)
+            except ValueError as error:  # a damaged parts.json: the row says so
+                damaged, incomplete = f"unreadable ({records.shown(error, 120)})", None
             there = Path(os.path.relpath(folder, experiments)).as_posix()
             study = (f"[{name}]({name}.toml)" if regular_file(experiment) else name) + (
                 f" ([results]({there}/))" if folder.is_dir() else "")

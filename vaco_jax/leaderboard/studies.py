@@ -14,6 +14,7 @@ line naming it (``Skipped``), never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import stat
@@ -155,7 +156,8 @@ class Study:
             for choice in tuning.choices:
                 ours = (choice.group.startswith(f"tune-{task}-{variant.algo}-")
                         and choice.group.endswith(f"-e{variant.epochs}m{variant.minibatches}")
-                        and all(name in swept and float(swept[name]) == value
+                        and all(name in swept
+                                and math.isclose(float(swept[name]), value, rel_tol=1e-5)
                                 for name, value in choice.point.items()))
                 if ours and choice.chosen not in tuned.setdefault(task, []):
                     tuned[task].append(choice.chosen)

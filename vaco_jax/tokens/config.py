@@ -243,6 +243,13 @@ def _validate_config(config: TokenConfig) -> None:
                   "eval_prompts"):
         check_positive_int(field, getattr(config, field))
     check_lag_settings(config)
+    if config.replay_capacity is not None and not config.replay:
+        raise ValueError(f"replay_capacity={config.replay_capacity} is read only with "
+                         f"replay=true")
+    if config.replay and algorithms.ALGORITHMS[config.algo].refuses_stale:
+        raise ValueError(f"replay=true is refused for algo={config.algo!r}, which refuses "
+                         f"stale generations at collection: a replayed group is as old as it "
+                         f"was stored, past any freshness bound")
     if config.replay_capacity is not None:
         check_positive_int("replay_capacity", config.replay_capacity)
         if config.replay_capacity < config.prompts:
