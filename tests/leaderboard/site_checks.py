@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
 CLAIMS = RESULTS / "claims.toml"
 CARD = ROOT / "docs" / "fidelity.md"
-TAGS = ROOT / "experiments" / "studies.toml"
+TAGS = ROOT / "experiments" / "results" / "studies.toml"
 """The committed studies, their claims, the fidelity card and the studies' tags."""
 
 

@@ -1,4 +1,4 @@
-"""The study tags (`experiments/studies.toml`) and the experiments index written from them
+"""The study tags (`experiments/results/studies.toml`) and the experiments index written from them
 (`experiments/INDEX.md`): every experiment file and study tagged, the committed index what the
 code writes, a damaged tags file refused naming its entry."""
 
@@ -50,7 +50,7 @@ def test_a_damaged_record_in_a_study_folder_is_a_row_saying_so(tmp_path):
     (results / "x").mkdir(parents=True)
     (results / "x" / "parts.json").write_text('{"complete": 1')
     (experiments / "x.toml").write_text('testbed = ["tokens"\n')
-    (experiments / "studies.toml").write_text('[x]\ntag = "main"\nverdict = "damaged"\n')
-    text = index_markdown(experiments, results, read_tags(experiments / "studies.toml"))
+    (results / "studies.toml").write_text('[x]\ntag = "main"\nverdict = "damaged"\n')
+    text = index_markdown(experiments, results, read_tags(results / "studies.toml"))
     row = next(line for line in text.splitlines() if line.startswith("| [x]"))
     assert row.count("unreadable (") == 2 and row.endswith("| damaged |")

@@ -298,7 +298,7 @@ def test_tags_move_a_study_to_the_archive_and_the_index_lists_it(results, tmp_pa
     experiments = tmp_path / "experiments"
     experiments.mkdir()
     (experiments / "toy.toml").write_text('name = "toy"\n')
-    tags = experiments / "studies.toml"
+    tags = tmp_path / "studies.toml"
     tags.write_text('[toy]\ntag = "calibration"\nverdict = "ppo keeps 0.3 at lag 2"\n'
                     '[broken]\ntag = "superseded"\nverdict = "a damaged study"\n')
     index = experiments / "INDEX.md"

@@ -30,8 +30,8 @@ def add_parser(subparsers) -> None:
                         "studies and those it does not name, an archive page the others "
                         f"(default: {TAGS_FILE} where it exists)")
     p.add_argument("--index", default=None, metavar="FILE",
-                   help="also write the experiments index, every experiment file of the tags "
-                        "file's folder and every study in one Markdown table "
+                   help="also write the experiments index, every experiment file of FILE's folder "
+                        "and every study in one Markdown table "
                         "(experiments/INDEX.md); an existing FILE only with --overwrite")
     add_overwrite_flags(p, "the site in an existing DIR")
 
@@ -63,7 +63,8 @@ def run_leaderboard(args) -> int:
                        overwrite=args.overwrite, keep=args.keep, plugins=plugin_algorithms(),
                        tags=tags)
     if args.index:
-        io.write_text(args.index, index_markdown(Path(tags_file).parent, Path(args.results),
+        # The index lists the experiment files of its own folder, linked from there.
+        io.write_text(args.index, index_markdown(Path(args.index).parent, Path(args.results),
                                                  tags))
         print(f"experiments index: {plain(args.index)}")
     for skipped in built.skipped:

@@ -15,7 +15,7 @@ from pathlib import Path
 from vaco_jax.infra import records
 from vaco_jax.leaderboard.studies import (EXPERIMENT_FILE, SUMMARY_FILE, read_summary,
                                           regular_file, study_incomplete)
-from vaco_jax.leaderboard.tags import TAGS, TAGS_FILE, StudyTag
+from vaco_jax.leaderboard.tags import TAGS, StudyTag
 from vaco_jax.report.summary import Summary
 
 HEADER = ("study", "testbed", "cell rule", "runs", "verdict")
@@ -25,7 +25,7 @@ def unindexed(experiments: Path, results: Path,
               tags: Mapping[str, StudyTag]) -> dict[str, list[str]]:
     """What the tags and the folders disagree on: experiment files and study folders without
     a tag, tags of neither, and study folders without their experiment file (but analyses)."""
-    files = {p.stem for p in experiments.glob("*.toml") if p.name != Path(TAGS_FILE).name}
+    files = {p.stem for p in experiments.glob("*.toml")}
     studies = {p.name for p in results.iterdir() if p.is_dir() and not p.is_symlink()}
     return {"untagged": sorted((files | studies) - set(tags)),
             "tagged, but neither a file nor a study": sorted(set(tags) - files - studies),
@@ -73,7 +73,7 @@ def index_markdown(experiments: Path, results: Path, tags: Mapping[str, StudyTag
     """The index's Markdown: a table per tag, in ``TAGS`` order, its studies by name."""
     lines = ["# Experiments index", "",
              "Every experiment file of this folder and every committed study in `results/`, by "
-             "tag (`studies.toml`, which the leaderboard reads too): `main` studies compare "
+             "tag (`results/studies.toml`, which the leaderboard reads too): `main` studies compare "
              "methods under lag and the claims rest on them, `ablation` studies isolate one "
              "mechanism or setting, `calibration` studies choose cells or rates on the baseline "
              "alone, `superseded` ones were replaced by a later study, `example` ones "

@@ -1,4 +1,4 @@
-"""What each committed study is (``experiments/studies.toml``), read once for the board and for
+"""What each committed study is (``experiments/results/studies.toml``), read once for the board and for
 the experiments index: its tag and a one-line verdict.
 
 Tags: ``main`` (its lagged cells compare methods, and the claims rest on it), ``ablation``
@@ -20,7 +20,7 @@ TAGS = ("main", "ablation", "calibration", "superseded", "example", "analysis")
 FRONT_TAGS = ("main", "ablation")
 """The tags whose studies the board's front page shows; the others are on its archive page."""
 VERDICT_CHARS = 200
-TAGS_FILE = "experiments/studies.toml"
+TAGS_FILE = "experiments/results/studies.toml"
 
 
 @dataclasses.dataclass(frozen=True)
