@@ -59,11 +59,15 @@ class _SweepFolder:
         self.experiment = self.plan.experiment
         self.groups = [g.name for g in self.plan.groups]
         self.unfinished = unfinished_groups(self.plan, folder)
+        self._tables: dict[str, pd.DataFrame | None] = {}
 
     def table(self, group: str) -> pd.DataFrame | None:
-        return finished_batches_table(
-            self.experiment, [(b, batch_dir(self.folder, b)) for b in self.plan.batches
-                              if b.group == group])
+        # Read once: the merge asks for a tuned group's rows to check its value, then to merge.
+        if group not in self._tables:
+            self._tables[group] = finished_batches_table(
+                self.experiment, [(b, batch_dir(self.folder, b)) for b in self.plan.batches
+                                  if b.group == group])
+        return self._tables[group]
 
     def record(self) -> dict[str, Any]:
         return {"folder": str(self.folder.resolve()),
@@ -184,22 +188,22 @@ def _method_choices(experiment: Experiment, source: _SweepFolder | _MergedReport
     made = ([c for c in tune.choices(experiment, runs, experiment.testbed.score)
              if c.group == tuning] if runs is not None else [])
     # Only the tuned groups with runs: a group a sweep has not reached yet contradicts nothing.
-    tuned = [name for name, by in experiment.tuned_by.items()
-             if by == tuning and name in source.groups and source.table(name) is not None]
+    tuned = {name: rows for name, by in experiment.tuned_by.items()
+             if by == tuning and name in source.groups
+             and (rows := source.table(name)) is not None}
     if not tuned:
         return made, None
     if not made:
-        return made, f"group(s) {tuned} ran without the finished tuning runs of {tuning!r}"
+        return made, f"group(s) {list(tuned)} ran without the finished tuning runs of {tuning!r}"
     pending = [c.extension for c in made if c.pending]
     if pending:
-        return made, (f"group(s) {tuned} ran before the rule's choice, which waits for the "
-                      f"runs of {pending}")
+        return made, (f"group(s) {list(tuned)} ran before the rule's choice, which waits for "
+                      f"the runs of {pending}")
     resolved = tune.resolved(experiment, {c.key: c.chosen for c in made})
     column, hparam = experiment.tune.column, experiment.tune.hparam
-    for name in tuned:
+    for name, rows in tuned.items():
         expected = {r.run_id: r.hparams[hparam] for r in resolved.group(name).runs}
-        rows = source.table(name)
-        ran = {} if rows is None else dict(zip(rows["run_id"], rows[column]))
+        ran = dict(zip(rows["run_id"], rows[column]))
         off = sorted({value for run_id, value in ran.items() if value != expected[run_id]})
         if off:
             chosen = sorted(set(expected.values()))

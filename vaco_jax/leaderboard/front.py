@@ -67,6 +67,7 @@ def cells(boards: Sequence[TaskBoard]) -> list[Cell]:
         for method in board.order:
             variant = next((v for v in study.summary.run.variants if v.variant == method),
                            None)
+            rate = "" if variant is None else study.learning_rates(variant, board.task)
             for lag in board.lags:
                 score = board.scores.get((method, lag))
                 if score is None:
@@ -75,8 +76,7 @@ def cells(boards: Sequence[TaskBoard]) -> list[Cell]:
                 made.append(Cell(
                     study=study.name, tag=study.tag, testbed=study.testbed, task=board.task,
                     method=method, lag=lag, runs=score.runs,
-                    learning_rate=("" if variant is None
-                                   else study.learning_rates(variant, board.task)),
+                    learning_rate=rate,
                     ranked=board.unranked is None, score=score.score,
                     kept=None if kept is None else kept.kept,
                     auc_kept=None if kept is None else kept.auc_kept,

@@ -32,7 +32,7 @@ from vaco_jax.leaderboard.figures import figure_board
 from vaco_jax.leaderboard.front import BOARD_FILE, CELLS_FILE
 from vaco_jax.leaderboard.html import STYLE, STYLE_FILE, Stamp
 from vaco_jax.leaderboard.studies import Skipped, Study, read_studies, regular_file
-from vaco_jax.leaderboard.tags import StudyTag
+from vaco_jax.leaderboard.tags import FRONT_TAGS, StudyTag
 
 FOLDERS = ("studies", "methods")
 WRITES = ("index.html", "archive.html", "claims.html", STYLE_FILE, CELLS_FILE, BOARD_FILE,
@@ -136,7 +136,7 @@ def build_site(
             written.append(pages.method_path(method))
         by_name = {study.name: study for study in studies}
         io.write_text(root / "claims.html", pages.claims_page(claims_file, by_name, page_stamp))
-        front = [study for study in studies if study.tag is None or tags[study.tag_name].front]
+        front = [study for study in studies if study.tag in (None, *FRONT_TAGS)]
         archived = [study for study in studies if study not in front]
         made = front_tables.cells([board for study in studies for board in boards[study.name]])
         io.write_text(root / CELLS_FILE, front_tables.cells_csv(made))

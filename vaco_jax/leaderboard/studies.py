@@ -72,7 +72,6 @@ class Study:
     tag: str | None = None  # its tag and verdict (`tags.py`), where the tags file has it
     verdict: str | None = None
 
-
     @property
     def tag_name(self) -> str:
         """The name the study tags file knows it by: its top folder."""

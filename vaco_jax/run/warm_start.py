@@ -46,8 +46,14 @@ class PendingStart(Protocol):
     """A warm start a trainer's `init` still needs (`Trainer.pending_warm_start`)."""
 
     cache_dir: str | os.PathLike | None  # its cache's folder; None: not cached
-    steps: int  # the training steps it takes, for the log
-    label: str  # what it trains on, for the log
+
+    @property
+    def steps(self) -> int:
+        """The training steps it takes, for the log."""
+
+    @property
+    def label(self) -> str:
+        """What it trains on, for the log."""
 
     def cache_name(self) -> str:
         """The folder its parameters are cached in, named by every setting that shapes them."""
