@@ -41,6 +41,41 @@ def test_calibrated_corruption_shifts_the_last_digit_of_its_class_only():
                                   np.delete(answer, last, axis=1))
 
 
+def test_a_graded_class_is_corrupted_with_each_digits_own_probability():
+    settings = WarmStart(corrupted_share=0.3, wrong_probability=[0.6, 0.8, 1.0])
+    assert settings.wrong_probability == (0.6, 0.8, 1.0)  # a table's list, kept as a tuple
+    prompt, answer = tasks.sample(TASK, jax.random.PRNGKey(0), 6000)
+    demonstrated = warm_start.corrupt_calibrated(jax.random.PRNGKey(1), TASK, prompt, answer,
+                                                 settings)
+    changed = np.asarray((demonstrated != answer).any(axis=1))
+    first = np.asarray(prompt[:, 1])
+    assert not changed[first >= 3].any()
+    for digit, wanted in enumerate((0.6, 0.8, 1.0)):
+        assert abs(changed[first == digit].mean() - wanted) < 0.04, digit
+
+
+def test_one_probability_for_every_digit_is_the_ungraded_corruption():
+    prompt, answer = tasks.sample(TASK, jax.random.PRNGKey(0), 500)
+    key = jax.random.PRNGKey(1)
+    np.testing.assert_array_equal(
+        warm_start.corrupt_calibrated(key, TASK, prompt, answer,
+                                      WarmStart(corrupted_share=0.3, wrong_probability=0.9)),
+        warm_start.corrupt_calibrated(key, TASK, prompt, answer,
+                                      WarmStart(corrupted_share=0.3,
+                                                wrong_probability=(0.9, 0.9, 0.9))))
+
+
+def test_a_graded_warm_start_is_recorded_and_read_back():
+    graded = WarmStart(corrupted_share=0.2, wrong_probability=(0.75, 0.99))
+    config = TokenConfig(warm_start=graded)
+    assert TokenConfig.from_dict(config.to_dict()) == config
+    assert TokenConfig.from_dict({"warm_start": {"corrupted_share": 0.2,
+                                                 "wrong_probability": [0.75, 0.99]}}) == config
+    spec, task = SPEC, TASK
+    assert (warm_start.settings_hash(task, spec, graded)
+            != warm_start.settings_hash(task, spec, WarmStart(corrupted_share=0.2)))
+
+
 def test_a_worked_solution_is_corrupted_consistently_in_its_class_only():
     """`add_steps`' wrong demonstration slips in the units column and carries the slip into the
     sum: two digits change, the rest is the right solution."""
@@ -94,6 +129,12 @@ def test_the_target_accuracy_is_the_held_out_share_outside_the_class():
     ({"corrupted_share": 0.55}, "corrupted_share=0.55 must be a multiple of 0.1"),
     ({"corrupted_share": 1.1}, "corrupted_share=1.1 must be a multiple of 0.1 in \\[0, 1\\]"),
     ({"wrong_probability": 0.5}, "wrong_probability=0.5 must lie in \\(0.5, 1\\]"),
+    ({"wrong_probability": (0.9, 0.5, 0.9, 0.9, 0.9)},
+     "wrong_probability=0.5 must lie in \\(0.5, 1\\]"),
+    ({"wrong_probability": ("0.9",) * 5}, "wrong_probability=0.9 must lie in"),
+    ({"wrong_probability": (0.9, 0.95)},
+     "wrong_probability=\\[0.9, 0.95\\] grades the class: give one probability per digit of "
+     "it, 5 \\(corrupted_share=0.5\\)"),
 ])
 def test_bad_warm_start_settings_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):

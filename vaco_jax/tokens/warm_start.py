@@ -13,6 +13,9 @@ is trained by teacher forcing on demonstrations, some of them wrong (`WarmStart.
   CPU's rounding or the seed, while sampling still gives the right answer on the class (with
   probability about `1 - wrong_probability` at temperature 1; 0.16 to 0.18 at 0.7 with the
   defaults, measured), so RL can raise accuracy by up to the class's share.
+  `wrong_probability` may also grade the class: one probability per first digit of the class
+  (digit 0 first), so that its sub-classes start from different chances of sampling the right
+  answer and RL finds them at different times, not in one step.
 - `random_digit` (the warm start of results committed before 2026-11-25, reproduced bit for bit
   by `LEGACY`): a `corrupt_fraction` of the answers has one random digit changed. The mode of
   these demonstrations is the right answer, so training to convergence would reach accuracy
@@ -54,7 +57,8 @@ class WarmStart:
     learning_rate: float = 3e-3
     schedule: str = "cosine"  # of the learning rate: cosine decay to 0 over `steps`, or constant
     corrupted_share: float = 0.5  # calibrated: a multiple of 0.1 (first digit below 10 x share)
-    wrong_probability: float = 0.75  # calibrated: P(wrong demonstration) on the corrupted class
+    # calibrated: P(wrong demonstration) on the corrupted class, or one per digit of the class
+    wrong_probability: float | tuple[float, ...] = 0.75
     corrupt_fraction: float = 0.3  # random_digit: share of answers with a random digit changed
     seed: int = 0
 
@@ -72,9 +76,20 @@ class WarmStart:
         if not (0 <= digits <= 10 and abs(digits - round(digits)) < 1e-9):
             raise ValueError(f"warm_start corrupted_share={self.corrupted_share} must be a "
                              f"multiple of 0.1 in [0, 1]: the class is a set of first digits")
-        if not 0.5 < self.wrong_probability <= 1:
-            raise ValueError(f"warm_start wrong_probability={self.wrong_probability} must lie "
-                             f"in (0.5, 1]: the wrong answer must be the class's majority")
+        if isinstance(self.wrong_probability, (list, tuple)):  # graded: a table's list
+            graded = tuple(self.wrong_probability)
+            object.__setattr__(self, "wrong_probability", graded)
+            if len(graded) != round(digits):
+                raise ValueError(f"warm_start wrong_probability={list(graded)} grades the "
+                                 f"class: give one probability per digit of it, "
+                                 f"{round(digits)} (corrupted_share={self.corrupted_share})")
+        probabilities = (self.wrong_probability if isinstance(self.wrong_probability, tuple)
+                         else (self.wrong_probability,))
+        for probability in probabilities:
+            if isinstance(probability, bool) or not isinstance(probability, (int, float)) \
+                    or not 0.5 < probability <= 1:
+                raise ValueError(f"warm_start wrong_probability={probability} must lie in "
+                                 f"(0.5, 1]: the wrong answer must be the class's majority")
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> WarmStart:
@@ -110,10 +125,15 @@ def corrupt_calibrated(key: jax.Array, task: tasks.Task, prompt: jax.Array,
                        answer: jax.Array, settings: WarmStart) -> jax.Array:
     """`answer` `[B, A]` replaced by the task's wrong answer (`Task.wrong_answer`: its last
     digit shifted by +1 mod 10, and a worked solution's step that gives it) with probability
-    `wrong_probability` where the prompt is in the corrupted class. One fixed wrong answer per
-    prompt, so the class's demonstrations have a majority the model can learn."""
+    `wrong_probability` (graded: that of the prompt's first digit) where the prompt is in the
+    corrupted class. One fixed wrong answer per prompt, so the class's demonstrations have a
+    majority the model can learn."""
+    probability = settings.wrong_probability
+    if isinstance(probability, tuple):
+        graded = jnp.asarray(probability, jnp.float32)
+        probability = graded[jnp.clip(prompt[:, 1], 0, len(probability) - 1)]
     wrong = (in_corrupted_class(prompt, settings.corrupted_share)
-             & (jax.random.uniform(key, prompt.shape[:1]) < settings.wrong_probability))
+             & (jax.random.uniform(key, prompt.shape[:1]) < probability))
     return jnp.where(wrong[:, None], task.wrong_answer(answer), answer)
 
 
