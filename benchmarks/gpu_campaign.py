@@ -38,7 +38,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 # After the path above.
-from benchmarks import campaign_lease, lease_study  # noqa: E402
+from benchmarks import campaign_groups, campaign_lease, lease_study  # noqa: E402
 from benchmarks.campaign_lease import step_peers, step_study  # noqa: E402
 from benchmarks.campaign_steps import (DONE, ROOT, SIZES, TOKENS_SEEDS_ENVIRONMENT,  # noqa: E402
                                        Context, Sizes, Step, StepUnavailable, physics,
@@ -66,6 +66,9 @@ STEPS: tuple[Step, ...] = (
     Step("study", "the GPU lag study's next slice (experiments/gpu_lag_study.toml): continued "
          "from .lease/upload, trained for 420 s, packed into the call's returned files", 500,
          step_study),
+    Step("study_groups", f"the groups {campaign_groups.STUDY} still misses (its MJX tasks, "
+         f"seven methods), cell by cell for {campaign_groups.TRAIN_S} s, each cell a part "
+         "folder returned without checkpoints", 500, campaign_groups.step_study_groups),
     Step("seeds", "1, 4, 16, 64 vmapped seeds of ant (1,024 environments each), total steps/s",
          170, suite("seeds")),
     Step("sweep_groups", "the paper sweep's first 2 groups (ant: ppo, ppo_recompute; 40 runs "
@@ -92,7 +95,9 @@ STEPS: tuple[Step, ...] = (
          "stale acting, MFU", 290, tokens("throughput")),
 )
 _STEP_NAMES = [s.name for s in STEPS]
-RECURRING = ("study",)  # run at every lease: never skipped as done, its history kept by the study
+# Run at every lease while work is left: never skipped as done; the study keeps its history,
+# and the missing groups' parts go beside their study (`campaign_groups.move_parts`).
+RECURRING = ("study", "study_groups")
 
 
 def steps_for(sizes: Sizes) -> tuple[Step, ...]:
@@ -206,17 +211,25 @@ def collect(returned: Path, commit: bool = True, overwrite: bool = False) -> lis
     shortened sweep, the log) into `benchmarks/results/gpu-campaign/` and commits them there, so
     a later call skips the steps done. A folder with the study's `lease_study.json` also has its
     slice merged, its report committed in `experiments/results/gpu_lag_study/` and the next
-    slice packed into `.lease/upload/` (`campaign_lease.collect_study`). Refuses the files of a
+    slice packed into `.lease/upload/` (`campaign_lease.collect_study`); the parts of the
+    `study_groups` step go to `.lease/control_long_lag/`. Refuses the files of a
     dry run and, unless `overwrite`, a step already collected or an upload the study's pack did
     not use up; every refusal comes before anything is written. Returns the steps collected."""
     if not returned.exists():
         raise ValueError(f"{returned} does not exist")
     with _records(returned) as folder:
         _check_records(folder, overwrite)
+        parts = campaign_groups.returned_parts(folder, overwrite)
         if returned.is_dir() and (returned / MANIFEST).is_file():
             history = campaign_lease.collect_study(returned, overwrite)
             if commit:
                 _commit(lease_study.REPORT, f"GPU lag study: {history.progress}")
+        if parts:
+            parts = campaign_groups.move_parts(parts)
+            print(f"{len(parts)} part(s) of {campaign_groups.STUDY} in {campaign_groups.LOCAL}; "
+                  f"merge them: vaco-jax report /tmp/merged --parts "
+                  f"{campaign_groups.RESULTS.relative_to(ROOT)} "
+                  f"{campaign_groups.LOCAL.relative_to(ROOT)}/* --allow-incomplete")
         steps, copied = _copy_records(folder)
     if commit and copied:  # the folder whole: the files copied and the failed records removed
         _commit(DONE, f"GPU campaign results: {', '.join(steps) or 'logs'}")

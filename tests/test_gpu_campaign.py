@@ -17,7 +17,8 @@ from engine_configs import TOY
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
-from benchmarks import campaign_lease, campaign_steps, gpu_campaign, roofline  # noqa: E402
+from benchmarks import (campaign_groups, campaign_lease, campaign_steps, gpu_campaign,  # noqa: E402
+                        roofline)
 
 
 # ----------------------------------------------------------------------------------- the plan
@@ -223,7 +224,12 @@ def _check_peers(r):
     assert r["vaco_jax_over_purejaxrl"] > 0 and r["vaco_jax_over_brax"] > 0
 
 
-DRY_CHECKS = {"setup": _check_setup, "physics_ant": _check_physics, "async_k16": _check_async,
+def _check_study_groups(r):
+    # Nothing committed in the dry run: both toy cells are missing, the first one runs.
+    assert r["cells_run"] == ["toy_reach-ppo-e1m2"] and r["cells_left"] == 1
+
+
+DRY_CHECKS = {"setup": _check_setup, "study_groups": _check_study_groups, "physics_ant": _check_physics, "async_k16": _check_async,
               "seeds": _check_seeds, "brax": _check_brax, "tokens": _check_tokens,
               "tokens_seeds": _check_tokens_seeds, "tokens_capacity": _check_capacity,
               "sweep_groups": _check_sweep_groups, "peers": _check_peers}
@@ -406,6 +412,86 @@ def test_collect_clears_the_failed_record_of_a_step_it_collects(tmp_path, monkey
     assert gpu_campaign.collect(returned, commit=False) == ["tokens"]
     assert sorted(p.name for p in done.iterdir()) == ["setup.json", "tokens.json"]
     assert gpu_campaign.done_steps(done) == {"tokens": 280.0}
+
+
+def _returned_part(returned: Path, name: str) -> Path:
+    part = returned / campaign_groups.STUDY / name
+    (part / "runs" / "batch-0").mkdir(parents=True)
+    (part / "summary.json").write_text("{}")
+    (part / "runs" / "batch-0" / "metrics.csv").write_text("update\n0\n")
+    return part
+
+
+def test_collect_puts_the_missing_groups_parts_beside_their_study(tmp_path, monkeypatch):
+    done, local = tmp_path / "done", tmp_path / ".lease" / campaign_groups.STUDY
+    monkeypatch.setattr(gpu_campaign, "DONE", done)
+    monkeypatch.setattr(gpu_campaign, "ROOT", tmp_path)
+    monkeypatch.setattr(campaign_groups, "LOCAL", local)
+    monkeypatch.setattr(campaign_groups, "RESULTS", tmp_path / "results")
+    returned = tmp_path / "returned"
+    _returned_part(returned, "part-003-reacher-spo-e4m4")
+    (returned / "study_groups.json").write_text('{"step": "study_groups", "sizes": "gpu"}')
+    assert gpu_campaign.collect(returned, commit=False) == []  # recurring: never marked done
+    assert (local / "part-003-reacher-spo-e4m4" / "runs" / "batch-0" / "metrics.csv").is_file()
+    assert not (done / "study_groups.json").exists()
+    # The same part again: refused unless asked, before anything is written.
+    (returned / "setup.json").write_text('{"step": "setup", "sizes": "gpu"}')
+    with pytest.raises(ValueError, match="holds \\['part-003-reacher-spo-e4m4'\\] already"):
+        gpu_campaign.collect(returned, commit=False)
+    assert not (done / "setup.json").exists()
+    assert gpu_campaign.collect(returned, commit=False, overwrite=True) == ["setup"]
+
+
+@pytest.mark.parametrize("hostile", ["named", "linked", "link_inside", "file"])
+def test_collect_refuses_a_returned_part_the_step_did_not_write(hostile, tmp_path, monkeypatch):
+    done, local = tmp_path / "done", tmp_path / ".lease" / campaign_groups.STUDY
+    monkeypatch.setattr(gpu_campaign, "DONE", done)
+    monkeypatch.setattr(gpu_campaign, "ROOT", tmp_path)
+    monkeypatch.setattr(campaign_groups, "LOCAL", local)
+    returned = tmp_path / "returned"
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not to be copied")
+    folder = returned / campaign_groups.STUDY
+    if hostile == "named":
+        _returned_part(returned, "runs")
+    elif hostile == "linked":
+        folder.mkdir(parents=True)
+        (folder / "part-000-x").symlink_to(outside, target_is_directory=True)
+    elif hostile == "link_inside":
+        part = _returned_part(returned, "part-000-x")
+        (part / "runs" / "secret.txt").symlink_to(outside / "secret.txt")
+    else:
+        folder.mkdir(parents=True)
+        (folder / "part-000-x").write_text("a file")
+    (returned / "setup.json").write_text('{"step": "setup", "sizes": "gpu"}')
+    with pytest.raises(ValueError, match="not part folders the study_groups step writes"):
+        gpu_campaign.collect(returned, commit=False)
+    assert not local.exists() and not done.exists()
+
+
+def test_study_groups_runs_the_cells_a_study_s_parts_file_names_missing(tmp_path):
+    from vaco_jax.experiment import parse_experiment
+
+    experiment = parse_experiment(campaign_groups.DRY_RUN, name="toy")
+    parts = tmp_path / "parts.json"
+    parts.write_text(json.dumps({"experiment": "toy", "complete": False, "parts": [],
+                                 "missing_groups": ["tune-toy_reach-vaco-e1m2",
+                                                    "toy_reach-vaco-e1m2"]}))
+    assert campaign_groups.missing_cells(experiment, parts) == [
+        ("tune-toy_reach-vaco-e1m2", "toy_reach-vaco-e1m2")]
+    assert campaign_groups.missing_cells(experiment, None) == [
+        ("tune-toy_reach-ppo-e1m2", "toy_reach-ppo-e1m2"),
+        ("tune-toy_reach-vaco-e1m2", "toy_reach-vaco-e1m2")]
+
+
+def test_study_groups_without_the_parts_file_stops_at_once_saying_what_to_carry(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(campaign_groups, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(campaign_groups, "CARRIED", tmp_path / "carried.json")
+    ctx = gpu_campaign.Context(gpu_campaign.SIZES["gpu"], tmp_path, print)
+    with pytest.raises(campaign_steps.StepUnavailable, match="carry .lease"):
+        campaign_groups.step_study_groups(ctx)
 
 
 def test_campaign_script_stops_a_step_at_the_call_s_limit_and_packs_what_came_before(tmp_path):
