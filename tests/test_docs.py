@@ -99,6 +99,22 @@ def test_the_readme_is_a_front_door():
         f"README.md has {len(lines)} lines; depth belongs in docs/ (at most {README_MAX_LINES})")
 
 
+def test_the_benchmarks_readme_is_a_front_door_to_its_notes():
+    """`benchmarks/README.md` keeps each benchmark's command and latest figure within the front
+    door's length; the dated measurements are notes it lists, each there, and every file a note
+    shows or links to exists."""
+    folder = ROOT / "benchmarks"
+    readme = (folder / "README.md").read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    listed = set(re.findall(r"\(results/notes/([\w.-]+\.md)\)", readme))
+    notes = folder / "results" / "notes"
+    assert listed == {p.name for p in notes.glob("*.md")}
+    for note in notes.glob("*.md"):
+        for target in re.findall(r"\]\(([^)#\s]+)\)", note.read_text()):
+            assert target.startswith("http") or (note.parent / target).exists(), (note.name,
+                                                                                 target)
+
+
 def _heading_ids(text: str) -> set[str]:
     """The anchors the site gives a page's headings, as Python-Markdown's `toc` makes them
     (mkdocs.yml): the heading's text without its Markdown, lower-cased, every character but
