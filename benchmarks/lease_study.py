@@ -11,7 +11,7 @@ home, `merge` puts a returned slice into the whole study's folder, `write_report
 report and `prepare` packs the next slice for the next lease to carry.
 
 Episodes: when the slice's state with its environments' states fits, they are carried and a
-continuation equals an uninterrupted run bit for bit (`tests/test_lease_study.py`). At the
+continuation equals an uninterrupted run bit for bit (`tests/benchmarks/test_lease_study.py`). At the
 paper's sizes they do not fit (an `ant` run's MJX states are 1.7 MB of its 3.1 MB), so
 episodes restart: every environment starts again from the initial state it was first reset to
 (the run's seed), an episode truncated once per lease.

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from engine_configs import TOY_EXPERIMENT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
 from benchmarks import lease_pack, lease_records, lease_study  # noqa: E402

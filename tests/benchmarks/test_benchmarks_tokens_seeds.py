@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
 from benchmarks import harness, token_programs, tokens  # noqa: E402

@@ -4,7 +4,7 @@ and stays within a stated tolerance when they restart; the pack's limits; a retu
 read as untrusted input (archives that reach outside their folder, members written twice, byte
 counts and digests that lie, batches the study's own plan lacks, batch states out of range, a
 pack collected twice), each refused in one line with nothing written; the slice planning.
-`tests/test_lease_pack_hostile.py` forges packs at random."""
+`tests/benchmarks/test_lease_pack_hostile.py` forges packs at random."""
 
 import hashlib
 import io
@@ -20,7 +20,7 @@ import pytest
 
 from engine_configs import TOY_EXPERIMENT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
 from benchmarks import lease_pack, lease_records, lease_study  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 
 from engine_configs import TOY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
 from benchmarks import (campaign_groups, campaign_lease, campaign_steps, gpu_campaign,  # noqa: E402
@@ -233,7 +233,7 @@ DRY_CHECKS = {"setup": _check_setup, "study_groups": _check_study_groups, "physi
               "seeds": _check_seeds, "brax": _check_brax, "tokens": _check_tokens,
               "tokens_seeds": _check_tokens_seeds, "tokens_capacity": _check_capacity,
               "sweep_groups": _check_sweep_groups, "peers": _check_peers}
-"""What each step's record must hold; `study` is checked by tests/test_lease_study.py and
+"""What each step's record must hold; `study` is checked by tests/benchmarks/test_lease_study.py and
 `sweep_plan` beside the `sweep_groups` it reads."""
 
 

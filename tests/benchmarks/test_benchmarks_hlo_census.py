@@ -8,7 +8,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
 from benchmarks import hlo_census  # noqa: E402
@@ -28,7 +28,7 @@ def test_census_counts_kinds_and_charges_operations_to_their_source_lines():
     assert result["fusions"] == result["kinds"].get("fusion", 0)
     first = inspect.getsourcelines(_program)[1]
     here = {row["line"]: row["operations"] for row in result["source_lines"]}
-    this_file = "tests/test_benchmarks_hlo_census.py"
+    this_file = "tests/benchmarks/test_benchmarks_hlo_census.py"
     assert here.get(f"{this_file}:{first + 1} _program", 0) >= 1  # the dot
     assert here.get(f"{this_file}:{first + 2} _program", 0) >= 2  # sort, is-finite, reduce
     assert sum(here.values()) <= result["operations"]

@@ -11,7 +11,7 @@ import pytest
 from engine_configs import TOY
 from vaco_jax.core.lag_models import Uniform
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
 from benchmarks import harness, programs, tables  # noqa: E402
