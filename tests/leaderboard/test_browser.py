@@ -190,3 +190,21 @@ def test_a_click_on_a_front_table_s_header_sorts_it(browser, base_url):
     header.click()
     assert browser.execute_script(SORTED_COLUMN, score) == sorted(before)
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+PAGE_WIDTH = "return [document.documentElement.scrollWidth, window.innerWidth];"
+NARROW = 400
+"""A phone's width in CSS pixels: no page may be wider than its window there."""
+
+
+def test_no_page_is_wider_than_a_400_pixel_window(browser, base_url, visits):
+    browser.set_window_size(NARROW, 900)
+    try:
+        widths = {}
+        for path in sorted(visits):
+            browser.get(urljoin(base_url, path))
+            widths[path] = browser.execute_script(PAGE_WIDTH)
+    finally:
+        browser.set_window_size(1280, 900)
+    assert all(window <= NARROW for _, window in widths.values())  # the window did narrow
+    assert {path: width for path, (width, window) in widths.items() if width > window} == {}

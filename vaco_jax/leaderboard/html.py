@@ -1,6 +1,7 @@
 """The board's HTML: the page frame every page shares (style sheet, navigation, version stamp),
 tables, and numbers with their intervals. Static HTML and CSS only: a board opens from its
-folder in any browser, with no server and no script."""
+folder in any browser, with no server and no script. On a narrow screen a wide table scrolls
+inside its own box, so that no page is wider than the window."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ STYLE = """\
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 110em; padding: 0 1em;
        color: #1d1d1f; line-height: 1.45; }
 nav { margin-bottom: 1em; } nav a { margin-right: 1.2em; }
-table { border-collapse: collapse; margin: 0.6em 0 1.4em; font-size: 0.9em; }
+table { border-collapse: collapse; margin: 0.6em 0 1.4em; font-size: 0.9em;
+        display: block; max-width: 100%; overflow-x: auto; }
+pre { max-width: 100%; overflow-x: auto; }
+h1, h2, h3, p, li, figcaption, footer { overflow-wrap: anywhere; }
 th, td { border: 1px solid #ccd; padding: 0.25em 0.55em; text-align: left; vertical-align: top; }
 th { background: #eef0f6; } table.sortable th { cursor: pointer; }
 td.number { text-align: right; font-variant-numeric: tabular-nums; }
