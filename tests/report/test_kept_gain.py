@@ -283,27 +283,37 @@ def test_the_heatmaps_title_lies_inside_the_figure_however_few_the_lags(report):
     assert "hatched grey: undefined or not run" in narrow.get_suptitle().replace("\n", " ")
 
 
-def test_cells_all_at_one_are_drawn_in_the_scale_not_in_the_undefined_grey():
-    """A panel of cells all at 1 (every method keeps its whole gain) is white, the colour bar's
-    1, never a grey that reads as the hatched grey of undefined cells."""
+def test_shares_are_drawn_on_one_graded_scale_never_in_the_undefined_grey():
+    """The one scale: a panel of cells all at 0 (every method kept nothing) is white, the colour
+    bar's 0, never a grey that reads as the hatched grey of undefined cells; 1 (kept everything)
+    is the scale's blue end, and below 0 the red is graded, so -0.3 and -63 differ."""
     from matplotlib.colors import to_rgba
 
     def record(task, variant, lag, point):
         share = None if point is None else {"point": point, "low": point, "high": point}
         return {"task": task, "variant": variant, "lag": lag, "kept": share, "auc_kept": share}
 
-    records = [record("flat", v, lag, 1.0) for v in ("ppo", "vaco") for lag in (0.0, 4.0)]
-    records += [record("spread", "ppo", 0.0, 1.0), record("spread", "ppo", 4.0, 0.5),
-                record("spread", "impala", 4.0, None)]
+    records = [record("flat", v, lag, 0.0) for v in ("ppo", "vaco") for lag in (0.0, 4.0)]
+    records += [record("spread", "ppo", 0.0, 1.0), record("spread", "ppo", 4.0, -0.3),
+                record("spread", "impala", 4.0, None),
+                record("spread", "vaco", 0.0, 1.0), record("spread", "vaco", 4.0, -63.0)]
     figure = figures_heatmap.figure_kept_gain({"tasks": records}, [0.0, 4.0])
     flat, _, spread, _ = (ax for ax in panels(figure) if ax.get_title())
     (image,) = flat.images
     colours = image.to_rgba(image.get_array())
     assert np.array_equal(colours, np.ones((2, 2, 4)))
     assert not np.allclose(colours[0, 0], to_rgba(figures_heatmap.UNDEFINED_COLOUR))
-    # Undefined (impala at lag 4) and not run (impala at lag 0): transparent over the hatching.
     (image,) = spread.images
-    assert image.to_rgba(image.get_array())[1, :, 3].tolist() == [0.0, 0.0]
+    rows = list(figures_heatmap.row_order([r for r in records if r["task"] == "spread"]))
+    colours = image.to_rgba(image.get_array())
+    ppo, vaco = colours[rows.index("ppo")], colours[rows.index("vaco")]
+    blue = colours[rows.index("ppo"), 0]
+    assert blue[2] > blue[0] and np.allclose(blue, vaco[0])  # 1: the blue end, alike
+    light, deep = ppo[1], vaco[1]
+    assert light[0] > light[2] and deep[0] > deep[2]  # both red
+    assert light[:3].sum() > deep[:3].sum() + 0.5  # -0.3 far lighter than -63
+    # Undefined (impala at lag 4) and not run (impala at lag 0): transparent over the hatching.
+    assert colours[rows.index("impala"), :, 3].tolist() == [0.0, 0.0]
     assert spread.patch.get_hatch() == figures_heatmap.UNDEFINED_HATCH
     assert spread.patch.get_facecolor() == to_rgba(figures_heatmap.UNDEFINED_COLOUR)
 

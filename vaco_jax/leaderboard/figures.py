@@ -1,6 +1,8 @@
 """The board's figure of one task of one study: three heatmaps side by side, methods as rows
 (best first by lagged score where the study's cell rule holds, else in name order) and lag
-levels as columns, drawn with the report's heatmap panel:
+levels as columns, drawn with the report's heatmap panel on its one colour scale (white at 0,
+blue at 1, red graded below 0: `COLOUR_RANGE`), so that a score at the reference and a share
+that kept everything look alike:
 
 - the normalised final score, IQM [95% CI], on the task's one reference (0 initial, 1 reference);
 - the share of the synchronous gain kept in the final score;
@@ -24,13 +26,11 @@ from vaco_jax.leaderboard.board import Key, TaskBoard
 from vaco_jax.report.cells import CONFIDENCE
 from vaco_jax.report.figures_heatmap import COLOUR_RANGE, panel
 
-SCORE_RANGE = (0.0, 1.0)
-"""Normalised score at either end of the colour map: red at the initial policies' level, white
-half-way, blue at the reference."""
-SCORE_PANEL = ("score", "normalised final score", "scores", SCORE_RANGE, "score (1: reference)")
+SCORE_PANEL = ("score", "normalised final score", "scores", COLOUR_RANGE,
+               "score (0: initial, 1: reference)")
 KEPT_PANELS = (
-    ("kept", "kept share: final score", "kept", COLOUR_RANGE, "share of the synchronous gain"),
-    ("auc_kept", "kept share: AUC", "kept", COLOUR_RANGE, "share of the synchronous gain"),
+    ("kept", "kept share: final score", "kept", COLOUR_RANGE, "share of the synchronous gain kept"),
+    ("auc_kept", "kept share: AUC", "kept", COLOUR_RANGE, "share of the synchronous gain kept"),
 )
 """(record field, title, the board's records it reads, colour range, colour bar label) of each
 panel, left to right."""

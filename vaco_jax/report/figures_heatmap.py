@@ -22,23 +22,25 @@ from vaco_jax.report.cells import CONFIDENCE
 from vaco_jax.report.figures import Skipped, wrapped_suptitle
 from vaco_jax.report.kept_gain import SYNC_LAG
 
-COLOUR_RANGE = (0.0, 2.0)
-"""Kept gain at either end of the colour map, centred on 1 (all of the synchronous gain kept):
-red lost gain, blue gained more than without lag; values beyond are clipped to the end colour."""
+COLOUR_RANGE = (-1.0, 1.0)
+"""The one colour scale of every share of a gain (a kept share, a normalised score): white at 0
+(nothing kept; the initial policies' level), blue at 1 (all of the synchronous gain kept; the
+reference reached), red graded below 0 down to -1, so that -0.3 and -63 differ; beyond either
+end, that end's deeper shade (a share above 1, gained more than without lag, or below -1)."""
 UNDEFINED_COLOUR = "lightgrey"
 UNDEFINED_HATCH = "//"
 """Undefined cells (no synchronous gain, or not run) are hatched grey: no colour of the scale,
-not even 1's white, reads as one of them."""
+not even 0's white, reads as one of them."""
 
 
 def colour_map() -> Colormap:
-    """Red below 1 (gain lost), pure white at 1, blue above; beyond the range deeper shades.
-    RdBu's own centre is a light grey (#f7f7f7), which a panel of cells all at 1 shows as a grey
-    block, the colour of undefined cells; RdBu's eleven colours with a white centre are RdBu
-    otherwise."""
+    """Red below the centre, pure white at it, blue above; beyond the range deeper shades.
+    RdBu's own centre is a light grey (#f7f7f7), which a panel of cells all at the centre shows
+    as a grey block, the colour of undefined cells; RdBu's eleven colours with a white centre
+    are RdBu otherwise."""
     anchors = colormaps["RdBu"](np.linspace(0.0, 1.0, 11))
     anchors[5] = (1.0, 1.0, 1.0, 1.0)
-    # An odd number of levels has one at the centre: 1 is white itself.
+    # An odd number of levels has one at the centre: the centre is white itself.
     return LinearSegmentedColormap.from_list("kept_gain", anchors, N=255).with_extremes(
         under="#4a0010", over="#001a4a")
 
