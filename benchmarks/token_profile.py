@@ -21,7 +21,9 @@ listed apart, since it overlaps the rest):
 Inside a chunk, `benchmarks/token_programs.py`'s programs at the part's first study group's
 config split one update into its generation (`collect`) and the rest, beside the forward pass
 alone, and XLA's operation count gives each program's achieved FLOP rate; the CPU's matrix-
-product bound is measured here as the roofline measures a device (a large fp32 matmul).
+product bound is measured here as the roofline measures a device (a large fp32 matmul). The
+seed rows time the whole update with 1, 2, 8 and 30 runs vmapped in one program (`--seeds`),
+what holding a group's runs in one program costs per run; `--only seeds` times them alone.
 
 The slice runs twice in one process: first as on a fresh clone on a new machine (an empty
 persistent compilation cache, the commands' own, and no warm start on disk), then again with
@@ -40,6 +42,7 @@ import contextlib
 import dataclasses
 import datetime
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -193,6 +196,19 @@ class CacheHits:
         jax.monitoring.unregister_event_listener(self._listen)
 
 
+def seed_scaling(config: Any, counts: Sequence[int], repeats: int,
+                 max_wait_s: float) -> dict[str, Any]:
+    """Whole updates of `config` with each of `counts` runs vmapped in one program, timed in
+    alternating rounds: seconds per run and update, the cost of holding a group's runs in one
+    program."""
+    compiled = [harness.Compiled(token_programs.update_program(config, n, 4)) for n in counts]
+    summaries = harness.timed_rounds(compiled, repeats=repeats, max_wait_s=max_wait_s)
+    return {"rows": {str(n): {"seconds_per_run_update": round(min(s["calls_s"]) / (4 * n), 5),
+                              "compile_s": s["compile_s"]}
+                     for n, s in zip(counts, summaries)},
+            "load": summaries[0]["load"]}
+
+
 def matmul_bound(size: int = 1024, repeats: int = 5) -> float:
     """FLOP/s of the fastest of `repeats` fp32 `size` x `size` matrix products on the default
     device: the roofline's compute bound, measured."""
@@ -274,6 +290,10 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{row['rate_vs_forward']:.3f} | "
                      f"{'-' if flops is None else f'{flops / 1e9:.2f}'}"
                      f"{' (lower bound)' if row['loops_counted_once'] else ''} |")
+    seeds = result.get("seeds", {}).get("rows", {})
+    if seeds:
+        lines += ["", "| runs in one program | seconds per run and update |", "|---|---|"]
+        lines += [f"| {n} | {row['seconds_per_run_update']:.4f} |" for n, row in seeds.items()]
     lines.append(f"\nfp32 matrix-product bound of this device: "
                  f"{result['matmul_bound_flops'] / 1e9:.1f} GFLOP/s.")
     return "\n".join(lines)
@@ -288,6 +308,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5, help="timed rounds of the programs")
     p.add_argument("--max-wait", type=float, default=30.0, help="seconds to wait for a quiet "
                    "machine before timing the programs")
+    p.add_argument("--seeds", default="1,2,8,30", help="runs per program timed by the seed "
+                   "scaling rows (comma-separated)")
+    p.add_argument("--only", choices=("all", "seeds"), default="all", help="seeds: only the "
+                   "seed scaling rows (no sweep)")
     p.add_argument("--out", default=None, help="JSON file (default benchmarks/results/tokens/"
                    "profile-BACKEND-DATE.json)")
     p.add_argument("--markdown", default=None, help="also write the tables to this file")
@@ -303,6 +327,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"{out} exists; pass --overwrite to replace it")
     experiment = shortened(load_experiment(args.experiment), args.updates)
     groups = NamedGroups.parse(args.groups).groups(experiment)  # refuses an unknown group
+    study = next((g for g in groups if g.name in experiment.tuned_by), groups[0])
+    counts = [int(n) for n in args.seeds.split(",")]
+    if args.only == "seeds":
+        result = {"machine": harness.machine(), "experiment": args.experiment,
+                  "group": study.name,
+                  "seeds": seed_scaling(study.config, counts, args.repeats, args.max_wait)}
+        io.write_json(out, result)
+        print(json.dumps(result["seeds"], indent=1))
+        return result
     result: dict[str, Any] = {"machine": harness.machine(), "experiment": args.experiment,
                               "groups": args.groups, "updates": args.updates,
                               "process": import_seconds()}
@@ -314,8 +347,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             jax.clear_caches()  # the second run finds only what the first left on disk
             result[run] = sweep_profile(experiment, args.groups, Path(scratch) / "warm_start",
                                         Path(scratch) / run.replace(" ", "_"))
-    study = next((g for g in groups if g.name in experiment.tuned_by), groups[0])
     result["inside_a_chunk"] = program_split(study.config, args.repeats, args.max_wait)
+    result["seeds"] = seed_scaling(study.config, counts, args.repeats, args.max_wait)
     result["matmul_bound_flops"] = matmul_bound()
     io.write_json(out, result)
     harness.publish(markdown(result), args.markdown, out, print)
