@@ -183,29 +183,42 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 # ----------------------------------------------------------------------------------- compiles
 class CompileEvents:
-    """Counts and times JAX compilation events while the context is open."""
+    """Counts and times JAX compilation events while the context is open, and counts the
+    persistent compilation cache's lookups and hits (`persistent_cache`: programs looked up in
+    it and programs found there)."""
+
+    CACHE_EVENTS = {"/jax/compilation_cache/compile_requests_use_cache": "looked_up",
+                    "/jax/compilation_cache/cache_hits": "found"}
 
     def __init__(self):
         self.durations: dict[str, list[float]] = {e: [] for e in _COMPILE_EVENTS}
+        self.cache = {name: 0 for name in self.CACHE_EVENTS.values()}
         self._active = False
 
     def _listen(self, event: str, duration: float, **_: Any) -> None:
         if self._active and event in self.durations:
             self.durations[event].append(duration)
 
+    def _count(self, event: str, **_: Any) -> None:
+        if self._active and event in self.CACHE_EVENTS:
+            self.cache[self.CACHE_EVENTS[event]] += 1
+
     def __enter__(self) -> "CompileEvents":
         jax.monitoring.register_event_duration_secs_listener(self._listen)
+        jax.monitoring.register_event_listener(self._count)
         self._active = True
         return self
 
     def __exit__(self, *exc) -> None:
         self._active = False
         jax.monitoring.unregister_event_duration_listener(self._listen)
+        jax.monitoring.unregister_event_listener(self._count)
 
     def summary(self) -> dict[str, Any]:
         trace, lower, backend = (self.durations[e] for e in _COMPILE_EVENTS)
         return {"backend_compiles": len(backend), "trace_s": round(sum(trace), 3),
-                "lower_s": round(sum(lower), 3), "backend_compile_s": round(sum(backend), 3)}
+                "lower_s": round(sum(lower), 3), "backend_compile_s": round(sum(backend), 3),
+                "persistent_cache": dict(self.cache)}
 
 
 # ----------------------------------------------------------------------------------- timing

@@ -158,8 +158,7 @@ def sweep_profile(experiment: Any, groups: str, warm_start_dir: Path,
                                                           warm_start_dir=str(warm_start_dir)))
         for g in experiment.groups))
     times = PhaseTimes()
-    hits = CacheHits()
-    with harness.CompileEvents() as compiles, hits, timed_phases(times):
+    with harness.CompileEvents() as compiles, timed_phases(times):
         start = time.perf_counter()
         execute.sweep(out, experiment, part=NamedGroups.parse(groups), progress=False)
         wall = time.perf_counter() - start
@@ -167,33 +166,7 @@ def sweep_profile(experiment: Any, groups: str, warm_start_dir: Path,
     phases["other"] = round(wall - sum(times.foreground.values()), 3)
     return {"wall_s": round(wall, 3), "phases_s": phases,
             "background_s": {n: round(s, 3) for n, s in times.background.items()},
-            "calls": times.calls,
-            "compilation": {**compiles.summary(), "persistent_cache": hits.counts}}
-
-
-class CacheHits:
-    """Counts JAX's persistent compilation cache events while the context is open: programs
-    looked up in it and programs found there."""
-
-    EVENTS = {"/jax/compilation_cache/compile_requests_use_cache": "looked_up",
-              "/jax/compilation_cache/cache_hits": "found"}
-
-    def __init__(self):
-        self.counts = {name: 0 for name in self.EVENTS.values()}
-        self._active = False
-
-    def _listen(self, event: str, **_: Any) -> None:
-        if self._active and event in self.EVENTS:
-            self.counts[self.EVENTS[event]] += 1
-
-    def __enter__(self) -> "CacheHits":
-        jax.monitoring.register_event_listener(self._listen)
-        self._active = True
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._active = False
-        jax.monitoring.unregister_event_listener(self._listen)
+            "calls": times.calls, "compilation": compiles.summary()}
 
 
 def seed_scaling(config: Any, counts: Sequence[int], repeats: int,
