@@ -285,8 +285,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    "scaling rows (comma-separated)")
     p.add_argument("--only", choices=("all", "seeds"), default="all", help="seeds: only the "
                    "seed scaling rows (no sweep)")
-    p.add_argument("--out", default=None, help="JSON file (default benchmarks/results/tokens/"
-                   "profile-BACKEND-DATE.json)")
+    p.add_argument("--out", default=None, help="JSON file (default benchmarks/results/"
+                   "token_profile/BACKEND-DATE.json)")
     p.add_argument("--markdown", default=None, help="also write the tables to this file")
     p.add_argument("--overwrite", action="store_true")
     return p.parse_args(argv)
@@ -294,8 +294,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    out = Path(args.out or Path(__file__).parent / "results" / "tokens" /
-               f"profile-{jax.default_backend()}-{datetime.date.today()}.json")
+    out = Path(args.out or Path(__file__).parent / "results" / "token_profile" /
+               f"{jax.default_backend()}-{datetime.date.today()}.json")
     if out.exists() and not args.overwrite:
         raise SystemExit(f"{out} exists; pass --overwrite to replace it")
     experiment = shortened(load_experiment(args.experiment), args.updates)
