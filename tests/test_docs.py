@@ -4,6 +4,7 @@ door of at most 300 lines, its depth in the docs)."""
 
 import importlib
 import inspect
+import posixpath
 import re
 from pathlib import Path
 
@@ -142,8 +143,8 @@ def test_every_anchor_a_docs_page_links_to_exists():
     for name, text in pages.items():
         prose = re.sub(r"```.*?```", "", text, flags=re.S)
         for target, anchor in re.findall(r"\]\(([\w./-]*)#([^)\s]+)\)", prose):
-            page = (Path(name).parent / target).as_posix() if target else name
-            page = str(Path(page)).replace("\\", "/")
+            page = posixpath.normpath(posixpath.join(posixpath.dirname(name), target)) \
+                if target else name
             if page not in ids or anchor not in ids[page]:
                 broken.append(f"{name}: ({target}#{anchor})")
     assert broken == []
