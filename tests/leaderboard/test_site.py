@@ -144,6 +144,19 @@ def test_the_method_pages_say_the_learning_rate_and_whether_the_mechanism_acted(
     assert "filter: never acted" in vaco
 
 
+def test_a_method_page_tables_its_results_on_every_board_or_says_it_never_ran(site):
+    ppo = (site.out / "methods" / "control-ppo.html").read_text()
+    results = ppo.split("<h2>Results</h2>", 1)[1].split("<h2>Where it ran</h2>", 1)[0]
+    # One row per lag of toy's board: score and kept share as the board has them, unranked.
+    assert results.count("<tr>") == 1 + 2
+    assert '<td>toy_reach</td><td>ppo</td><td class="number">2</td>' in results
+    assert "0.300 [" in results and "not ranked (cell rule)" in results
+    assert "0.900 [" not in results  # vaco's kept share is on vaco's page, not ppo's
+    never = [p.read_text() for p in (site.out / "methods").glob("*.html")
+             if "Not run in any committed study." in p.read_text()]
+    assert never and all("<h2>Where it ran</h2>" not in text for text in never)
+
+
 def test_the_claims_table_lists_every_claim_linking_its_study(site):
     claims = (site.out / "claims.html").read_text()
     assert claims.count("<tr>") == 1 + 2

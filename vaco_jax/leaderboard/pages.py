@@ -245,12 +245,46 @@ def _card(method: Method) -> tuple[str, str]:
             f"algorithms, and {source}."), ""
 
 
-def method_page(method: Method, studies: Sequence[Study], stamp: Stamp) -> str:
-    rows = _method_rows(method, studies)
-    runs = (table(["study", "variant", "learning rate", "stabilisers: did they act"], rows)
-            if rows else "<p>No committed study runs it.</p>")
+def _method_results(method: Method, boards: Sequence[TaskBoard]) -> list[list[str]]:
+    """The method's cells on every board of its testbed, a row per study, task, variant and
+    lag: its normalised final score and the share of its synchronous gain it kept, both IQM
+    [95% CI] as the board shows them, and whether that board ranks its methods."""
+    rows = []
+    for board in boards:
+        if board.study.testbed != method.testbed:
+            continue
+        algos = {v.variant: v.algo for v in board.study.summary.run.variants}
+        ranked = "ranked" if board.unranked is None else "not ranked (cell rule)"
+        for variant in sorted(v for v in board.order if algos.get(v) == method.algo):
+            for lag in board.lags:
+                cell, kept = board.scores.get((variant, lag)), board.kept.get((variant, lag))
+                if cell is None:
+                    continue
+                rows.append([link("../" + study_path(board.study), board.study.name),
+                             escape(board.task), escape(variant), f"{lag:g}",
+                             interval(cell.score), "-" if kept is None else interval(kept.kept),
+                             ranked])
+    return rows
+
+
+def method_page(method: Method, studies: Sequence[Study], boards: Sequence[TaskBoard],
+                stamp: Stamp) -> str:
+    """A method's page: its card entry, its results on every board and where it ran (learning
+    rate, stabilisers), or that no committed study ran it."""
+    rows, results = _method_rows(method, studies), _method_results(method, boards)
     sentence, card = _card(method)
     body = (f"<p>{escape(TESTBED_NAMES.get(method.testbed, method.testbed))}, registry name "
-            f"<code>{escape(method.algo)}</code>. {escape(sentence)}</p>"
-            f"{card}<h2>In the studies</h2>{runs}")
+            f"<code>{escape(method.algo)}</code>. {escape(sentence)}</p>{card}")
+    if not rows:
+        return page(f"{method.algo} ({method.testbed})",
+                    body + "<h2>Results</h2><p>Not run in any committed study.</p>", stamp,
+                    depth=1)
+    body += ("<h2>Results</h2><p>Normalised final score (0: the task's initial policies, 1: its "
+             "reference) and the share of its own synchronous gain kept, IQM [95% CI], per "
+             "study, task and lag; a board ranks its methods only where its study's committed "
+             "cell rule holds.</p>"
+             + table(["study", "task", "variant", "lag", "normalised score", "kept share",
+                      "board"], results, numeric=(3, 4, 5))
+             + "<h2>Where it ran</h2>"
+             + table(["study", "variant", "learning rate", "stabilisers: did they act"], rows))
     return page(f"{method.algo} ({method.testbed})", body, stamp, depth=1)
