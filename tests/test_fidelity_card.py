@@ -56,3 +56,27 @@ def test_every_algorithm_section_has_the_five_labels():
 
 def test_readme_links_the_card():
     assert "(docs/fidelity.md)" in (ROOT / "README.md").read_text()
+
+
+def test_an_entry_naming_a_shared_deviation_by_label_carries_its_definition(tmp_path):
+    """The board's method pages explain the card's "T1." labels with the definition the
+    testbed's chapter gives once for many entries (and only the labels the entry names)."""
+    from vaco_jax.leaderboard.card import Method, read_card
+    from vaco_jax.leaderboard.pages import _card
+
+    card = tmp_path / "card.md"
+    card.write_text("## Token testbed\n\nShared:\n\n"
+                    "- **T1, std.** population std.\n  - Not changed.\n"
+                    "- **T2, no reference KL.** none.\n\n"
+                    "### `grpo` (one)\n\n- **Deviations:**\n  - T1.\n  - Other.\n\n"
+                    "### `rloo` (two)\n\n- **Deviations:** none.\n")
+    entries = read_card(card)
+    assert [label for label, _ in entries[("tokens", "grpo")].shared] == ["T1"]
+    assert entries[("tokens", "grpo")].shared[0][1] == (
+        "- **T1, std.** population std.\n  - Not changed.")
+    assert entries[("tokens", "rloo")].shared == ()
+    _, html = _card(Method("tokens", "grpo", entries[("tokens", "grpo")], None))
+    assert "<strong>T1, std.</strong> population std." in html and "T2" not in html
+    # The real card: GRPO's entry names T1 and T2.
+    real = read_card(Path(__file__).resolve().parent.parent / "docs" / "fidelity.md")
+    assert [label for label, _ in real[("tokens", "grpo")].shared] == ["T1", "T2"]

@@ -29,6 +29,9 @@ class Entry:
     testbed: str
     algo: str
     markdown: str
+    # The shared deviations the entry names by label ("T1."), each (label, its Markdown) as the
+    # testbed's chapter defines it before its entries.
+    shared: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,11 +75,31 @@ def read_card(path: str | Path) -> dict[tuple[str, str], Entry]:
     entries = {}
     for testbed, heading in TESTBED_CHAPTERS.items():
         parts = re.split(r"^### `([^`]+)`[^\n]*$", chapters.get(heading, ""), flags=re.M)
+        shared = shared_deviations(parts[0])
         for algo, body in zip(parts[1::2], parts[2::2]):
-            entries[(testbed, algo)] = Entry(testbed, algo, body.strip())
+            named = tuple((label, text) for label, text in shared.items()
+                          if re.search(rf"^ *- {label}\.", body, flags=re.M))
+            entries[(testbed, algo)] = Entry(testbed, algo, body.strip(), named)
     if not entries:
         raise ValueError(f"the fidelity card {str(path)!r} has no method entries")
     return entries
+
+
+def shared_deviations(preamble: str) -> dict[str, str]:
+    """The deviations a chapter defines once for many entries, by label: each top-level bullet
+    ``- **T1, name.** ...`` of its preamble with the bullets nested under it, as Markdown."""
+    found: dict[str, str] = {}
+    label = None
+    for line in preamble.splitlines():
+        start = re.match(r"^- \*\*(T\d+),", line)
+        if start:
+            label = start[1]
+            found[label] = line
+        elif label is not None and (line.startswith("  ") or not line.strip()):
+            found[label] += "\n" + line
+        else:
+            label = None
+    return {name: text.strip() for name, text in found.items()}
 
 
 def inline_html(text: str) -> str:

@@ -238,7 +238,12 @@ def _card(method: Method) -> tuple[str, str]:
     """The sentence that introduces the method's card entry and the entry as HTML; for a
     method without one, the sentence that says so and where the method comes from."""
     if method.entry is not None:
-        return "From the fidelity card (docs/fidelity.md):", markdown_html(method.entry.markdown)
+        labels = "".join(markdown_html(text) for _, text in method.entry.shared)
+        if labels:
+            labels = ("<p>The deviations it names by label, as the card defines them for many "
+                      f"entries:</p>{labels}")
+        return ("From the fidelity card (docs/fidelity.md):",
+                markdown_html(method.entry.markdown) + labels)
     source = (f"it is registered by the plugin's {method.plugin}" if method.plugin else
               "no plugin installed where this board was built registers it")
     return (f"It has no fidelity card entry: docs/fidelity.md describes vaco_jax's own "
