@@ -99,9 +99,9 @@ def step_study_groups(ctx: Context) -> dict[str, Any]:
     cells = missing_cells(experiment, parts if gpu else None)
     began = time.perf_counter()
     done, seconds = [], []
-    for index, (tuning, study) in enumerate(cells):
-        if TRAIN_S - (time.perf_counter() - began) < (CELL_S if gpu else 0) or (
-                not gpu and done):
+    # The dry run's check is one cell; the campaign starts a cell while one fits in the call.
+    for index, (tuning, study) in enumerate(cells if gpu else cells[:1]):
+        if gpu and TRAIN_S - (time.perf_counter() - began) < CELL_S:
             break
         ctx.log(f"study_groups: {study} ({len(done) + 1} of {len(cells)} cells missing)")
         part = ctx.out / STUDY / f"part-{index:03d}-{study}"
@@ -137,11 +137,11 @@ def returned_parts(folder: Path, overwrite: bool = False) -> list[Path]:
 def move_parts(parts: list[Path]) -> list[Path]:
     """`returned_parts` copied into `LOCAL` (a part there replaced); the copies."""
     moved = []
+    LOCAL.mkdir(parents=True, exist_ok=True)
     for part in parts:
         target = LOCAL / part.name
         if target.exists():
             shutil.rmtree(target)
-        LOCAL.mkdir(parents=True, exist_ok=True)
         shutil.copytree(part, target)
         moved.append(target)
     return moved

@@ -141,22 +141,23 @@ def import_seconds(repeats: int = 3) -> dict[str, float]:
     return {"python_start_s": round(bare, 3), "imports_s": round(command - bare, 3)}
 
 
-def shortened(experiment: Any, updates: int) -> Any:
-    """`experiment` with every group's runs `updates` updates long (its other settings kept)."""
-    groups = tuple(dataclasses.replace(g, config=dataclasses.replace(g.config,
-                                                                     num_updates=updates))
+def _with_config(experiment: Any, **fields: Any) -> Any:
+    """`experiment` with `fields` set in every group's config (its other settings kept)."""
+    groups = tuple(dataclasses.replace(g, config=dataclasses.replace(g.config, **fields))
                    for g in experiment.groups)
     return dataclasses.replace(experiment, groups=groups)
+
+
+def shortened(experiment: Any, updates: int) -> Any:
+    """`experiment` with every group's runs `updates` updates long (its other settings kept)."""
+    return _with_config(experiment, num_updates=updates)
 
 
 def sweep_profile(experiment: Any, groups: str, warm_start_dir: Path,
                   out: Path) -> dict[str, Any]:
     """The sweep of `groups` into `out`, its wall time split by `PHASES`, and JAX's count of
     its compilations."""
-    experiment = dataclasses.replace(experiment, groups=tuple(
-        dataclasses.replace(g, config=dataclasses.replace(g.config,
-                                                          warm_start_dir=str(warm_start_dir)))
-        for g in experiment.groups))
+    experiment = _with_config(experiment, warm_start_dir=str(warm_start_dir))
     times = PhaseTimes()
     with harness.CompileEvents() as compiles, timed_phases(times):
         start = time.perf_counter()
@@ -169,12 +170,20 @@ def sweep_profile(experiment: Any, groups: str, warm_start_dir: Path,
             "calls": times.calls, "compilation": compiles.summary()}
 
 
+def _update(config: Any, num_seeds: int) -> harness.Compiled:
+    """`num_seeds` runs' update program of four updates a call, compiled once for the split and
+    the seed rows alike (`token_programs.compiled_update`) and warmed up."""
+    compiled = token_programs.compiled_update(config, num_seeds, 4)
+    compiled.warm_up()
+    return compiled
+
+
 def seed_scaling(config: Any, counts: Sequence[int], repeats: int,
                  max_wait_s: float) -> dict[str, Any]:
     """Whole updates of `config` with each of `counts` runs vmapped in one program, timed in
     alternating rounds: seconds per run and update, the cost of holding a group's runs in one
     program."""
-    compiled = [harness.Compiled(token_programs.update_program(config, n, 4)) for n in counts]
+    compiled = [_update(config, n) for n in counts]
     summaries = harness.timed_rounds(compiled, repeats=repeats, max_wait_s=max_wait_s)
     return {"rows": {str(n): {"seconds_per_run_update": round(min(s["calls_s"]) / (4 * n), 5),
                               "compile_s": s["compile_s"]}
@@ -201,16 +210,18 @@ def _timed(call: Callable[[], Any]) -> float:
 def program_split(config: Any, repeats: int, max_wait_s: float) -> dict[str, Any]:
     """One update of `config` timed whole and its generation alone, beside the forward pass,
     in alternating rounds: seconds per update or pass, and each program's FLOP rate."""
-    programs = {"forward pass": (token_programs.forward_program(config, 4), 4, False),
-                "generation": (token_programs.generate_program(config, 4), 4, True),
-                "whole update": (token_programs.update_program(config, 1, 4), 4, True)}
-    compiled = {name: harness.Compiled(p) for name, (p, _, _) in programs.items()}
-    summaries = harness.timed_rounds(list(compiled.values()), repeats=repeats,
+    # Each program compiled, the calls (passes or updates) inside one of its calls, and whether
+    # it keeps a decode loop (whose body XLA counts once).
+    programs = {
+        "forward pass": (harness.Compiled(token_programs.forward_program(config, 4)), 4, False),
+        "generation": (harness.Compiled(token_programs.generate_program(config, 4)), 4, True),
+        "whole update": (_update(config, 1), 4, True)}
+    summaries = harness.timed_rounds([c for c, _, _ in programs.values()], repeats=repeats,
                                      max_wait_s=max_wait_s)
     rows = {}
-    for (name, (_, inside, decodes)), summary in zip(programs.items(), summaries):
+    for (name, (compiled, inside, decodes)), summary in zip(programs.items(), summaries):
         per_call = min(summary["calls_s"]) / inside
-        flops = token_programs.flops_fields(compiled[name], summary, inside, decodes)
+        flops = token_programs.flops_fields(compiled, summary, inside, decodes)
         rows[name] = {"seconds_each": round(per_call, 5), "compile_s": summary["compile_s"],
                       "tokens_per_s": summary["steps_per_s"],
                       "flops_per_s": flops["flops_per_s"],

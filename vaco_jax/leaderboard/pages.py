@@ -217,16 +217,18 @@ def claims_page(claims: Claims, studies: Mapping[str, Study], stamp: Stamp) -> s
     return page("Claims", body, stamp, depth=0)
 
 
+def _method_variants(method: Method, study: Study) -> list[str]:
+    """The variants of ``study`` that ran ``method`` (none where its testbed is another)."""
+    if study.testbed != method.testbed:
+        return []
+    return [v.variant for v in study.summary.run.variants if v.algo == method.algo]
+
+
 def _method_rows(method: Method, studies: Sequence[Study]) -> list[list[str]]:
     rows = []
     for study in studies:
-        if study.testbed != method.testbed:
-            continue
         rates, mechanisms = _learning_rates(study), _mechanisms(study)
-        for variant in study.summary.run.variants:
-            if variant.algo != method.algo:
-                continue
-            name = variant.variant
+        for name in _method_variants(method, study):
             acted = "<br>".join(f"lag {lag:g}: {escape(mechanisms.get((name, lag), ''))}"
                                 for lag in study.lags if (name, lag) in mechanisms)
             rows.append([link("../" + study_path(study), study.name), escape(name),
@@ -256,11 +258,8 @@ def _method_results(method: Method, boards: Sequence[TaskBoard]) -> list[list[st
     [95% CI] as the board shows them, and whether that board ranks its methods."""
     rows = []
     for board in boards:
-        if board.study.testbed != method.testbed:
-            continue
-        algos = {v.variant: v.algo for v in board.study.summary.run.variants}
         ranked = "ranked" if board.unranked is None else "not ranked (cell rule)"
-        for variant in sorted(v for v in board.order if algos.get(v) == method.algo):
+        for variant in sorted(set(_method_variants(method, board.study)) & set(board.order)):
             for lag in board.lags:
                 cell, kept = board.scores.get((variant, lag)), board.kept.get((variant, lag))
                 if cell is None:

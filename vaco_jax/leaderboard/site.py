@@ -139,7 +139,7 @@ def build_site(
         io.write_text(root / "claims.html", pages.claims_page(claims_file, by_name, page_stamp))
         front = [study for study in studies if study.tag in (None, *FRONT_TAGS)]
         archived = [study for study in studies if study not in front]
-        made = front_tables.cells([board for study in studies for board in boards[study.name]])
+        made = front_tables.cells(all_boards)
         io.write_text(root / CELLS_FILE, front_tables.cells_csv(made))
         io.write_text(root / BOARD_FILE, front_tables.board_json(made, page_stamp.text()))
         io.write_text(root / "index.html", pages.index_page(
