@@ -148,7 +148,6 @@ def test_every_anchor_a_docs_page_links_to_exists():
             if page not in ids or anchor not in ids[page]:
                 broken.append(f"{name}: ({target}#{anchor})")
     assert broken == []
-    assert {"sapo", "sapo_1", "icepop_1"} <= ids["fidelity.md"]  # the token entries' anchors
 
 
 MAX_MODULE_LINES = 450

@@ -19,7 +19,7 @@ from vaco_jax.report.summary import Summary
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
 CLAIMS = RESULTS / "claims.toml"
-CARD = ROOT / "docs" / "fidelity.md"
+CARD = ROOT / "docs" / "methods"
 TAGS = ROOT / "experiments" / "results" / "studies.toml"
 """The committed studies, their claims, the fidelity card and the studies' tags."""
 

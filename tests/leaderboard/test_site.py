@@ -277,7 +277,7 @@ def test_an_algorithm_no_installed_plugin_registers_has_a_page_saying_so(plugin_
     built = build_site(tmp_path / "site", root, claims, CARD)
     assert "methods/control-plugin_ppo.html" in built.pages
     page = (built.out / "methods" / "control-plugin_ppo.html").read_text()
-    assert ("It has no fidelity card entry: docs/fidelity.md describes vaco_jax&#x27;s own "
+    assert ("It has no fidelity card entry: docs/methods/ describes vaco_jax&#x27;s own "
             "algorithms, and no plugin installed where this board was built registers it.") in page
 
 

@@ -358,7 +358,7 @@ def _report_command(tmp_path: Path, command: str, out: Path) -> list[str]:
         (tmp_path / "results").mkdir()
         return ["leaderboard", "--out", str(out), "--results", str(tmp_path / "results"),
                 "--claims", str(RESULTS / "claims.toml"), "--card", str(ROOT / "docs" /
-                                                                        "fidelity.md")]
+                                                                        "methods")]
     study = tmp_path / "study"
     study.mkdir()
     if command == "report --parts":

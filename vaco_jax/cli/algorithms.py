@@ -6,35 +6,31 @@ from __future__ import annotations
 from vaco_jax.control.algorithms import ALGORITHMS as CONTROL
 from vaco_jax.tokens.algorithms import ALGORITHMS as TOKENS
 
-HEADER = ("testbed", "algorithm", "registered by", "fidelity card", "what it is")
+HEADER = ("testbed", "algorithm", "registered by", "fidelity card", "default or older variant",
+          "what it is")
 REGISTRIES = {"control": CONTROL, "tokens": TOKENS}
-CARD = "docs/fidelity.md"
+CARD = "docs/methods"
 
 
 def add_parser(subparsers) -> None:
     subparsers.add_parser(
         "algorithms", help="list every algorithm of both testbeds: built-in or the plugin that "
-                           "registers it, its fidelity-card section, what it is")
-
-
-def card_anchor(testbed: str, algo: str) -> str:
-    """A built-in algorithm's section of the fidelity card: the card holds the control
-    testbed's entries before the token testbed's, each headed by its name, so a token entry
-    whose name the control chapter also heads takes the site's second anchor, `NAME_1`."""
-    second = testbed == "tokens" and algo in CONTROL and CONTROL.registered_by(algo) is None
-    return f"{CARD}#{algo.lower()}{'_1' if second else ''}"
+                           "registers it, its fidelity-card page, whether it is a method's "
+                           "default or an older variant kept for reproduction, what it is")
 
 
 def rows() -> list[tuple[str, ...]]:
     """One row per registered algorithm under `HEADER`, each testbed's in registration order:
-    a plugin's names its entry point and has no card section (the card describes vaco_jax's
-    own)."""
+    a plugin's names its entry point and has no card page (the card describes vaco_jax's
+    own); an older variant names the method whose default replaced it and the date."""
     made = []
     for testbed, registry in REGISTRIES.items():
         for algo in registry:
-            plugin = registry.registered_by(algo)
+            plugin, older = registry.registered_by(algo), registry[algo].superseded
             made.append((testbed, algo, plugin or "vaco_jax",
-                         "-" if plugin else card_anchor(testbed, algo),
+                         "-" if plugin else f"{CARD}/{testbed}/{algo}.md",
+                         "default" if older is None else
+                         f"older variant of {older.by} (before {older.until})",
                          registry[algo].description))
     return made
 

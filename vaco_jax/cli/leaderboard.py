@@ -22,8 +22,8 @@ def add_parser(subparsers) -> None:
                    help="folder of the studies (each folder holding a summary.json)")
     p.add_argument("--claims", default="experiments/results/claims.toml", metavar="FILE",
                    help="the claims list")
-    p.add_argument("--card", default="docs/fidelity.md", metavar="FILE",
-                   help="the fidelity card, one entry per method")
+    p.add_argument("--card", default="docs/methods", metavar="FOLDER",
+                   help="the fidelity card's folder: TESTBED/NAME.md per method")
     p.add_argument("--tags", default=None, metavar="FILE",
                    help="what each study is (main, ablation, calibration, superseded, example, "
                         "analysis) and its verdict: the front page shows the main and ablation "

@@ -30,7 +30,7 @@ from vaco_jax.core.config import HParamsBase
 from vaco_jax.core.knobs import Knob, Metric
 from vaco_jax.core.method_knobs import (ICEPOP_HIGH, ICEPOP_LOW, KL_COV_COEF, KL_COV_FRACTION,
                                         SAPO_TAU_NEG, SAPO_TAU_POS)
-from vaco_jax.core.registry import AlgorithmRegistry
+from vaco_jax.core.registry import AlgorithmRegistry, Superseded
 
 
 @struct.dataclass
@@ -117,6 +117,8 @@ class Algorithm:
     # One gradient step on the whole phase batch, whatever `epochs` and `minibatches` say
     # (`ControlConfig.phase_shape`): IMPALA's learner, which never reuses a batch.
     one_step_per_batch: bool = False
+    # An older variant of another method, kept so that committed results reproduce.
+    superseded: Superseded | None = None
 
     @property
     def minibatch_over_envs(self) -> bool:
@@ -281,6 +283,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
               description="IMPALA policy gradient, V-trace from the current parameters, one "
                           "gradient step per batch"),
     Algorithm("impala_multistep", VTRACE_MINIBATCH, _impala, (), (IS_TRUNCATED,),
+              superseded=Superseded("impala", "2026-11-28"),
               description="IMPALA's loss reused for epochs x minibatches steps, V-trace "
                           "recomputed every minibatch (`impala` before the fidelity review)"),
     Algorithm("vaco", VTRACE_PHASE, _tv_filtered(_phase_ratio), (TV_DELTA,),
@@ -291,6 +294,7 @@ BUILT_IN: tuple[Algorithm, ...] = (
               description="VACO ablation: vaco with GAE advantages instead of the realignment"),
     Algorithm("vaco_filter_only_behaviour", GAE, _tv_filtered(_behaviour_ratio), (TV_DELTA,),
               (FILTER_FRACTION,), tv_filter=True,
+              superseded=Superseded("vaco_filter_only", "2026-11-28"),
               description="VACO ablation (`vaco_filter_only` before the fidelity review): GAE "
                           "advantages and -r A on the behaviour ratio, two changes from vaco"),
     Algorithm("vaco_realign_only", VTRACE_PHASE, _phase_ppo, (CLIP_EPS,),

@@ -13,6 +13,7 @@ the algorithm then trains in `vaco-jax train`, `tokens` and `sweep` like a built
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Generic, Protocol, TypeVar
@@ -23,11 +24,22 @@ from vaco_jax.infra.entry_points import call_entry_points, calling, describe
 ENTRY_POINT_GROUP = "vaco_jax.algorithms"
 
 
+@dataclasses.dataclass(frozen=True)
+class Superseded:
+    """Marks an entry as an older variant of a method: how vaco_jax ran method `by` before
+    `until` (a date), kept registered so that results committed before then reproduce. The
+    fidelity card lists it apart from the methods' defaults, and its page says the same."""
+
+    by: str
+    until: str
+
+
 class Entry(Protocol):
     """What the registry reads of an algorithm entry."""
 
     name: str
     metrics: tuple[Metric, ...]
+    superseded: Superseded | None
 
 
 EntryT = TypeVar("EntryT", bound=Entry)
@@ -62,6 +74,12 @@ class AlgorithmRegistry(Mapping[str, EntryT], Generic[EntryT]):
             raise ValueError(f"register: algo={entry.name!r} declares metric(s) {unknown} the "
                              f"{self._testbed} testbed's trainer has no column for; its "
                              f"columns: {', '.join(self._columns)}")
+        older = entry.superseded
+        if older is not None and (older.by not in self._entries
+                                  or self._entries[older.by].superseded is not None):
+            raise ValueError(f"register: algo={entry.name!r} is superseded by "
+                             f"{older.by!r}, which must be a method registered before it on the "
+                             f"{self._testbed} testbed and not itself superseded")
         if entry.name in self._entries and not replace:
             raise ValueError(f"register: algo={entry.name!r} is already registered on the "
                              f"{self._testbed} testbed; pass replace=True to override it")

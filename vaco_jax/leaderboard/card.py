@@ -1,4 +1,5 @@
-"""The fidelity card (``docs/fidelity.md``) read into one entry per method and testbed, the
+"""The fidelity card (``docs/methods/``: a folder per testbed, ``index.md`` its shared defaults
+and labelled deviations, one page per method) read into one entry per method and testbed, the
 methods the board has a page for, and the card's Markdown rendered to HTML for their pages.
 
 The card uses a small part of Markdown: paragraphs, nested bullets (two spaces a level, long
@@ -16,7 +17,14 @@ import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-TESTBED_CHAPTERS = {"control": "## Control testbed", "tokens": "## Token testbed"}
+TESTBEDS = ("control", "tokens")
+CHAPTER = "index.md"
+"""A testbed folder's page of what its methods share; every other page is a method's."""
+# The line that opens an older variant's page, naming the method's default.
+# A bullet that names shared deviations by label: "- T1." or "- C1, C2." at its start.
+NAMED_LABELS = re.compile(r"^ *- (?P<labels>[A-Z]\d+(?:, [A-Z]\d+)*)\.", re.M)
+OLDER_VARIANT = re.compile(r"^\*\*Older variant, kept for reproduction:\*\* the method's default "
+                           r"is \[`(?P<by>\w+)`\]", re.M)
 BULLET = re.compile(r"^(?P<indent> *)- (?P<text>.*)$")
 INLINE = re.compile(r"`(?P<code>[^`]+)`|\*\*(?P<bold>.+?)\*\*"
                     r"|\[(?P<label>[^\]]+)\]\((?P<target>[^)\s]+)\)")
@@ -32,6 +40,8 @@ class Entry:
     # The shared deviations the entry names by label ("T1."), each (label, its Markdown) as the
     # testbed's chapter defines it before its entries.
     shared: tuple[tuple[str, str], ...] = ()
+    # For an older variant kept for reproduction, the method whose default replaced it.
+    superseded_by: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,40 +68,48 @@ def methods(card: Mapping[tuple[str, str], Entry], ran: Collection[tuple[str, st
             for testbed, algo in sorted({*card, *ran})]
 
 
-def _chapters(text: str) -> dict[str, str]:
-    parts = re.split(r"^(## .+)$", text, flags=re.M)
-    return {heading.strip(): body for heading, body in zip(parts[1::2], parts[2::2])}
-
-
-def read_card(path: str | Path) -> dict[tuple[str, str], Entry]:
-    """Every method's entry by (testbed, registry name); ``ValueError`` where the card cannot be
-    read or has neither testbed's chapter."""
+def _read(path: Path) -> str:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"cannot read the fidelity card {str(path)!r} ({error}); pass "
-                         f"--card docs/fidelity.md") from None
-    chapters = _chapters(text)
+        raise ValueError(f"cannot read the fidelity card's page {str(path)!r} ({error}); pass "
+                         f"--card docs/methods") from None
+
+
+def read_card(folder: str | Path) -> dict[tuple[str, str], Entry]:
+    """Every method's entry by (testbed, registry name), from ``folder/TESTBED/NAME.md``, a page
+    whose first line is its title; ``ValueError`` where a page cannot be read, a page's name is
+    not a registry name, or the card has no method page."""
     entries = {}
-    for testbed, heading in TESTBED_CHAPTERS.items():
-        parts = re.split(r"^### `([^`]+)`[^\n]*$", chapters.get(heading, ""), flags=re.M)
-        shared = shared_deviations(parts[0])
-        for algo, body in zip(parts[1::2], parts[2::2]):
-            named = tuple((label, text) for label, text in shared.items()
-                          if re.search(rf"^ *- {label}\.", body, flags=re.M))
-            entries[(testbed, algo)] = Entry(testbed, algo, body.strip(), named)
+    for testbed in TESTBEDS:
+        chapter = Path(folder) / testbed / CHAPTER
+        shared = shared_deviations(_read(chapter)) if chapter.is_file() else {}
+        for page in sorted((Path(folder) / testbed).glob("*.md")):
+            if page.name == CHAPTER:
+                continue
+            if not page.stem.isidentifier():
+                raise ValueError(f"the fidelity card's page {str(page)!r} is not named after a "
+                                 f"registry name (NAME.md, NAME an identifier)")
+            body = _read(page).partition("\n")[2].strip()
+            labels = {label for bullet in NAMED_LABELS.finditer(body)
+                      for label in bullet["labels"].split(", ")}
+            named = tuple((label, text) for label, text in shared.items() if label in labels)
+            older = OLDER_VARIANT.search(body)
+            entries[(testbed, page.stem)] = Entry(testbed, page.stem, body, named,
+                                                  older["by"] if older else None)
     if not entries:
-        raise ValueError(f"the fidelity card {str(path)!r} has no method entries")
+        raise ValueError(f"the fidelity card {str(folder)!r} has no method pages "
+                         f"({'/'.join(TESTBEDS)}/NAME.md); pass --card docs/methods")
     return entries
 
 
 def shared_deviations(preamble: str) -> dict[str, str]:
-    """The deviations a chapter defines once for many entries, by label: each top-level bullet
-    ``- **T1, name.** ...`` of its preamble with the bullets nested under it, as Markdown."""
+    """The deviations a testbed's page defines once for many entries, by label: each top-level
+    bullet ``- **T1, name.** ...`` with the bullets nested under it, as Markdown."""
     found: dict[str, str] = {}
     label = None
     for line in preamble.splitlines():
-        start = re.match(r"^- \*\*(T\d+),", line)
+        start = re.match(r"^- \*\*([A-Z]\d+),", line)
         if start:
             label = start[1]
             found[label] = line

@@ -155,7 +155,9 @@ def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
     no tag names); ``archived`` studies are on the archive page."""
     warnings = "".join(f'<li class="warning">{escape(s.name)}: {escape(s.reason)}</li>'
                        for s in skipped)
-    method_links = ", ".join(link(method_path(e), f"{e.algo} ({e.testbed})") for e in methods)
+    def links(older: bool) -> str:
+        return ", ".join(link(method_path(m), f"{m.algo} ({m.testbed})") for m in methods
+                         if (m.entry is not None and m.entry.superseded_by is not None) == older)
     body = (
         "<p>Each study's board ranks its methods by their lagged score normalised to one "
         "reference for every method (0: the task's initial policies, 1: its reference score), "
@@ -176,7 +178,9 @@ def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
           f"board: {link('cells.csv', 'cells.csv')}, {link('board.json', 'board.json')}.</p>"
         + front
         + _by_testbed(boards)
-        + f'<h2 id="methods">Methods</h2><p>{method_links}</p>')
+        + f'<h2 id="methods">Methods</h2><p>{links(older=False)}</p>'
+        + "<p>Older variants, kept so that the results committed before a fidelity review "
+          f"reproduce (each page names the method's default): {links(older=True)}</p>")
     return page("Policy-lag leaderboard", body, stamp, depth=0)
 
 
@@ -244,11 +248,11 @@ def _card(method: Method) -> tuple[str, str]:
         if labels:
             labels = ("<p>The deviations it names by label, as the card defines them for many "
                       f"entries:</p>{labels}")
-        return ("From the fidelity card (docs/fidelity.md):",
+        return (f"From the fidelity card (docs/methods/{method.testbed}/{method.algo}.md):",
                 markdown_html(method.entry.markdown) + labels)
     source = (f"it is registered by the plugin's {method.plugin}" if method.plugin else
               "no plugin installed where this board was built registers it")
-    return (f"It has no fidelity card entry: docs/fidelity.md describes vaco_jax's own "
+    return (f"It has no fidelity card entry: docs/methods/ describes vaco_jax's own "
             f"algorithms, and {source}."), ""
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from vaco_jax.core import knobs
-from vaco_jax.core.registry import AlgorithmRegistry
+from vaco_jax.core.registry import AlgorithmRegistry, Superseded
 from vaco_jax.tokens import compat, lag_robust, methods, surrogates
 from vaco_jax.tokens.entry import (IS_LEVELS, ROLLOUT_IS, TV_REFERENCES, TV_SCOPES,
                                    TokenAlgorithm)
@@ -52,14 +52,15 @@ VCPO_SETTING = {"optimizer": "adamw", "group_size": 16}
 
 
 def _vcpo_entry(name: str, advantages: AdvantageFn, ess_scaling: bool, summary: str,
-                setting: Mapping[str, Any] = VCPO_SETTING) -> TokenAlgorithm:
+                setting: Mapping[str, Any] = VCPO_SETTING,
+                superseded: Superseded | None = None) -> TokenAlgorithm:
     """VCPO or one of its ablations: VCPO's surrogate with `advantages`, and its ESS-scaled
     step if `ess_scaling`, at its authors' optimiser and group size unless `setting` says
     otherwise."""
     return TokenAlgorithm(
         name, advantages, surrogates.vcpo,
         knobs=(VCPO_IS_CAP,) + ((ESS_TARGET,) if ess_scaling else ()),
-        metrics=(IS_WEIGHT_MEAN, IS_TRUNCATED), setting=setting,
+        metrics=(IS_WEIGHT_MEAN, IS_TRUNCATED), setting=setting, superseded=superseded,
         aggregation="seq-mean-token-mean", ess_scaling=ess_scaling,
         description=f"{summary}; -min(w, vcpo_is_cap) A pi_theta/pi_T, w = pi_T(y)/beta(y) the "
                     "sequence staleness, seq-mean-token-mean",
@@ -115,6 +116,7 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
     TokenAlgorithm(
         "freshness_mask", group_relative, surrogates.freshness_mask,
         knobs=(CLIP_EPS, FRESHNESS_ALPHA), metrics=(CLIP_FRACTION, STALE_DROPPED),
+        superseded=Superseded("freshness", "2026-11-28"),
         description="(`freshness` before the fidelity review) GRPO with the sequences more than "
                     "`freshness_alpha` versions old masked in the loss, no refill (a sequence is "
                     "as old as its oldest token)",
@@ -127,6 +129,7 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
         source="Zheng et al. 2025 (M2PO)"),
     TokenAlgorithm(
         "m2po_drop", group_relative, surrogates.m2po_drop, knobs=(M2PO_TAU,), metrics=(IS_MASKED,),
+        superseded=Superseded("m2po", "2026-11-28"),
         description="the `m2po` before 2026-11-28 (the paper's prose): unclipped -r A on the "
                     "behaviour ratio, the tokens of largest (log r)^2 masked until their second "
                     "moment is below `m2po_tau`",
@@ -147,6 +150,7 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
     TokenAlgorithm(
         "gspo_behaviour", group_relative, surrogates.gspo(surrogates.behaviour_ratio),
         knobs=(GSPO_CLIP_LOW, GSPO_CLIP_HIGH), metrics=(CLIP_FRACTION,),
+        superseded=Superseded("gspo", "2026-11-28"),
         description="the `gspo` before 2026-11-28: PPO-clip on the length-normalised sequence "
                     "behaviour ratio pi_theta/beta",
         source="Zheng et al. 2025 (GSPO)"),
@@ -161,6 +165,7 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
     TokenAlgorithm(
         "cispo_behaviour", group_relative, surrogates.cispo(surrogates.behaviour_ratio),
         knobs=(CISPO_EPS_LOW, CISPO_EPS_HIGH), metrics=(CLIP_FRACTION,),
+        superseded=Superseded("cispo", "2026-11-28"),
         description="the `cispo` before 2026-11-28: policy gradient weighted by the "
                     "stop-gradient behaviour ratio clipped to [1 - cispo_eps_low, "
                     "1 + cispo_eps_high]",
@@ -186,6 +191,7 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
         "grpo_tv_filter", group_relative, surrogates.grpo_tv_filter, knobs=(CLIP_EPS, TV_DELTA),
         metrics=(CLIP_FRACTION, FILTER_FRACTION),
         trust_region_ratio=True,
+        superseded=Superseded("vaco", "2026-11-25"),
         description="ablation (the token `vaco` before the fidelity review): GRPO's PPO-clip "
                     "with VACO's TV filter on the minibatch's TV to `tv_reference`",
         source="VACO"),
@@ -225,7 +231,8 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
                 "VCPO without its step scaling: advantages with the off-policy optimal baseline"),
     _vcpo_entry("vcpo_grpo_setting", off_policy_optimal, True,
                 "the `vcpo` before 2026-12-07: VCPO at the run's own optimiser and group size "
-                "(Adam and GRPO's group unless a run sets them)", setting={}),
+                "(Adam and GRPO's group unless a run sets them)", setting={},
+                superseded=Superseded("vcpo", "2026-12-07")),
     TokenAlgorithm(
         "sapo", group_relative, lag_robust.sapo(surrogates.phase_ratio),
         knobs=(SAPO_TAU_POS, SAPO_TAU_NEG), metrics=(GATE_WEIGHT_MEAN,),
@@ -238,6 +245,7 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
         "sapo_behaviour", group_relative, lag_robust.sapo(surrogates.behaviour_ratio),
         knobs=(SAPO_TAU_POS, SAPO_TAU_NEG), metrics=(GATE_WEIGHT_MEAN,),
         aggregation="seq-mean-token-mean",
+        superseded=Superseded("sapo", "2026-12-07"),
         description="the `sapo` before 2026-12-07: its gate on the behaviour ratio pi_theta/beta",
         source="Gao et al. 2025 (Soft Adaptive Policy Optimization, SAPO)"),
     TokenAlgorithm(
@@ -250,6 +258,7 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
     TokenAlgorithm(
         "gmpo_behaviour", group_relative, lag_robust.gmpo(surrogates.behaviour_ratio),
         knobs=(GMPO_CLIP_LOW, GMPO_CLIP_HIGH), metrics=(CLIP_FRACTION,),
+        superseded=Superseded("gmpo", "2026-12-07"),
         description="the `gmpo` before 2026-12-07: the geometric mean of the behaviour ratios "
                     "pi_theta/beta",
         source="Zhao et al. 2025 (Geometric-Mean Policy Optimization, GMPO)"),
@@ -270,6 +279,7 @@ BUILT_IN: tuple[TokenAlgorithm, ...] = (
     TokenAlgorithm(
         "kl_cov_behaviour", group_relative, lag_robust.kl_cov(surrogates.behaviour_ratio),
         knobs=(KL_COV_COEF, KL_COV_FRACTION), metrics=(KL_PENALTY_MEAN,),
+        superseded=Superseded("kl_cov", "2026-12-07"),
         description="the `kl_cov` before 2026-12-07: its loss and penalty on the behaviour ratio "
                     "pi_theta/beta",
         source="Cui et al. 2025 (The Entropy Mechanism of RL for Reasoning LMs, KL-Cov)"),

@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 import jax
 
 from vaco_jax.core.knobs import Knob, Metric
+from vaco_jax.core.registry import Superseded
 from vaco_jax.tokens.surrogates import AdvantageFn, PolicyLoss
 
 IS_LEVELS = ("token", "sequence")
@@ -49,3 +50,5 @@ class TokenAlgorithm:
     setting: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # `(hparams, updates done) -> hparams` for this phase: hyper-parameters on a schedule.
     hparam_schedule: Callable[[Any, jax.Array], Any] | None = None
+    # An older variant of another method, kept so that committed results reproduce.
+    superseded: Superseded | None = None

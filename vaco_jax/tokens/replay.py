@@ -15,7 +15,7 @@ versions, their rewards, and which of them are distinct. A group of the update's
 with `online_prob`, the update's own group `j` with `G` responses drawn from its distinct ones,
 or otherwise a stored group drawn uniformly with `G` responses drawn from its distinct ones;
 `G` are drawn without replacement where the group holds `G` distinct, with replacement from the
-distinct ones otherwise, as `CommentBuffer.get_batch` draws. `docs/fidelity.md` (`tba`) states
+distinct ones otherwise, as `CommentBuffer.get_batch` draws. `docs/methods/tokens/tba.md` states
 what differs from the authors' store.
 """
 
