@@ -255,9 +255,7 @@ def sweep_steps(experiment: Path = PAPER_SWEEP, parts: int = 1) -> list[dict[str
     """Environment steps per task of each part (`--part k/parts`) of the sweep: the groups each
     machine runs, as `vaco-jax sweep --part` assigns them (no padding: every group of the paper
     sweep fits one batch)."""
-    from vaco_jax.experiment import load_experiment
-    from vaco_jax.experiment.parts import parse_part, selected_groups
-    from vaco_jax.experiment.groups import group_steps
+    from vaco_jax.experiment import group_steps, load_experiment, parse_part, selected_groups
 
     exp = load_experiment(experiment)
     out = []

@@ -45,7 +45,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small task and grids (minutes on CPU)")
     p.add_argument("--preset", default=None, choices=("quick", "full", "gpu", "tiny"),
                    help="settings preset (default: full, or quick with --quick); gpu and tiny "
-                        "are the GPU campaign's sizes and its dry run (benchmarks/gpu_campaign.py)")
+                        "are the GPU campaign's sizes and its dry run (benchmarks/campaign/gpu.py)")
     p.add_argument("--only", default=",".join(suites.BENCHMARKS),
                    help="comma-separated sub-benchmarks to run")
     p.add_argument("--out", default=None,

@@ -103,7 +103,7 @@ def presets(backend: str) -> dict[str, Settings]:
 
 
 def campaign_presets() -> dict[str, Settings]:
-    """The GPU campaign's sizes (`benchmarks/gpu_campaign.py`), whatever the backend: `gpu`, the
+    """The GPU campaign's sizes (`benchmarks/campaign/gpu.py`), whatever the backend: `gpu`, the
     accelerator targets (`ant`, 4096 environments; asynchrony at K = 16 with `gather`, against
     the same algorithm synchronous; 1 to 64 seeds of 1024 environments) with few compilations,
     since each MJX program compiles for minutes and a lease is short; and `tiny`, every

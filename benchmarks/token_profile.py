@@ -59,9 +59,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import harness, token_programs
-from vaco_jax.experiment import execute
-from vaco_jax.experiment.parts import NamedGroups
-from vaco_jax.experiment.spec import load_experiment
+from vaco_jax.experiment import NamedGroups, load_experiment, sweep
 from vaco_jax.infra import io
 from vaco_jax.run import compilation_cache
 
@@ -161,7 +159,7 @@ def sweep_profile(experiment: Any, groups: str, warm_start_dir: Path,
     times = PhaseTimes()
     with harness.CompileEvents() as compiles, timed_phases(times):
         start = time.perf_counter()
-        execute.sweep(out, experiment, part=NamedGroups.parse(groups), progress=False)
+        sweep(out, experiment, part=NamedGroups.parse(groups), progress=False)
         wall = time.perf_counter() - start
     phases = {name: round(s, 3) for name, s in times.foreground.items()}
     phases["other"] = round(wall - sum(times.foreground.values()), 3)

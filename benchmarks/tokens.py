@@ -94,7 +94,7 @@ def presets(backend: str) -> dict[str, Settings]:
     if backend == "cpu":  # the testbed's defaults, at which the worked example learns
         full = dataclasses.replace(quick, name="full", batches_per_call=16, updates_per_call=8,
                                    repeats=15, seed_counts=(1, 4, 16), max_wait_s=30.0)
-    # The accelerator sizes; `gpu` is also the GPU campaign's (`benchmarks/gpu_campaign.py`).
+    # The accelerator sizes; `gpu` is also the GPU campaign's (`benchmarks/campaign/gpu.py`).
     gpu = dataclasses.replace(
         quick, name="gpu",
         config=TokenConfig(task_size=4, context=32, prompts=64, group_size=16, layers=4,

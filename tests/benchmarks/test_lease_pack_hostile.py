@@ -38,8 +38,10 @@ from engine_configs import TOY_EXPERIMENT
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
-from benchmarks import lease_pack, lease_records, lease_study  # noqa: E402
-from benchmarks.lease_records import Episodes  # noqa: E402
+from benchmarks.campaign import pack as lease_pack  # noqa: E402
+from benchmarks.campaign import records as lease_records  # noqa: E402
+from benchmarks.campaign import study as lease_study  # noqa: E402
+from benchmarks.campaign.records import Episodes  # noqa: E402
 
 TINY = TOY_EXPERIMENT.replace("tv_delta = [0.1, 0.3]", "tv_delta = 0.2")
 PROPERTY = settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", 15)), deadline=None,

@@ -1,5 +1,5 @@
-"""The GPU lag study's slices (`benchmarks/lease_study.py`) on the CPU: a tiny study trained for a
-slice, packed, unpacked and continued equals the study run whole when episodes are carried,
+"""The GPU lag study's slices (`benchmarks/campaign/study.py`) on the CPU: a tiny study trained
+for a slice, packed, unpacked and continued equals the study run whole when episodes are carried,
 and stays within a stated tolerance when they restart; the pack's limits; a returned pack
 read as untrusted input (archives that reach outside their folder, members written twice, byte
 counts and digests that lie, batches the study's own plan lacks, batch states out of range, a
@@ -23,9 +23,11 @@ from engine_configs import TOY_EXPERIMENT
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks/` is a folder of scripts beside the package
 
-from benchmarks import lease_pack, lease_records, lease_study  # noqa: E402
-from benchmarks.lease_records import Episodes  # noqa: E402
-from benchmarks.lease_study import BatchInfo, Slice  # noqa: E402
+from benchmarks.campaign import pack as lease_pack  # noqa: E402
+from benchmarks.campaign import records as lease_records  # noqa: E402
+from benchmarks.campaign import study as lease_study  # noqa: E402
+from benchmarks.campaign.records import Episodes  # noqa: E402
+from benchmarks.campaign.study import BatchInfo, Slice  # noqa: E402
 
 # One group of 4 runs (2 lags x 2 seeds, one batch), 4 updates in 2 evaluation periods.
 TINY = TOY_EXPERIMENT.replace("tv_delta = [0.1, 0.3]", "tv_delta = 0.2")
@@ -159,7 +161,7 @@ def test_collect_merges_the_slice_reports_it_and_replaces_only_a_used_upload(
     """`--collect` of a returned slice: merged, its report naming the device and the steps
     done, the next slice packed; collected again, the upload (which names the next slice, not
     the returned one) is kept unless asked, in one line naming the flag."""
-    from benchmarks import gpu_campaign
+    from benchmarks.campaign import gpu as gpu_campaign
 
     for name in ("LOCAL", "UPLOAD", "REPORT"):
         monkeypatch.setattr(lease_study, name, tmp_path / name.lower())
@@ -352,7 +354,7 @@ def test_merge_checks_the_pack_against_the_study_s_own_plan(runs, study, tmp_pat
 def test_collect_refuses_a_batch_the_study_lacks_with_one_line(runs, study, tmp_path,
                                                                 monkeypatch, capsys):
     """Through the command: a non-zero exit, one line naming the batch, nothing written."""
-    from benchmarks import gpu_campaign
+    from benchmarks.campaign import gpu as gpu_campaign
 
     monkeypatch.setattr(lease_study, "LOCAL", study)
     for name in ("UPLOAD", "REPORT"):
@@ -485,7 +487,7 @@ def test_study_experiment_fits_a_batch_in_the_pack_budget():
 
 
 def test_plan_orders_each_lease_study_first_then_open_steps_then_peers():
-    from benchmarks import gpu_campaign
+    from benchmarks.campaign import gpu as gpu_campaign
 
     steps = gpu_campaign.steps_for(gpu_campaign.SIZES["gpu"])
     names = [s.name for s in steps]
@@ -494,7 +496,7 @@ def test_plan_orders_each_lease_study_first_then_open_steps_then_peers():
     assert [n for n in names if n in order] == order
     text = gpu_campaign.plan_text(steps, done={"setup": 8.0, "seeds": 166.0, "tokens": 287.0})
     calls = [line for line in text.splitlines() if line.startswith("call:")]
-    assert calls[0] == "call: bash benchmarks/gpu_campaign.sh study"
+    assert calls[0] == "call: bash benchmarks/campaign/gpu_campaign.sh study"
     listed = " ".join(calls).split()
     assert [n for n in listed if n in order] == [n for n in order if n != "seeds"]
     # The study runs at every lease: a record of it never marks it done.

@@ -177,8 +177,8 @@ def _run_batches(plan: Plan, out_dir: str | os.PathLike, programs: _Programs, *,
                 raise Interrupted(signum, _sweep_saved(plan, out_dir, batch))
             upcoming = next((b for b in pending[index + 1:] if b.group != batch.group), None)
             if upcoming is not None and not several():
-                programs.prefetch(*_driver_arguments(plan, upcoming))
-            driver = programs.driver(*_driver_arguments(plan, batch))
+                programs.prefetch(*plan.driver_arguments(upcoming))
+            driver = programs.driver(*plan.driver_arguments(batch))
             logged = logged_runs(plan, batch) if trackers is not None else []
 
             def chunk_done(result: TrainingResult, batch: Batch = batch,
@@ -214,12 +214,6 @@ def _finished_count(plan: Plan, out_dir: str | os.PathLike) -> int:
 def _sweep_saved(plan: Plan, out_dir: str | os.PathLike, following: Batch) -> str:
     return (f"{_finished_count(plan, out_dir)} of {len(plan.batches)} batches finished and "
             f"saved; the sweep stopped before batch {following.name}")
-
-
-def _driver_arguments(plan: Plan, batch: Batch) -> tuple[Config, HParamsBase, list[int]]:
-    group = plan.experiment.group(batch.group)
-    return (group.config, group.hparams(batch.padded),
-            [group.runs[i].seed for i in batch.padded])
 
 
 def _batch_line(plan: Plan, batch: Batch, result: TrainingResult, seconds: float) -> str:

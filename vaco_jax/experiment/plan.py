@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import jax
 
+from vaco_jax.core.config import Config, HParamsBase
 from vaco_jax.experiment.parts import Selection, parse_part, selected_groups
 from vaco_jax.experiment.groups import Group, group_steps
 from vaco_jax.experiment.spec import Experiment
@@ -95,6 +96,13 @@ class Plan:
     def groups(self) -> tuple[Group, ...]:
         """The groups this plan runs: the experiment's, or its part's."""
         return selected_groups(self.experiment, self.part)
+
+    def driver_arguments(self, batch: Batch) -> tuple[Config, HParamsBase, list[int]]:
+        """What a `Driver` of `batch` takes: its group's config, the hyper-parameters of its
+        runs (padding included) and their seeds."""
+        group = self.experiment.group(batch.group)
+        return (group.config, group.hparams(batch.padded),
+                [group.runs[i].seed for i in batch.padded])
 
     def to_json(self) -> dict[str, Any]:
         return {"experiment": self.experiment.name,

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.campaign_steps import ROOT, Context, StepUnavailable
+from benchmarks.campaign.steps import ROOT, Context, StepUnavailable
 from vaco_jax.infra import records
 
 STUDY = "control_long_lag"

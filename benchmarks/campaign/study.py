@@ -4,15 +4,15 @@ A lease gives one call of under 10 minutes to the study, and a call returns at m
 16 MiB (64 MiB in all); what the next lease needs travels up with the checkout beside the 20 MB
 of wheels. So a *slice* is the batches whose state fits `PACK_BUDGET`, trained from where they
 stand to a common number of updates that the call's time allows (`next_slice`, pure). After
-training, `benchmarks/lease_pack.py` packs the batches' folders and newest checkpoints into the
+training, `benchmarks/campaign/pack.py` packs the batches' folders and newest checkpoints into the
 call's returned files and rebuilds them at the next lease, so the sweep engine resumes the
 batches as it resumes any interrupted sweep (`run_sweep(..., batches, until_updates)`). Back
 home, `merge` puts a returned slice into the whole study's folder, `write_report` renders its
 report and `prepare` packs the next slice for the next lease to carry.
 
 Episodes: when the slice's state with its environments' states fits, they are carried and a
-continuation equals an uninterrupted run bit for bit (`tests/benchmarks/test_lease_study.py`). At the
-paper's sizes they do not fit (an `ant` run's MJX states are 1.7 MB of its 3.1 MB), so
+continuation equals an uninterrupted run bit for bit (`tests/benchmarks/test_lease_study.py`).
+At the paper's sizes they do not fit (an `ant` run's MJX states are 1.7 MB of its 3.1 MB), so
 episodes restart: every environment starts again from the initial state it was first reset to
 (the run's seed), an episode truncated once per lease.
 """
@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.lease_pack import (is_episode_leaf, named_leaves, pack, packed_batches, unpack,
+from benchmarks.campaign.pack import (is_episode_leaf, named_leaves, pack, packed_batches, unpack,
                                    write_batches, write_sweep_files)
-from benchmarks.lease_records import (MANIFEST, BatchState, Episodes, Lease, LeaseManifest, Pack,
+from benchmarks.campaign.records import (MANIFEST, BatchState, Episodes, Lease, LeaseManifest, Pack,
                                       Slice, read_manifest)
 from vaco_jax.infra import records
 
 if TYPE_CHECKING:  # imported where used: the experiment's modules import JAX
     from vaco_jax.experiment import Batch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "experiments" / "gpu_lag_study.toml"
 LOCAL = ROOT / ".lease" / "gpu_lag_study"  # the whole study's sweep folder, kept here (ignored)
 UPLOAD = ROOT / ".lease" / "upload"  # what the next call carries up: the next slice's pack

@@ -4,8 +4,8 @@ What a step is (`Step`), what it is given (`Context`: the sizes, its output fold
 campaign's two sizes (`gpu`, and `tiny` for the dry run on a CPU), and the steps that run the
 benchmark suites in processes of their own (`benchmarks/run.py`, `benchmarks/tokens.py`), the
 paper sweep's shortened groups and its plan. The study and the peers are
-`benchmarks/campaign_lease.py`'s; the list of steps, the plan and `--collect` are
-`benchmarks/gpu_campaign.py`'s.
+`benchmarks/campaign/lease.py`'s; the list of steps, the plan and `--collect` are
+`benchmarks/campaign/gpu.py`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 from vaco_jax.infra import records
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAPER_SWEEP = ROOT / "experiments" / "paper_lag_sweep.toml"
 DONE = ROOT / "benchmarks" / "results" / "gpu-campaign"  # the campaign's committed results
 

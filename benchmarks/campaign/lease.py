@@ -3,7 +3,7 @@
 
 `study` continues `experiments/gpu_lag_study.toml` from what the last lease returned (the pack
 in `.lease/upload/`, carried) for one call, and packs what the next lease needs into the
-call's returned files (`benchmarks/lease_study.py`). `peers` runs PureJaxRL's continuous PPO
+call's returned files (`benchmarks/campaign/study.py`). `peers` runs PureJaxRL's continuous PPO
 from a clone carried as `.purejaxrl/`, which no installation brings: without it the step stops
 at once, with the commands that make it, before any device time is spent.
 """
@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from benchmarks import lease_study
-from benchmarks.campaign_steps import ROOT, Context, StepUnavailable, suite, with_values
-from benchmarks.lease_records import read_pack
+from benchmarks.campaign import study as lease_study
+from benchmarks.campaign.steps import ROOT, Context, StepUnavailable, suite, with_values
+from benchmarks.campaign.records import read_pack
 from vaco_jax.infra import records
 
 # The study's call: its training stops here (the engine's own stop after the chunk under way),
@@ -38,7 +38,7 @@ PUREJAXRL_SCRIPT = Path("purejaxrl") / "ppo_continuous_action.py"
 
 
 def step_study(ctx: Context) -> dict[str, Any]:
-    """The GPU lag study's next slice (`benchmarks/lease_study.py`): continued from what the
+    """The GPU lag study's next slice (`benchmarks/campaign/study.py`): continued from what the
     last lease returned (`.lease/upload/`, carried), trained, packed for the next."""
     from vaco_jax.experiment import parse_experiment
 

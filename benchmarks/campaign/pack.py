@@ -4,12 +4,12 @@
 batch's newest checkpoint as arrays (parameters, optimiser, observation normaliser and reward
 scaling, the policy ring buffer, RNG keys, update counter, metrics) into `study.tar.gz.NN` parts
 of at most `PART_LIMIT` bytes and a `lease_study.json` that lists them with their digests;
-`read_pack` (`benchmarks/lease_records.py`, with the manifest's typed records) reads such a
+`read_pack` (`benchmarks/campaign/records.py`, with the manifest's typed records) reads such a
 folder back as untrusted input (it came back from another machine). `write_batches` then
 rebuilds the checkpoints of the batches the pack holds, each checked against a plan
 (`packed_batches`: the study's own where one exists), so the sweep engine resumes the batches
 as it resumes any interrupted sweep. The slice planning and the study's report are
-`benchmarks/lease_study.py`'s.
+`benchmarks/campaign/study.py`'s.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 
 import numpy as np
 
-from benchmarks.lease_records import (MANIFEST, MAX_PARTS, PACKED_ARRAYS, PART_LIMIT,
+from benchmarks.campaign.records import (MANIFEST, MAX_PARTS, PACKED_ARRAYS, PART_LIMIT,
                                       BatchState, Episodes, LeaseManifest, Pack, part_name,
                                       read_pack)
 from vaco_jax.infra import records
@@ -51,10 +51,9 @@ def is_episode_leaf(name: str) -> bool:
 
 
 def _driver(plan: Any, batch: Any) -> Any:
-    from vaco_jax.experiment.execute import _driver_arguments
     from vaco_jax.run.driver import Driver
 
-    return Driver(*_driver_arguments(plan, batch))
+    return Driver(*plan.driver_arguments(batch))
 
 
 def _checkpoints(folder: Path, driver: Any) -> Any:

@@ -3,7 +3,7 @@
 through its typed reader (`LeaseManifest`), and the pack (`read_pack`): each part read once,
 its size and digest checked, the archive's members taken from those very bytes (plain files
 named once, inside the folder). Writing a pack and rebuilding batches from one are
-`benchmarks/lease_pack.py`'s.
+`benchmarks/campaign/pack.py`'s.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The GPU campaign: everything a short GPU lease should measure, as steps of under 10 minutes.
 
-    python -m benchmarks.gpu_campaign --plan                    # steps, what each measures, budget
-    python -m benchmarks.gpu_campaign --step setup --out DIR    # one step (on the GPU machine)
-    python -m benchmarks.gpu_campaign --all --out DIR           # every step not yet in DIR
-    python -m benchmarks.gpu_campaign --all --sizes tiny --out /tmp/dry   # the dry run, on a CPU
-    python -m benchmarks.gpu_campaign --collect RETURNED   # results into benchmarks/results, committed
+    python -m benchmarks.campaign --plan                    # steps, what each measures, budget
+    python -m benchmarks.campaign --step setup --out DIR    # one step (on the GPU machine)
+    python -m benchmarks.campaign --all --out DIR           # every step not yet in DIR
+    python -m benchmarks.campaign --all --sizes tiny --out /tmp/dry   # the dry run, on a CPU
+    python -m benchmarks.campaign --collect RETURNED   # results into benchmarks/results, committed
 
-On the GPU machine `benchmarks/gpu_campaign.sh STEP ...` installs the carried wheels first and
-runs the steps (README: "The GPU campaign"). Each step writes `DIR/STEP.json`
+On the GPU machine `benchmarks/campaign/gpu_campaign.sh STEP ...` installs the carried wheels
+first and runs the steps (README: "The GPU campaign"). Each step writes `DIR/STEP.json`
 (beside the results files of the suites it runs) and is skipped when that file exists, so the
 campaign resumes step by step. Every step reuses the benchmark suites: `benchmarks/run.py`
 (preset `gpu`), `benchmarks/tokens.py` (preset `gpu`), the sweep machinery of `vaco-jax sweep`
@@ -15,7 +15,7 @@ and `benchmarks/roofline.py`'s prediction. `--sizes tiny` runs the same steps at
 `tiny` (the pure-JAX toy task, a one-layer token model, a toy sweep; Brax's trainer on
 `inverted_pendulum`, the cheapest MJX task, since Brax has no toy task), writing the same files.
 This module holds the list of steps, the plan, the runner and `--collect`; the steps are
-`benchmarks/campaign_steps.py`'s and, for the study and the peers, `benchmarks/campaign_lease.py`'s.
+`benchmarks/campaign/steps.py`'s and, for the study and the peers, `benchmarks/campaign/lease.py`'s.
 """
 
 from __future__ import annotations
@@ -33,18 +33,18 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-# After the path above.
-from benchmarks import campaign_groups, campaign_lease, lease_study  # noqa: E402
-from benchmarks.campaign_lease import step_peers, step_study  # noqa: E402
-from benchmarks.campaign_steps import (DONE, ROOT, SIZES, TOKENS_SEEDS_ENVIRONMENT,  # noqa: E402
+# After the setting above, which must precede JAX's import.
+from benchmarks.campaign import groups as campaign_groups  # noqa: E402
+from benchmarks.campaign import lease as campaign_lease  # noqa: E402
+from benchmarks.campaign import study as lease_study  # noqa: E402
+from benchmarks.campaign.lease import step_peers, step_study  # noqa: E402
+from benchmarks.campaign.steps import (DONE, ROOT, SIZES, TOKENS_SEEDS_ENVIRONMENT,  # noqa: E402
                                        Context, Sizes, Step, StepUnavailable, physics,
                                        step_setup, step_sweep_groups, step_sweep_plan, suite,
                                        tokens)
-from benchmarks.lease_records import MANIFEST  # noqa: E402
+from benchmarks.campaign.records import MANIFEST  # noqa: E402
 from vaco_jax.infra import records  # noqa: E402
 
 BUDGET_S = 55 * 60  # device time the campaign's steps may take together (about 4 leases)
@@ -124,7 +124,7 @@ def plan_text(steps: Sequence[Step], budget_s: int = BUDGET_S,
     left = [s for s in steps if s.name not in done]
     if done:
         lines.append(f"left: {len(left)} step(s), {sum(s.expected_s for s in left)} s expected")
-    lines += [f"call: bash benchmarks/gpu_campaign.sh {' '.join(call)}"
+    lines += [f"call: bash benchmarks/campaign/gpu_campaign.sh {' '.join(call)}"
               for call in calls(left)]
     return "\n".join(lines)
 
@@ -350,6 +350,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

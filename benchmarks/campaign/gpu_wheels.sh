@@ -5,9 +5,9 @@
 # of constraints.txt. The image brings its own jax/jaxlib (0.11.x with the CUDA plugin), flax,
 # optax, chex, orbax-checkpoint, numpy, scipy, pandas, pyarrow, matplotlib, tqdm and friends.
 #
-#     bash benchmarks/gpu_wheels.sh            # then: du -sh .wheels (must stay well under 64 MiB)
+#     bash benchmarks/campaign/gpu_wheels.sh            # then: du -sh .wheels (must stay well under 64 MiB)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DEST=${WHEELS_DIR:-.wheels}
 PY=${PYTHON:-python3}
 # brax, MuJoCo and MJX, and the pure-Python packages they (and vaco_jax) need that the image lacks.
