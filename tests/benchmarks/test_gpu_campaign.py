@@ -260,6 +260,13 @@ def make_train(config):
 """
 
 
+BRAX_RECORD = {"result": {
+    "settings": {"num_envs": 8, "unroll_length": 4, "num_updates_per_batch": 1,
+                 "num_minibatches": 2},
+    "steps_per_s": 1000.0, "vaco_jax_steps_per_s": 800.0, "ratio_vaco_jax_to_brax": 0.8}}
+"""What the `brax` suite returns, as the peers step reads it."""
+
+
 def stand_in_purejaxrl(checkout: Path) -> Path:
     """A folder laid out as PureJaxRL's clone whose continuous script has the script's interface
     (`make_train(config) -> train(rng)` with its metrics) and trains nothing."""
@@ -278,8 +285,13 @@ def stand_in_purejaxrl(checkout: Path) -> Path:
                          ids=lambda s: s.name)
 def test_dry_run_writes_each_steps_json(step, tmp_path, monkeypatch):
     # The peers step runs PureJaxRL's script from a clone, which a machine without network
-    # lacks: the dry run checks the step's plumbing with a stand-in of the script's interface.
+    # lacks: the dry run checks the step's plumbing with a stand-in of the script's interface,
+    # beside a record of the `brax` suite (whose dry run is its own case) instead of timing
+    # Brax's trainer a second time.
     monkeypatch.setattr(campaign_lease, "PUREJAXRL", stand_in_purejaxrl(tmp_path / "purejaxrl"))
+    suite = campaign_lease.suite
+    monkeypatch.setattr(campaign_lease, "suite",
+                        lambda name: (lambda ctx: BRAX_RECORD) if name == "brax" else suite(name))
     chain = [*step.needs, step.name]
     run = [a for name in chain for a in ("--step", name)]
     assert gpu_campaign.main([*run, "--sizes", "tiny", "--out", str(tmp_path)]) == 0

@@ -61,6 +61,15 @@ commit = "abc1234"
 """
 
 
+README = """# The toy study
+
+Its verdict: ppo keeps little. <script>alert("board")</script>
+
+![kept gain](fig_kept_gain.png) and [its runs](runs.parquet); [a file outside](../../secret.txt)
+and [a script](javascript:alert(1)).
+"""
+
+
 def _runs(algos: tuple[str, ...] = ("ppo", "vaco")) -> pd.DataFrame:
     """ppo loses most of its gain at lag 2, the others little; each seed gains a different
     amount. vaco filters, the others clip."""
@@ -85,6 +94,7 @@ def results(tmp_path_factory):
     (root / "toy" / "experiment.toml").write_text(
         'name = "toy"\ntasks = ["toy_reach"]\nalgos = ["ppo", "vaco"]\n'
         '[hparams]\nlearning_rate = 1e-3\n')
+    (root / "toy" / "README.md").write_text(README)
     broken = root / "broken"
     broken.mkdir()
     for name, text in (("summary.json", "{not json"), ("report.md", "#"), ("runs.parquet", ""),
@@ -333,3 +343,15 @@ def test_tags_move_a_study_to_the_archive_and_the_index_lists_it(results, tmp_pa
     assert main([*args, "--out", str(tmp_path / "again")]) == 2
     assert f"the index {str(index)!r} exists; pass --overwrite" in capsys.readouterr().err
     assert not (tmp_path / "again").exists()
+
+
+def test_a_study_page_renders_its_readme_and_report_with_raw_html_escaped(site):
+    page = (site.out / "studies" / "toy" / "index.html").read_text()
+    assert "<h2>README</h2><h3>The toy study</h3>" in page
+    assert "&lt;script&gt;alert" in page and "<script" not in page
+    assert ('<a href="fig_kept_gain.png"><img src="fig_kept_gain.png" alt="kept gain" /></a>'
+            in page)
+    assert '<a href="runs.parquet">its runs</a>' in page
+    assert "secret.txt" not in page and 'href="javascript' not in page
+    assert "<h2>Report</h2>" in page and "<pre><code>vaco-jax sweep experiment.toml" in page
+    assert "Package versions: " in page and "jax " in page and "Python " in page

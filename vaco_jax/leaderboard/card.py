@@ -2,20 +2,19 @@
 and labelled deviations, one page per method) read into one entry per method and testbed, the
 methods the board has a page for, and the card's Markdown rendered to HTML for their pages.
 
-The card uses a small part of Markdown: paragraphs, nested bullets (two spaces a level, long
-items wrapped onto indented lines), ``**bold**``, `` `code` `` and links. That part is rendered
-here rather than by a Markdown package, which the board would otherwise need for nothing else.
-Links inside the repository (to another card entry, to the README) have no page on the board
-and are kept as their text.
+The pages are rendered by ``markdown.render``; a link from one method's page to another's
+becomes a link between their board pages (``card_target``), any other link inside the
+repository has no page on the board and is kept as its text.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import html
 import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
+
+from vaco_jax.leaderboard.markdown import Target, no_target
 
 TESTBEDS = ("control", "tokens")
 CHAPTER = "index.md"
@@ -25,9 +24,9 @@ CHAPTER = "index.md"
 NAMED_LABELS = re.compile(r"^ *- (?P<labels>[A-Z]\d+(?:, [A-Z]\d+)*)\.", re.M)
 OLDER_VARIANT = re.compile(r"^\*\*Older variant, kept for reproduction:\*\* the method's default "
                            r"is \[`(?P<by>\w+)`\]", re.M)
-BULLET = re.compile(r"^(?P<indent> *)- (?P<text>.*)$")
-INLINE = re.compile(r"`(?P<code>[^`]+)`|\*\*(?P<bold>.+?)\*\*"
-                    r"|\[(?P<label>[^\]]+)\]\((?P<target>[^)\s]+)\)")
+# A card page's link to another method's page: `NAME.md` in its testbed's folder, or
+# `../TESTBED/NAME.md`.
+CARD_LINK = re.compile(r"(?:\.\./(?P<testbed>\w+)/)?(?P<algo>\w+)\.md")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,59 +119,13 @@ def shared_deviations(preamble: str) -> dict[str, str]:
     return {name: text.strip() for name, text in found.items()}
 
 
-def inline_html(text: str) -> str:
-    """One line of the card's Markdown as HTML, everything else escaped."""
-    out, position = [], 0
-    for match in INLINE.finditer(text):
-        out.append(html.escape(text[position:match.start()]))
-        if match["code"] is not None:
-            out.append(f"<code>{html.escape(match['code'])}</code>")
-        elif match["bold"] is not None:
-            out.append(f"<strong>{inline_html(match['bold'])}</strong>")
-        elif match["target"].startswith(("https://", "http://")):
-            out.append(f'<a href="{html.escape(match["target"])}">'
-                       f'{inline_html(match["label"])}</a>')
-        else:
-            out.append(inline_html(match["label"]))
-        position = match.end()
-    out.append(html.escape(text[position:]))
-    return "".join(out)
-
-
-def _blocks(markdown: str) -> list[tuple[int | None, str]]:
-    """(bullet level, or None for a paragraph; text) of each item, wrapped lines joined."""
-    blocks: list[tuple[int | None, str]] = []
-    joinable = False
-    for line in markdown.splitlines():
-        bullet = BULLET.match(line)
-        if bullet:
-            blocks.append((len(bullet["indent"]) // 2, bullet["text"].strip()))
-            joinable = True
-        elif not line.strip():
-            joinable = False
-        elif joinable:
-            level, text = blocks[-1]
-            blocks[-1] = (level, f"{text} {line.strip()}")
-        else:
-            blocks.append((None, line.strip()))
-            joinable = True
-    return blocks
-
-
-def markdown_html(markdown: str) -> str:
-    """The card's Markdown as HTML: paragraphs and nested lists."""
-    out: list[str] = []
-    depth = 0  # lists open
-    for level, text in _blocks(markdown):
-        target = 0 if level is None else level + 1
-        while depth > target:
-            out.append("</li></ul>")
-            depth -= 1
-        if level is not None and depth == target:
-            out.append("</li><li>")
-        while depth < target:
-            out.append("<ul><li>")
-            depth += 1
-        out.append(f"<p>{inline_html(text)}</p>" if level is None else inline_html(text))
-    out.append("</li></ul>" * depth)
-    return "".join(out)
+def card_target(method: Method, pages: Collection[str]) -> Target:
+    """Where a link of ``method``'s card page points on the board: another method's page
+    (``pages`` holds their slugs) beside its own, or the web; None for anything else."""
+    def target(href: str) -> str | None:
+        found = CARD_LINK.fullmatch(href)
+        if found is None:
+            return no_target(href)
+        slug = f"{found['testbed'] or method.testbed}-{found['algo']}"
+        return f"{slug}.html" if slug in pages else None
+    return target

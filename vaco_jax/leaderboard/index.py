@@ -73,8 +73,8 @@ def index_markdown(experiments: Path, results: Path, tags: Mapping[str, StudyTag
     """The index's Markdown: a table per tag, in ``TAGS`` order, its studies by name."""
     lines = ["# Experiments index", "",
              "Every experiment file of this folder and every committed study in `results/`, by "
-             "tag (`results/studies.toml`, which the leaderboard reads too): `main` studies compare "
-             "methods under lag and the claims rest on them, `ablation` studies isolate one "
+             "tag (`results/studies.toml`, which the leaderboard reads too): `main` studies "
+             "compare methods under lag and the claims rest on them, `ablation` studies isolate one "
              "mechanism or setting, `calibration` studies choose cells or rates on the baseline "
              "alone, `superseded` ones were replaced by a later study, `example` ones "
              "demonstrate the commands, an `analysis` is a report over other studies' runs. "

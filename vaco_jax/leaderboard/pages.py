@@ -7,13 +7,14 @@ same place it is checked against.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from vaco_jax.leaderboard.board import TaskBoard
-from vaco_jax.leaderboard.card import Method, markdown_html
+from vaco_jax.leaderboard.card import Method, card_target
 from vaco_jax.leaderboard.claims import Claims
 from vaco_jax.leaderboard.html import Stamp, escape, interval, link, page, table
-from vaco_jax.leaderboard.studies import REPORT_FILE, Skipped, Study
+from vaco_jax.leaderboard.markdown import render, no_target
+from vaco_jax.leaderboard.studies import EXPERIMENT_FILE, REPORT_FILE, Skipped, Study
 from vaco_jax.report.markdown_text import NOT_NORMALISED, is_scale
 from vaco_jax.report.summary_fields import Interval
 from vaco_jax.report.summary import Stabilisers
@@ -88,11 +89,38 @@ def _board_table(board: TaskBoard) -> str:
                   "kept share: AUC", "stabilisers"], rows, numeric=range(1, 10))
 
 
+def figure(src: str, alt: str) -> str:
+    """An image that opens full size on click (the page shrinks a wide one to its width)."""
+    return f'<p><a href="{escape(src)}"><img src="{escape(src)}" alt="{escape(alt)}"></a></p>'
+
+
+def _study_target(study: Study):
+    """Where a link of the study's README or report points on its page: a file of the study
+    the board carries beside the page, or the web; None for anything else."""
+    carried = {*study.files, *study.figures}
+    return lambda href: href if href in carried else no_target(href)
+
+
+def _reproduce(study: Study) -> str:
+    """The commands that run the study again from its experiment file, whole or a group."""
+    out = f"runs/{study.slug}"
+    return ("<h2>Reproduce</h2><p>From a checkout at the commit above, with the study's "
+            f"{link(EXPERIMENT_FILE, EXPERIMENT_FILE)}:</p>"
+            f"<pre><code>vaco-jax sweep {EXPERIMENT_FILE} --out {escape(out)}</code></pre>"
+            "<p>One cell (a method on a task) is one group of the experiment: the plan lists "
+            "the groups, and <code>--groups</code> runs some of them (a tuned study's group "
+            "needs its <code>tune-</code> group first):</p>"
+            f"<pre><code>vaco-jax sweep {EXPERIMENT_FILE} --out {escape(out)} --plan\n"
+            f"vaco-jax sweep {EXPERIMENT_FILE} --out {escape(out)}-GROUP --groups "
+            "tune-GROUP,GROUP</code></pre>")
+
+
 def study_page(study: Study, boards: Sequence[TaskBoard], stamp: Stamp) -> str:
     files = [link(name, name) for name in (*study.files, *study.figures)]
+    target = _study_target(study)
     sections = "".join(
         f"<h2>{escape(board.task)}</h2>"
-        f'<p><img src="{escape(board.stem)}.png" alt="board of {escape(board.task)}"></p>'
+        + figure(f"{board.stem}.png", f"board of {board.task}")
         + (f'<p class="warning">Not ranked: {escape(board.unranked)}; its methods are in name '
            f'order.</p>' if board.unranked else "")
         + (f'<p class="warning">No kept share: {escape(board.kept_skipped)}.</p>'
@@ -111,7 +139,14 @@ def study_page(study: Study, boards: Sequence[TaskBoard], stamp: Stamp) -> str:
             + f"<p>Testbed: {escape(study.testbed)}. Report written from commit "
             f"{escape(study.commit())} on {escape(study.devices())}. Normalisation: "
             f"{normalisation}.</p>"
-            f"<p>The study's files: {', '.join(files)}.</p>{sections}")
+            + ('<p class="warning">Written from a modified checkout: its commit alone does '
+               'not reproduce it.</p>' if study.modified else "")
+            + f"<p>Package versions: {escape(study.packages())}.</p>"
+            f"<p>The study's files: {', '.join(files)}.</p>{sections}"
+            + (f"<h2>README</h2>{render(study.readme, target, shift_headings=2)}"
+               if study.readme else "")
+            + f"<h2>Report</h2>{render(study.report, target, shift_headings=2)}"
+            + _reproduce(study))
     return page(f"Study {study.name}", body, stamp, depth=2)
 
 
@@ -125,8 +160,7 @@ def _task_sections(boards: Sequence[TaskBoard]) -> str:
             f"<p>{escape(b.study.title)}</p>"
             + (f'<p class="warning">Incomplete: {escape(b.study.incomplete)}.</p>'
                if b.study.incomplete else "")
-            + f'<p><img src="{escape(board_image(b))}" alt="board of {escape(b.study.name)} on '
-            f'{escape(task)}"></p>'
+            + figure(board_image(b), f"board of {b.study.name} on {task}")
             for b in task_boards)
         for task, task_boards in sorted(by_task.items()))
 
@@ -240,16 +274,18 @@ def _method_rows(method: Method, studies: Sequence[Study]) -> list[list[str]]:
     return rows
 
 
-def _card(method: Method) -> tuple[str, str]:
-    """The sentence that introduces the method's card entry and the entry as HTML; for a
-    method without one, the sentence that says so and where the method comes from."""
+def _card(method: Method, pages: Collection[str] = ()) -> tuple[str, str]:
+    """The sentence that introduces the method's card entry and the entry as HTML, its links to
+    the methods of ``pages`` (their slugs) made links to their pages; for a method without
+    one, the sentence that says so and where the method comes from."""
     if method.entry is not None:
-        labels = "".join(markdown_html(text) for _, text in method.entry.shared)
+        target = card_target(method, pages)
+        labels = "".join(render(text, target) for _, text in method.entry.shared)
         if labels:
             labels = ("<p>The deviations it names by label, as the card defines them for many "
                       f"entries:</p>{labels}")
         return (f"From the fidelity card (docs/methods/{method.testbed}/{method.algo}.md):",
-                markdown_html(method.entry.markdown) + labels)
+                render(method.entry.markdown, target) + labels)
     source = (f"it is registered by the plugin's {method.plugin}" if method.plugin else
               "no plugin installed where this board was built registers it")
     return (f"It has no fidelity card entry: docs/methods/ describes vaco_jax's own "
@@ -276,11 +312,12 @@ def _method_results(method: Method, boards: Sequence[TaskBoard]) -> list[list[st
 
 
 def method_page(method: Method, studies: Sequence[Study], boards: Sequence[TaskBoard],
-                stamp: Stamp) -> str:
-    """A method's page: its card entry, its results on every board and where it ran (learning
-    rate, stabilisers), or that no committed study ran it."""
+                stamp: Stamp, pages: Collection[str] = ()) -> str:
+    """A method's page: its card entry (linking the methods of ``pages``, by slug), its results
+    on every board and where it ran (learning rate, stabilisers), or that no committed study
+    ran it."""
     rows, results = _method_rows(method, studies), _method_results(method, boards)
-    sentence, card = _card(method)
+    sentence, card = _card(method, pages)
     body = (f"<p>{escape(TESTBED_NAMES.get(method.testbed, method.testbed))}, registry name "
             f"<code>{escape(method.algo)}</code>. {escape(sentence)}</p>{card}")
     if not rows:

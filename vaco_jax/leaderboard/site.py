@@ -131,9 +131,10 @@ def build_site(
         written = [_write_study(root, study, boards[study.name], page_stamp)
                    for study in studies]
         all_boards = [board for study in studies for board in boards[study.name]]
+        slugs = {method.slug for method in method_list}
         for method in method_list:
             io.write_text(root / pages.method_path(method),
-                          pages.method_page(method, studies, all_boards, page_stamp))
+                          pages.method_page(method, studies, all_boards, page_stamp, slugs))
             written.append(pages.method_path(method))
         by_name = {study.name: study for study in studies}
         io.write_text(root / "claims.html", pages.claims_page(claims_file, by_name, page_stamp))

@@ -33,6 +33,10 @@ PARTS_FILE = "parts.json"
 """A merged report's record of the parts it merged (``vaco-jax report --parts``): whether
 every group of its experiment has run."""
 REPORT_FILE = "report.md"
+README_FILE = "README.md"
+"""What the study's authors wrote of it (its verdict, what it does not settle), where it has one."""
+MOST_TEXT_BYTES = 4 * 2**20
+"""A README or report the board renders is at most this large."""
 COPIED_FILES = (REPORT_FILE, SUMMARY_FILE, RUNS_FILE, EXPERIMENT_FILE)
 """The files of a study the board carries, so that its links work wherever the board is moved."""
 FIGURE_PATTERN = re.compile(r"fig_[A-Za-z0-9_]+\.png")
@@ -71,6 +75,8 @@ class Study:
     files: tuple[str, ...] = COPIED_FILES  # the study's files the board carries and links
     tag: str | None = None  # its tag and verdict (`tags.py`), where the tags file has it
     verdict: str | None = None
+    report: str = ""  # its report.md and README.md, as Markdown
+    readme: str | None = None
 
     @property
     def tag_name(self) -> str:
@@ -109,6 +115,21 @@ class Study:
             return "not recorded"
         return (f"{devices.get('count', '?')} x {devices.get('kind', '?')} "
                 f"({provenance.get('backend', '?')} backend)")
+
+    def packages(self) -> str:
+        """The package versions and Python its report's process ran, as its provenance
+        records them."""
+        provenance = self.summary.provenance or {}
+        packages = provenance.get("packages") or {}
+        named = [f"{name} {version}" for name, version in sorted(packages.items())]
+        if provenance.get("python"):
+            named.append(f"Python {provenance['python']}")
+        return ", ".join(named) or "not recorded"
+
+    @property
+    def modified(self) -> bool:
+        """Whether its report was written from a checkout with uncommitted changes."""
+        return bool(((self.summary.provenance or {}).get("code") or {}).get("modified"))
 
     def commit(self) -> str:
         """The commit its report was written from, marked where the checkout was modified."""
@@ -193,6 +214,16 @@ def read_summary(path: Path) -> Summary:
         raise ValueError(f"{SUMMARY_FILE}: {error}") from None
 
 
+def read_markdown(path: Path) -> str:
+    """A Markdown file of the study: a plain file of at most `MOST_TEXT_BYTES`, UTF-8."""
+    if not regular_file(path) or path.stat().st_size > MOST_TEXT_BYTES:
+        raise ValueError(f"{path.name} is not a plain file of at most {MOST_TEXT_BYTES} bytes")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path.name} is not UTF-8 text") from None
+
+
 def _read_experiment(path: Path) -> dict[str, Any]:
     if not regular_file(path):
         raise ValueError(f"{path.name} is missing or not a plain file")
@@ -224,6 +255,7 @@ def read_study(results: Path, folder: Path) -> Study:
     for file in (RUNS_FILE, REPORT_FILE):
         if not regular_file(folder / file):
             raise ValueError(f"{file} is missing or not a plain file")
+    readme = folder / README_FILE
     study = Study(name=name, folder=folder, summary=read_summary(folder / SUMMARY_FILE),
                   experiment=_read_experiment(folder / EXPERIMENT_FILE),
                   figures=tuple(sorted(p.name for p in folder.iterdir()
@@ -231,14 +263,17 @@ def read_study(results: Path, folder: Path) -> Study:
                                        and regular_file(p))),
                   incomplete=study_incomplete(folder),
                   files=COPIED_FILES + ((PARTS_FILE,) if regular_file(folder / PARTS_FILE)
-                                        else ()))
+                                        else ()),
+                  report=read_markdown(folder / REPORT_FILE),
+                  readme=(read_markdown(readme) if readme.exists() or readme.is_symlink()
+                          else None))
     _check_readable(study)
     return study
 
 
 def _check_readable(study: Study) -> None:
     """Reads every field the pages read, so that a damaged study fails here, not mid-page."""
-    for read in (lambda: study.lags, study.devices, study.commit):
+    for read in (lambda: study.lags, study.devices, study.commit, study.packages):
         read()
     variants = study.summary.run.variants
     # Each becomes a file name of the board: a figure's, a method page's.

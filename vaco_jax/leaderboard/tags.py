@@ -1,5 +1,5 @@
-"""What each committed study is (``experiments/results/studies.toml``), read once for the board and for
-the experiments index: its tag and a one-line verdict.
+"""What each committed study is (``experiments/results/studies.toml``), read once for the board
+and for the experiments index: its tag and a one-line verdict.
 
 Tags: ``main`` (its lagged cells compare methods, and the claims rest on it), ``ablation``
 (it isolates one mechanism or setting), ``calibration`` (it chooses cells or rates on the
