@@ -9,6 +9,9 @@ compiles identical programs once. The child processes the tests start inherit th
 The older emitters round some sums differently in two different programs, where the default
 ones (what users run) agree to the bit. A test that compares two programs bit for bit is marked
 `default_emitters` and runs in a child pytest under the default emitters, the other flags kept.
+
+The fast loop (`-m "not slow"`) also leaves out the tests `fast_loop_excluded.json` lists by
+their measured time.
 """
 
 import functools
@@ -26,6 +29,7 @@ os.environ.setdefault("XLA_FLAGS", f"--xla_backend_optimization_level=0 {OLDER_E
 import jax  # noqa: E402  (must follow the XLA_FLAGS default above)
 import pytest  # noqa: E402
 
+import fast_loop  # noqa: E402
 from vaco_jax.run import compilation_cache  # noqa: E402
 
 TEST_CACHE = os.environ.get("VACO_JAX_TEST_CACHE",
@@ -38,6 +42,10 @@ os.environ[compilation_cache.ENVIRONMENT_VARIABLE] = TEST_CACHE
 compilation_cache.enable()
 os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(jax.config.jax_compilation_cache_max_size)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
+def pytest_collection_modifyitems(items):
+    fast_loop.mark_excluded(items)
 
 
 @pytest.fixture(params=[False, True], ids=["plain", "jit"])
