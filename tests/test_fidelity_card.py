@@ -80,6 +80,19 @@ def test_a_registry_refuses_an_older_variant_of_an_unknown_or_older_method():
         with pytest.raises(ValueError, match=f"superseded by '{by}'"):
             registry.register(dataclasses.replace(ppo, name="ppo_older",
                                                   superseded=Superseded(by, "2025-01-01")))
+    # Not by itself, even in place of itself; not on a date that is none.
+    with pytest.raises(ValueError, match="superseded by 'ppo'"):
+        registry.register(dataclasses.replace(ppo, superseded=Superseded("ppo", "2025-01-01")),
+                          replace=True)
+    with pytest.raises(ValueError, match="not a date"):
+        registry.register(dataclasses.replace(ppo, name="ppo_older",
+                                              superseded=Superseded("ppo", "last week")))
+    # A default an older variant names cannot itself become an older variant.
+    registry.register(dataclasses.replace(ppo, name="ppo2"))
+    with pytest.raises(ValueError, match="is the default that ppo_old name"):
+        registry.register(dataclasses.replace(ppo, superseded=Superseded("ppo2", "2026-02-01")),
+                          replace=True)
+    assert registry["ppo"].superseded is None and registry["ppo_old"].superseded.by == "ppo"
 
 
 def test_readme_links_the_card():
@@ -109,8 +122,23 @@ def test_an_entry_naming_a_shared_deviation_by_label_carries_its_definition(tmp_
     assert [label for label, _ in real[("control", "ppo")].shared] == ["C1", "C2"]
 
 
-def test_a_card_page_not_named_after_a_registry_name_is_refused(tmp_path):
+def test_a_card_page_not_named_as_a_registry_name_or_without_a_title_is_refused(tmp_path):
     (tmp_path / "control").mkdir()
     (tmp_path / "control" / "not a name.md").write_text("# x\n")
-    with pytest.raises(ValueError, match="not named after a registry name"):
+    with pytest.raises(ValueError, match="not named as a registry name is"):
         read_card(tmp_path)
+    (tmp_path / "control" / "not a name.md").unlink()
+    (tmp_path / "control" / "ppo.md").write_text("- **Paper:** no title line.\n")
+    with pytest.raises(ValueError, match="does not open with its title"):
+        read_card(tmp_path)
+
+
+def test_only_a_page_s_opening_paragraph_marks_it_an_older_variant(tmp_path):
+    (tmp_path / "tokens").mkdir()
+    mark = ("**Older variant, kept for reproduction:** the method's default is "
+            "[`m2po`](m2po.md); this is how vaco_jax ran it before 2026-11-28.")
+    (tmp_path / "tokens" / "m2po_drop.md").write_text(f"# `m2po_drop`\n\n{mark}\n\n- x\n")
+    (tmp_path / "tokens" / "m2po.md").write_text(f"# `m2po`\n\n- Quoting: {mark}\n\n{mark}\n")
+    card = read_card(tmp_path)
+    assert card[("tokens", "m2po_drop")].superseded_by == "m2po"
+    assert card[("tokens", "m2po")].superseded_by is None

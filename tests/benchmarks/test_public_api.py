@@ -5,9 +5,9 @@ one the API page lists as public (`docs/api.md`, "What is public"), every name i
 
 import ast
 import importlib
+import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -41,9 +41,10 @@ def refusals(module: str, name: str | None, public: set[str]) -> str | None:
     if name is None:
         return None if module in public else f"{module} is not a public module"
     target = importlib.import_module(module)
-    value = getattr(target, name, None)
-    if isinstance(value, ModuleType):  # `from package import module`
-        return None if value.__name__ in public else f"{value.__name__} is not a public module"
+    # `from package import module`, whether or not something imported the module already.
+    if hasattr(target, "__path__") and importlib.util.find_spec(f"{module}.{name}") is not None:
+        submodule = f"{module}.{name}"
+        return None if submodule in public else f"{submodule} is not a public module"
     if module not in public:
         return f"{module} is not a public module"
     if name.startswith("_"):

@@ -1,14 +1,15 @@
 """The board's Markdown: a study's README and report and the card's pages are untrusted text,
 rendered with raw HTML shown as text and links kept only to what the board holds."""
 
+import types
+
 from vaco_jax.leaderboard.card import Entry, Method, card_target
 from vaco_jax.leaderboard.markdown import render
+from vaco_jax.leaderboard.pages import _study_target as study_target
 
-CARRIED = {"fig_kept_gain.png", "report.md"}
-
-
-def _study_target(href: str) -> str | None:
-    return href if href in CARRIED else (href if href.startswith("https://") else None)
+# A study page's links: the files the board carries beside it, or the web.
+_study_target = study_target(types.SimpleNamespace(files=("report.md", "runs.parquet"),
+                                                   figures=("fig_kept_gain.png",)))
 
 
 def test_raw_html_is_shown_as_text():
@@ -30,11 +31,23 @@ def test_a_link_is_kept_only_to_what_the_board_holds_or_the_web():
 
 
 def test_an_image_the_board_holds_opens_full_size_and_another_becomes_its_alt_text():
-    html = render("![kept gain](fig_kept_gain.png) ![elsewhere](../other/fig.png)",
-                  _study_target)
+    html = render("![kept gain](fig_kept_gain.png) ![elsewhere](../other/fig.png) "
+                  "![**bold** alt](https://tracker.example/p.png)", _study_target)
     assert ('<a href="fig_kept_gain.png"><img src="fig_kept_gain.png" alt="kept gain" /></a>'
             in html)
     assert "../other" not in html and "elsewhere" in html
+    # A web image is never fetched: its alt text links to it instead.
+    assert html.count("<img") == 1 and '<a href="https://tracker.example/p.png">bold alt</a>' in html
+
+
+def test_an_image_inside_a_kept_link_is_not_wrapped_in_a_second_link():
+    html = render("[![kept gain](fig_kept_gain.png)](https://example.org)", _study_target)
+    assert html.count("<a ") == 1 and '<img src="fig_kept_gain.png"' in html
+
+
+def test_a_carried_file_is_found_written_with_dot_slash_or_a_section():
+    html = render("[report](./report.md#kept-gain) [runs](runs.parquet?raw=1)", _study_target)
+    assert '<a href="report.md#kept-gain">report</a>' in html and "raw=1" not in html
 
 
 def test_headings_move_under_the_page_s_own_and_tables_render():

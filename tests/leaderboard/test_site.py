@@ -345,6 +345,14 @@ def test_tags_move_a_study_to_the_archive_and_the_index_lists_it(results, tmp_pa
     assert not (tmp_path / "again").exists()
 
 
+def test_the_index_lists_the_older_variants_apart_from_the_methods(site):
+    index = (site.out / "index.html").read_text()
+    methods, _, older = index.partition("<p>Older variants")
+    assert 'href="methods/tokens-m2po.html"' in methods
+    assert 'href="methods/tokens-m2po_drop.html"' not in methods
+    assert 'href="methods/tokens-m2po_drop.html"' in older and "tokens-m2po.html" not in older
+
+
 def test_a_study_page_renders_its_readme_and_report_with_raw_html_escaped(site):
     page = (site.out / "studies" / "toy" / "index.html").read_text()
     assert "<h2>README</h2><h3>The toy study</h3>" in page
@@ -354,4 +362,5 @@ def test_a_study_page_renders_its_readme_and_report_with_raw_html_escaped(site):
     assert '<a href="runs.parquet">its runs</a>' in page
     assert "secret.txt" not in page and 'href="javascript' not in page
     assert "<h2>Report</h2>" in page and "<pre><code>vaco-jax sweep experiment.toml" in page
+    assert "--groups GROUP</code>" in page  # the toy study tunes nothing: no tune- group
     assert "Package versions: " in page and "jax " in page and "Python " in page

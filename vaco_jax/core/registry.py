@@ -14,6 +14,7 @@ the algorithm then trains in `vaco-jax train`, `tokens` and `sweep` like a built
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import importlib.metadata
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Generic, Protocol, TypeVar
@@ -74,18 +75,38 @@ class AlgorithmRegistry(Mapping[str, EntryT], Generic[EntryT]):
             raise ValueError(f"register: algo={entry.name!r} declares metric(s) {unknown} the "
                              f"{self._testbed} testbed's trainer has no column for; its "
                              f"columns: {', '.join(self._columns)}")
-        older = entry.superseded
-        if older is not None and (older.by not in self._entries
-                                  or self._entries[older.by].superseded is not None):
-            raise ValueError(f"register: algo={entry.name!r} is superseded by "
-                             f"{older.by!r}, which must be a method registered before it on the "
-                             f"{self._testbed} testbed and not itself superseded")
+        self._check_superseded(entry)
         if entry.name in self._entries and not replace:
             raise ValueError(f"register: algo={entry.name!r} is already registered on the "
                              f"{self._testbed} testbed; pass replace=True to override it")
         self._entries[entry.name] = entry
         self._sources[entry.name] = calling()
         return entry
+
+    def _check_superseded(self, entry: EntryT) -> None:
+        """An older variant names a default registered before it (not itself, not another older
+        variant, with the date it was replaced), and a default that older variants name is not
+        replaced by an older variant."""
+        older = entry.superseded
+        if older is not None:
+            if not isinstance(older, Superseded):
+                raise TypeError(f"register: algo={entry.name!r}: superseded must be a "
+                                f"Superseded, got {type(older).__name__}")
+            if (older.by == entry.name or older.by not in self._entries
+                    or self._entries[older.by].superseded is not None):
+                raise ValueError(f"register: algo={entry.name!r} is superseded by "
+                                 f"{older.by!r}, which must be another method registered before "
+                                 f"it on the {self._testbed} testbed and not itself superseded")
+            try:
+                datetime.date.fromisoformat(older.until)
+            except (TypeError, ValueError):
+                raise ValueError(f"register: algo={entry.name!r}: superseded until "
+                                 f"{older.until!r}, which is not a date (YYYY-MM-DD)") from None
+            naming = [name for name, other in self._entries.items()
+                      if other.superseded is not None and other.superseded.by == entry.name]
+            if naming:
+                raise ValueError(f"register: algo={entry.name!r} is the default that "
+                                 f"{', '.join(naming)} name; it cannot become an older variant")
 
     def registered_by(self, name: str) -> str | None:
         """The plugin entry point that registered `name`, described; None for an algorithm

@@ -14,16 +14,16 @@ import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from vaco_jax.leaderboard.markdown import Target, no_target
+from vaco_jax.leaderboard.markdown import Target, web_only
 
 TESTBEDS = ("control", "tokens")
 CHAPTER = "index.md"
 """A testbed folder's page of what its methods share; every other page is a method's."""
-# The line that opens an older variant's page, naming the method's default.
 # A bullet that names shared deviations by label: "- T1." or "- C1, C2." at its start.
 NAMED_LABELS = re.compile(r"^ *- (?P<labels>[A-Z]\d+(?:, [A-Z]\d+)*)\.", re.M)
-OLDER_VARIANT = re.compile(r"^\*\*Older variant, kept for reproduction:\*\* the method's default "
-                           r"is \[`(?P<by>\w+)`\]", re.M)
+# The paragraph that opens an older variant's page, naming the method's default.
+OLDER_VARIANT = re.compile(r"\*\*Older variant, kept for reproduction:\*\* the method's default "
+                           r"is \[`(?P<by>\w+)`\]")
 # A card page's link to another method's page: `NAME.md` in its testbed's folder, or
 # `../TESTBED/NAME.md`.
 CARD_LINK = re.compile(r"(?:\.\./(?P<testbed>\w+)/)?(?P<algo>\w+)\.md")
@@ -77,8 +77,9 @@ def _read(path: Path) -> str:
 
 def read_card(folder: str | Path) -> dict[tuple[str, str], Entry]:
     """Every method's entry by (testbed, registry name), from ``folder/TESTBED/NAME.md``, a page
-    whose first line is its title; ``ValueError`` where a page cannot be read, a page's name is
-    not a registry name, or the card has no method page."""
+    whose first line is its title (``# ...``); ``ValueError`` where a page cannot be read, its
+    name is not an identifier (a registry name's form; ``tests/test_fidelity_card.py`` holds the
+    committed card to the registries), it has no title, or the card has no method page."""
     entries = {}
     for testbed in TESTBEDS:
         chapter = Path(folder) / testbed / CHAPTER
@@ -87,13 +88,17 @@ def read_card(folder: str | Path) -> dict[tuple[str, str], Entry]:
             if page.name == CHAPTER:
                 continue
             if not page.stem.isidentifier():
-                raise ValueError(f"the fidelity card's page {str(page)!r} is not named after a "
-                                 f"registry name (NAME.md, NAME an identifier)")
-            body = _read(page).partition("\n")[2].strip()
+                raise ValueError(f"the fidelity card's page {str(page)!r} is not named as a "
+                                 f"registry name is (NAME.md, NAME an identifier)")
+            title, _, body = _read(page).partition("\n")
+            if not title.startswith("# "):
+                raise ValueError(f"the fidelity card's page {str(page)!r} does not open with its "
+                                 f"title (# ...)")
+            body = body.strip()
             labels = {label for bullet in NAMED_LABELS.finditer(body)
                       for label in bullet["labels"].split(", ")}
             named = tuple((label, text) for label, text in shared.items() if label in labels)
-            older = OLDER_VARIANT.search(body)
+            older = OLDER_VARIANT.match(body)  # only as the page's opening paragraph
             entries[(testbed, page.stem)] = Entry(testbed, page.stem, body, named,
                                                   older["by"] if older else None)
     if not entries:
@@ -125,7 +130,7 @@ def card_target(method: Method, pages: Collection[str]) -> Target:
     def target(href: str) -> str | None:
         found = CARD_LINK.fullmatch(href)
         if found is None:
-            return no_target(href)
+            return web_only(href)
         slug = f"{found['testbed'] or method.testbed}-{found['algo']}"
         return f"{slug}.html" if slug in pages else None
     return target

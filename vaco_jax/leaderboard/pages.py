@@ -13,7 +13,7 @@ from vaco_jax.leaderboard.board import TaskBoard
 from vaco_jax.leaderboard.card import Method, card_target
 from vaco_jax.leaderboard.claims import Claims
 from vaco_jax.leaderboard.html import Stamp, escape, interval, link, page, table
-from vaco_jax.leaderboard.markdown import render, no_target
+from vaco_jax.leaderboard.markdown import Target, render, web_only
 from vaco_jax.leaderboard.studies import EXPERIMENT_FILE, REPORT_FILE, Skipped, Study
 from vaco_jax.report.markdown_text import NOT_NORMALISED, is_scale
 from vaco_jax.report.summary_fields import Interval
@@ -94,25 +94,34 @@ def figure(src: str, alt: str) -> str:
     return f'<p><a href="{escape(src)}"><img src="{escape(src)}" alt="{escape(alt)}"></a></p>'
 
 
-def _study_target(study: Study):
+def _study_target(study: Study) -> Target:
     """Where a link of the study's README or report points on its page: a file of the study
-    the board carries beside the page, or the web; None for anything else."""
+    the board carries beside the page (written as `name`, `./name`, with a `#section`), or the
+    web; None for anything else."""
     carried = {*study.files, *study.figures}
-    return lambda href: href if href in carried else no_target(href)
+
+    def target(href: str) -> str | None:
+        name, hash_, section = href.partition("#")
+        name = name.removeprefix("./")
+        return name + hash_ + section if name in carried else web_only(href)
+    return target
 
 
 def _reproduce(study: Study) -> str:
-    """The commands that run the study again from its experiment file, whole or a group."""
-    out = f"runs/{study.slug}"
+    """The commands that run the study again from its experiment file, whole or a group (with
+    the group that tunes its rate, where the study tunes)."""
+    out = escape(f"runs/{study.slug}")
+    tuned = "tune" in study.experiment
+    groups = "tune-GROUP,GROUP" if tuned else "GROUP"
     return ("<h2>Reproduce</h2><p>From a checkout at the commit above, with the study's "
             f"{link(EXPERIMENT_FILE, EXPERIMENT_FILE)}:</p>"
-            f"<pre><code>vaco-jax sweep {EXPERIMENT_FILE} --out {escape(out)}</code></pre>"
+            f"<pre><code>vaco-jax sweep {EXPERIMENT_FILE} --out {out}</code></pre>"
             "<p>One cell (a method on a task) is one group of the experiment: the plan lists "
-            "the groups, and <code>--groups</code> runs some of them (a tuned study's group "
-            "needs its <code>tune-</code> group first):</p>"
-            f"<pre><code>vaco-jax sweep {EXPERIMENT_FILE} --out {escape(out)} --plan\n"
-            f"vaco-jax sweep {EXPERIMENT_FILE} --out {escape(out)}-GROUP --groups "
-            "tune-GROUP,GROUP</code></pre>")
+            "the groups, and <code>--groups</code> runs some of them"
+            + (" (each after the group that tunes its rate)" if tuned else "") + ":</p>"
+            f"<pre><code>vaco-jax sweep {EXPERIMENT_FILE} --out {out} --plan\n"
+            f"vaco-jax sweep {EXPERIMENT_FILE} --out {out}-GROUP --groups {groups}"
+            "</code></pre>")
 
 
 def study_page(study: Study, boards: Sequence[TaskBoard], stamp: Stamp) -> str:
@@ -213,8 +222,9 @@ def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
         + front
         + _by_testbed(boards)
         + f'<h2 id="methods">Methods</h2><p>{links(older=False)}</p>'
-        + "<p>Older variants, kept so that the results committed before a fidelity review "
-          f"reproduce (each page names the method's default): {links(older=True)}</p>")
+        + ("<p>Older variants, kept so that the results committed before a fidelity review "
+           f"reproduce (each page names the method's default): {links(older=True)}</p>"
+           if links(older=True) else ""))
     return page("Policy-lag leaderboard", body, stamp, depth=0)
 
 
