@@ -19,8 +19,10 @@ from vaco_jax.leaderboard.markdown import Target, web_only
 TESTBEDS = ("control", "tokens")
 CHAPTER = "index.md"
 """A testbed folder's page of what its methods share; every other page is a method's."""
+LABEL = r"[A-Z]\d+"
+"""A shared deviation's label: `C1` on the control testbed's page, `T1` on the token one's."""
 # A bullet that names shared deviations by label: "- T1." or "- C1, C2." at its start.
-NAMED_LABELS = re.compile(r"^ *- (?P<labels>[A-Z]\d+(?:, [A-Z]\d+)*)\.", re.M)
+NAMED_LABELS = re.compile(rf"^ *- (?P<labels>{LABEL}(?:, {LABEL})*)\.", re.M)
 # The paragraph that opens an older variant's page, naming the method's default.
 OLDER_VARIANT = re.compile(r"\*\*Older variant, kept for reproduction:\*\* the method's default "
                            r"is \[`(?P<by>\w+)`\]")
@@ -113,7 +115,7 @@ def shared_deviations(preamble: str) -> dict[str, str]:
     found: dict[str, str] = {}
     label = None
     for line in preamble.splitlines():
-        start = re.match(r"^- \*\*([A-Z]\d+),", line)
+        start = re.match(rf"^- \*\*({LABEL}),", line)
         if start:
             label = start[1]
             found[label] = line

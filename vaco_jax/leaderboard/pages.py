@@ -223,8 +223,8 @@ def index_page(boards: Sequence[TaskBoard], skipped: Sequence[Skipped],
         + _by_testbed(boards)
         + f'<h2 id="methods">Methods</h2><p>{links(older=False)}</p>'
         + ("<p>Older variants, kept so that the results committed before a fidelity review "
-           f"reproduce (each page names the method's default): {links(older=True)}</p>"
-           if links(older=True) else ""))
+           f"reproduce (each page names the method's default): {older}</p>"
+           if (older := links(older=True)) else ""))
     return page("Policy-lag leaderboard", body, stamp, depth=0)
 
 

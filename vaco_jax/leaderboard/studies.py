@@ -136,7 +136,7 @@ class Study:
         code = (self.summary.provenance or {}).get("code") or {}
         if not code.get("commit"):
             return "not recorded"
-        return str(code["commit"])[:10] + (" (modified)" if code.get("modified") else "")
+        return str(code["commit"])[:10] + (" (modified)" if self.modified else "")
 
     def learning_rates(self, variant: Variant, task: str | None = None) -> str:
         """The learning rate a variant's runs ran at: in a study that tuned it (`[tune]`), the
